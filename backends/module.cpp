@@ -1,0 +1,24 @@
+// dualops._C: the one native module. Each backend registers its own bindings; this file only
+// says what was built. Bindings take plain ints (addresses, stream handles) and bytes (packed
+// params / tiling structs, see ops/include/dualops), never torch types.
+#include <pybind11/pybind11.h>
+
+namespace dualops {
+void register_ascend_sim(pybind11::module_& m);
+#if DUALOPS_WITH_CUDA
+void register_cuda(pybind11::module_& m);
+#endif
+}  // namespace dualops
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "dualops native kernels (CUDA, Ascend C on the simulator)";
+  pybind11::dict built;
+  built["cuda"] = bool(DUALOPS_BUILD_CUDA);
+  built["cann"] = bool(DUALOPS_BUILD_CANN);
+  built["ascend_sim"] = true;
+  m.attr("built") = built;
+  dualops::register_ascend_sim(m);
+#if DUALOPS_WITH_CUDA
+  dualops::register_cuda(m);
+#endif
+}

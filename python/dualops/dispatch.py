@@ -1,0 +1,36 @@
+"""Which backend runs a call: by the tensors' device, or by name (DESIGN.md principle 6)."""
+from __future__ import annotations
+
+from . import backends, schema
+
+# Device type -> default backend.
+_BY_DEVICE = {"cuda": "cuda", "npu": "npu", "privateuseone": "npu", "cpu": "reference"}
+# Backend -> device types its tensors must live on (None = any).
+_DEVICES = {"reference": None, "cuda": ("cuda",), "ascend_sim": ("cpu",), "npu": ("npu", "privateuseone")}
+
+
+def select(op: str, backend: str | None, device, features: dict) -> str:
+    """Resolve ``backend`` (None or "" = by device), check it is usable here and supports the
+    variant. Raises ValueError (unknown name / wrong device), RuntimeError (not available here,
+    with the reason) or NotImplementedError (variant not supported, naming op and backend)."""
+    if not backend:
+        backend = _BY_DEVICE.get(device.type)
+        if backend is None:
+            raise ValueError(f"{op}: no backend for tensors on {device}; pass backend= one of {backends.NAMES}")
+    elif backend not in backends.NAMES:
+        raise ValueError(f"{op}: backend must be one of {backends.NAMES}, got {backend!r}")
+    allowed = _DEVICES[backend]
+    if allowed is not None and device.type not in allowed:
+        raise ValueError(f"{op}: backend {backend!r} needs tensors on {'/'.join(allowed)}, got {device}")
+    reason = schema.support_reason(op, backend, **features)
+    if reason is not None:
+        raise NotImplementedError(reason)
+    ok, why = backends.status(backend)
+    if not ok:
+        raise RuntimeError(f"{op}: backend {backend!r} is not available here: {why}")
+    return backend
+
+
+def available() -> dict[str, tuple[bool, str]]:
+    """Every backend with (available?, reason)."""
+    return {name: backends.status(name) for name in backends.NAMES}
