@@ -12,6 +12,13 @@ from . import ops as _ops  # noqa: F401  (registers torch.ops.dualops.*)
 _VALIDATE = {True: "basic", "basic": "basic", "full": "full"}
 
 
+def _precheck(op: str, values: dict) -> None:
+    # Eager calls: argument kinds before the dispatcher sees them (it would only say "expected
+    # Tensor"). Under torch.compile the op's fake implementation validates everything.
+    if not torch.compiler.is_compiling():
+        schema.check_kinds(op, values)
+
+
 def _mode(validate) -> str:
     if validate not in _VALIDATE:
         raise ValueError(f"validate must be True, 'basic' or 'full', got {validate!r}")
@@ -31,6 +38,10 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     ``validate="full"`` also checks kv_lens and block ids against the cache (a device sync)."""
     if not isinstance(return_lse, bool):
         raise TypeError(f"incre_flash_attention: return_lse must be a bool, got {type(return_lse).__name__}")
+    _precheck("incre_flash_attention", dict(
+        q=q, k_cache=k_cache, v_cache=v_cache, kv_lens=kv_lens, block_table=block_table,
+        softmax_scale=softmax_scale, causal=causal, atten_mask=atten_mask, pse_shift=pse_shift,
+        k_scale=k_scale, v_scale=v_scale, k_offset=k_offset, v_offset=v_offset))
     out, lse = torch.ops.dualops.incre_flash_attention(
         q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
         k_scale, v_scale, k_offset, v_offset, backend or "", _mode(validate))
@@ -68,6 +79,12 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
             if not hasattr(plan, "pack"):
                 raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
             packed = plan.pack()
+    _precheck("mla_decode", dict(
+        q=q, kv_cache=kv_cache, block_table=block_table, cache_seqlens=cache_seqlens,
+        head_dim_v=head_dim_v, softmax_scale=softmax_scale, causal=causal, kv_format=kv_format,
+        indices=indices, topk_length=topk_length, attn_sink=attn_sink,
+        extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
+        extra_topk_length=extra_topk_length))
     return torch.ops.dualops.mla_decode(
         q, kv_cache, block_table, cache_seqlens, head_dim_v, packed, softmax_scale, causal,
         kv_format, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
@@ -79,6 +96,9 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     """Grouped GEMM, NT layout: y[rows of group g] = x[rows of group g] @ w[g].T.
     Contiguous layout (x [M, K] + group_offsets [G+1]) or masked (x [G, M_max, K] + masked_m [G]).
     See ``ops/grouped_gemm.yaml``."""
+    _precheck("grouped_gemm", dict(x=x, w=w, group_offsets=group_offsets, masked_m=masked_m,
+                                   scale_mode=scale_mode, x_scale=x_scale, w_scale=w_scale,
+                                   out_dtype=out_dtype))
     return torch.ops.dualops.grouped_gemm(x, w, group_offsets, masked_m, scale_mode, x_scale,
                                           w_scale, out_dtype, backend or "", _mode(validate))
 

@@ -226,6 +226,15 @@ def _check_kind(op: str, spec: ArgSpec, value):
             raise ValueError(f"{op}: {name} must be one of {choices}, got {shown!r}")
 
 
+def check_kinds(op: str, values: dict) -> None:
+    """Only the kinds (tensor / float / bool / ...) of the given arguments: what must hold before
+    the values can even reach a torch.library op, whose dispatcher would reject them less clearly."""
+    schema = load(op)
+    for spec in schema.args:
+        if spec.name in values:
+            _check_kind(op, spec, values[spec.name])
+
+
 def validate(op: str, values: dict, *, full: bool = False) -> Validated:
     """Check one call's arguments against the schema; return them with defaults filled.
 
@@ -256,6 +265,14 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
             raise ValueError(f"{op}: cannot tell the {axis} from the arguments")
         modes[axis] = hit[0]
 
+    # Presence rules that need only the modes fail before any shape is looked at.
+    ns_modes = {**ns0, **modes}
+    for spec in schema.args:
+        try:
+            _check_presence(op, spec, args[spec.name], ns_modes)
+        except (NameError, AttributeError):
+            pass  # the rule needs dims or features: checked below
+
     # Tensors: dtype, rank, shape binding, device, layout.
     b = Bindings(schema)
     device = None
@@ -282,7 +299,8 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
         shape = _select(spec.raw.get("shape"), modes)
         if shape is not None:
             if t.dim() != len(shape):
-                raise ValueError(f"{op}: {name} must have {len(shape)} dims {list(shape)}, "
+                ctx = ", ".join(f"{k}={v}" for k, v in modes.items())
+                raise ValueError(f"{op}: {name} must have {len(shape)} dims {list(shape)} ({ctx}), "
                                  f"got shape {list(t.shape)}")
             for i, sym in enumerate(shape):
                 where = f"{name}.shape[{i}]"
@@ -320,10 +338,7 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
     ns.update({k: v for k, v in features.items() if k not in ns})
     for spec in schema.args:  # presence rules, defaults, scalar checks
         v = args[spec.name]
-        if v is None and "required_when" in spec.raw and _safe_eval(spec.raw["required_when"], ns):
-            raise ValueError(f"{op}: {spec.name} is required when {spec.raw['required_when']}")
-        if v is not None and "forbidden_when" in spec.raw and _safe_eval(spec.raw["forbidden_when"], ns):
-            raise ValueError(f"{op}: {spec.name} must not be given when {spec.raw['forbidden_when']}")
+        _check_presence(op, spec, v, ns)
         if v is None and spec.kind == "float" and "default" in spec.raw:
             v = args[spec.name] = float(_safe_eval(spec.raw["default"], ns))
             ns[spec.name] = v
@@ -347,6 +362,13 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
         for check in schema.raw.get("full_checks", []):
             getattr(full_checks, check)(out)
     return out
+
+
+def _check_presence(op, spec: ArgSpec, value, ns):
+    if value is None and "required_when" in spec.raw and _safe_eval(spec.raw["required_when"], ns):
+        raise ValueError(f"{op}: {spec.name} is required when {spec.raw['required_when']}")
+    if value is not None and "forbidden_when" in spec.raw and _safe_eval(spec.raw["forbidden_when"], ns):
+        raise ValueError(f"{op}: {spec.name} must not be given when {spec.raw['forbidden_when']}")
 
 
 # ----------------------------------------------------------------------------- capabilities
