@@ -1,0 +1,148 @@
+"""Public API contract: custom ops, torch.compile, dispatch and the capability matrix."""
+import importlib
+
+import pytest
+import torch
+
+import dualops
+from dualops import schema
+
+# dualops.backends is the public function; the package of backend modules is dualops.backends too.
+backends_pkg = importlib.import_module("dualops.backends")
+
+bf16 = torch.bfloat16
+
+
+def _ifa_args():
+    q = torch.randn(2, 2, 4, 64, dtype=bf16)
+    k = torch.randn(2, 40, 2, 64, dtype=bf16)
+    return q, k, torch.randn_like(k), torch.tensor([40, 7], dtype=torch.int32)
+
+
+def test_ops_are_registered_custom_ops():
+    for name in ("incre_flash_attention", "mla_decode", "grouped_gemm"):
+        assert hasattr(torch.ops.dualops, name)
+
+
+def test_ifa_cpu_dispatches_to_reference_and_matches_it():
+    q, k, v, lens = _ifa_args()
+    out, lse = dualops.incre_flash_attention(q, k, v, kv_lens=lens, causal=True, return_lse=True)
+    ref_out, ref_lse = dualops.reference.incre_flash_attention(q, k, v, kv_lens=lens, causal=True)
+    assert torch.equal(out, ref_out.to(bf16))
+    assert torch.equal(lse, ref_lse)
+
+
+def test_default_softmax_scale_is_d_to_minus_half():
+    q, k, v, lens = _ifa_args()
+    a = dualops.incre_flash_attention(q, k, v, kv_lens=lens)
+    b = dualops.incre_flash_attention(q, k, v, kv_lens=lens, softmax_scale=64 ** -0.5)
+    assert torch.equal(a, b)
+
+
+def test_torch_compile_fullgraph_each_op():
+    q, k, v, lens = _ifa_args()
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(q, k, v, lens, x, w, offs, mq, kv, bt, sl):
+        a = dualops.incre_flash_attention(q, k, v, kv_lens=lens)
+        y = dualops.grouped_gemm(x, w, group_offsets=offs)
+        o, lse = dualops.mla_decode(mq, kv, bt, sl)
+        return a, y, o, lse
+
+    x = torch.randn(6, 32, dtype=bf16)
+    w = torch.randn(2, 16, 32, dtype=bf16)
+    offs = torch.tensor([0, 2, 6], dtype=torch.int32)
+    mq = torch.randn(1, 1, 4, 576, dtype=bf16)
+    kv = torch.randn(4, 16, 1, 576, dtype=bf16)
+    bt = torch.arange(4, dtype=torch.int32).reshape(1, 4)
+    sl = torch.tensor([50], dtype=torch.int32)
+    a, y, o, lse = step(q, k, v, lens, x, w, offs, mq, kv, bt, sl)
+    assert torch.equal(a, dualops.incre_flash_attention(q, k, v, kv_lens=lens))
+    assert torch.equal(y, dualops.grouped_gemm(x, w, group_offsets=offs))
+    o2, lse2 = dualops.mla_decode(mq, kv, bt, sl)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+
+
+def test_fake_impl_validates_under_compile():
+    q, k, v, lens = _ifa_args()
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def bad(q, k, v):
+        return dualops.incre_flash_attention(q, k, v[:, :, :1])
+
+    with pytest.raises(Exception, match="v_cache.shape"):
+        bad(q, k, v)
+
+
+def test_backends_lists_every_backend_with_reason():
+    b = dualops.backends()
+    assert set(b) == set(backends_pkg.NAMES)
+    assert b["reference"]["available"] is True
+    for name, info in b.items():
+        assert isinstance(info["reason"], str) and info["reason"]
+    assert b["npu"]["available"] is False  # never on a CPU machine
+
+
+def test_unavailable_backend_error_says_why():
+    q, k, v, lens = _ifa_args()
+    ok, why = backends_pkg.status("npu")
+    assert not ok
+    with pytest.raises(ValueError, match="backend 'npu' needs tensors on npu"):
+        dualops.incre_flash_attention(q, k, v, backend="npu")
+
+
+def test_unsupported_variant_is_not_implemented_error(monkeypatch):
+    # The schema's capability matrix gates dispatch: mla_decode has no cuda/ascend kernel yet.
+    q = torch.randn(1, 1, 4, 576, dtype=bf16)
+    kv = torch.randn(4, 16, 1, 576, dtype=bf16)
+    bt = torch.arange(4, dtype=torch.int32).reshape(1, 4)
+    sl = torch.tensor([50], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="mla_decode is not implemented on backend 'ascend_sim'"):
+        dualops.mla_decode(q, kv, bt, sl, backend="ascend_sim")
+    q, k, v, lens = _ifa_args()
+    qd = torch.randn(2, 2, 4, 96, dtype=bf16)
+    kd = torch.randn(2, 40, 2, 96, dtype=bf16)
+    with pytest.raises(NotImplementedError, match="head_dim=96"):
+        dualops.incre_flash_attention(qd, kd, kd, backend="ascend_sim")
+
+
+def test_supports_reads_the_capability_matrix():
+    assert dualops.supports("incre_flash_attention", "reference", kv_dtype="int8", head_dim=96)
+    assert dualops.supports("incre_flash_attention", "cuda", head_dim=128, s_q=4, block_size=64)
+    assert not dualops.supports("incre_flash_attention", "cuda", head_dim=96)
+    assert not dualops.supports("incre_flash_attention", "cuda", s_q=9)
+    assert not dualops.supports("incre_flash_attention", "cuda", block_size=24)
+    assert not dualops.supports("incre_flash_attention", "npu")
+    assert not dualops.supports("grouped_gemm", "cuda")
+    with pytest.raises(ValueError, match="unknown feature"):
+        dualops.supports("incre_flash_attention", "cuda", colour="red")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        dualops.supports("incre_flash_attention", "tpu")
+
+
+def test_every_schema_loads_and_is_self_consistent():
+    for op in schema.OPS:
+        s = schema.load(op)
+        names = [a.name for a in s.args]
+        assert len(names) == len(set(names))
+        for a in s.args:
+            assert a.kind in ("tensor", "float", "int", "bool", "str", "dtype", "object"), (op, a.name)
+            assert a.raw.get("doc"), f"{op}.{a.name} has no doc"
+        assert "reference" in s.capabilities
+        for backend, caps in s.capabilities.items():
+            assert backend in backends_pkg.NAMES
+            assert set(caps) <= set(s.raw["features"]), (op, backend)
+        assert schema.params_size(op) % 8 == 0
+
+
+def test_pack_params_layout():
+    lay = schema.params_layout("incre_flash_attention")
+    offs = {n: o for n, _, o in lay}
+    assert offs["q"] == 0 and offs["k"] == 8
+    blob = schema.pack_params("incre_flash_attention", q=0x1234, softmax_scale=0.5, causal=1)
+    import struct
+    assert struct.unpack_from("<Q", blob, 0)[0] == 0x1234
+    assert struct.unpack_from("<f", blob, offs["softmax_scale"])[0] == 0.5
+    assert struct.unpack_from("<i", blob, offs["causal"])[0] == 1
+    with pytest.raises(ValueError, match="unknown field"):
+        schema.pack_params("incre_flash_attention", nope=1)
