@@ -1,7 +1,24 @@
-"""Access to the native module ``dualops._C`` with a clear reason when it is missing."""
+"""Access to the native module ``dualops._C`` with a clear reason when it is missing.
+
+Looked up as ``dualops._C`` (an installed package), else at ``$DUALOPS_C_PATH``, else the newest
+``build/**/_C*.so`` of a source checkout (running from python/ during development)."""
 from __future__ import annotations
 
 import functools
+import glob
+import importlib.util
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _from_file(path):
+    spec = importlib.util.spec_from_file_location("dualops._C", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules["dualops._C"] = mod
+    return mod
 
 
 @functools.lru_cache(maxsize=None)
@@ -9,9 +26,19 @@ def load():
     """(module or None, reason)."""
     try:
         from . import _C  # type: ignore[attr-defined]
-    except ImportError as e:
-        return None, (f"the native module dualops._C is not built ({e}); install the package with "
-                      f"`pip install .` (or `pip install -e .`) to build it")
+    except ImportError as first:
+        candidates = [os.environ["DUALOPS_C_PATH"]] if os.environ.get("DUALOPS_C_PATH") else []
+        candidates += sorted(glob.glob(os.path.join(_ROOT, "build", "**", "_C*.so"), recursive=True),
+                             key=os.path.getmtime, reverse=True)
+        for path in candidates:
+            try:
+                _C = _from_file(path)
+                break
+            except ImportError:
+                continue
+        else:
+            return None, (f"the native module dualops._C is not built ({first}); run "
+                          f"`bash scripts/setup.sh` (or `pip install .`) to build it")
     return _C, "built: " + ", ".join(k for k, v in _C.built.items() if v)
 
 
