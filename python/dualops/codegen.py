@@ -57,7 +57,8 @@ def tiling_header() -> str:
              "#include <cstdint>", "", "namespace dualops {", ""]
     for op, cls in plan_classes().items():
         doc = (cls.__doc__ or "").strip().splitlines()
-        lines.append(f"// {doc[0] if doc else op} (header of {cls.__name__}.pack())")
+        title = doc[0] if doc and not doc[0].startswith(cls.__name__ + "(") else f"{op} plan"
+        lines.append(f"// {title} (header of {cls.__name__}.pack())")
         lines.append(f"struct {_camel(op)}Tiling {{")
         for f in cls.FIELDS:
             lines.append(f"  int32_t {f};")

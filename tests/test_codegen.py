@@ -1,0 +1,44 @@
+"""The C headers the kernels include are generated from the schema and the planners; the
+committed copies must be exactly what the generator makes (one source of truth)."""
+import shutil
+import subprocess
+
+import pytest
+
+from dualops import codegen, schema
+
+
+def test_committed_headers_are_up_to_date():
+    for name, text in codegen.headers().items():
+        path = codegen.include_dir() / name
+        assert path.read_text() == text, f"{path} is stale: run python -m dualops.codegen"
+    assert codegen.main(["--check"]) == 0
+
+
+def test_params_struct_matches_pack_params(tmp_path):
+    """Compile a probe against params.h/tiling.h and compare C offsets with schema.params_layout."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on this machine")
+    lines = ['#include <cstdio>', '#include <cstddef>', '#include "dualops/params.h"',
+             '#include "dualops/tiling.h"', "int main() {"]
+    for op in schema.OPS:
+        struct = codegen._camel(op) + "Params"
+        for name, _, _ in schema.params_layout(op):
+            lines.append(f'  std::printf("{op} {name} %zu\\n", offsetof(dualops::{struct}, {name}));')
+        lines.append(f'  std::printf("{op} sizeof %zu\\n", sizeof(dualops::{struct}));')
+    for op, cls in codegen.plan_classes().items():
+        lines.append(f'  std::printf("{op} tiling %zu\\n", sizeof(dualops::{codegen._camel(op)}Tiling));')
+    lines.append("  return 0; }")
+    src = tmp_path / "probe.cpp"
+    src.write_text("\n".join(lines))
+    exe = tmp_path / "probe"
+    subprocess.run([cxx, "-std=c++17", f"-I{codegen.include_dir().parent}", str(src), "-o", str(exe)],
+                   check=True)
+    got = dict(((a, b), int(c)) for a, b, c in (l.split() for l in subprocess.check_output([str(exe)], text=True).splitlines()))
+    for op in schema.OPS:
+        for name, _, off in schema.params_layout(op):
+            assert got[(op, name)] == off, (op, name)
+        assert got[(op, "sizeof")] == schema.params_size(op)
+    for op, cls in codegen.plan_classes().items():
+        assert got[(op, "tiling")] == 4 * len(cls.FIELDS)
