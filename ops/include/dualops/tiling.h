@@ -27,7 +27,7 @@ struct IncreFlashAttentionTiling {
 };
 static_assert(sizeof(IncreFlashAttentionTiling) == 68, "tiling layout");
 
-// mla_decode plan (header of MlaPlan.pack())
+// FlashMLA-style decode schedule; header, then parts [num_sm_parts, 8], then num_splits [batch + 1]. (header of MlaPlan.pack())
 struct MlaDecodeTiling {
   int32_t version;
   int32_t batch;
@@ -50,7 +50,7 @@ struct MlaDecodeTiling {
 };
 static_assert(sizeof(MlaDecodeTiling) == 72, "tiling layout");
 
-// grouped_gemm plan (header of GroupedGemmPlan.pack())
+// Grouped GEMM tile schedule; header, then items [num_items, 3] = (group, m_tile, n_tile). (header of GroupedGemmPlan.pack())
 struct GroupedGemmTiling {
   int32_t version;
   int32_t layout;

@@ -58,6 +58,8 @@ KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2}
 
 @dataclasses.dataclass(frozen=True)
 class MlaPlan(PackedPlan):
+    """FlashMLA-style decode schedule; header, then parts [num_sm_parts, 8], then num_splits [batch + 1]."""
+
     version: int
     batch: int
     s_q: int

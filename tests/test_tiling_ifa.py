@@ -1,0 +1,204 @@
+import itertools
+import math
+
+import pytest
+import torch
+
+from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
+from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
+
+ALL = list(PROFILES.values())
+CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
+                   "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores",
+                   "q_rows", "q_tile_rows", "kv_dtype_bytes")
+
+
+def plan(device=H200, **kw):
+    args = dict(batch=1, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=4096, block_size=0,
+                kv_dtype_bytes=2)
+    args.update(kw)
+    return plan_incre_flash_attention(device=device, **args)
+
+
+def covered_once(ranges, length):
+    """The non-empty [begin, end) ranges tile [0, length) exactly, without overlap."""
+    pos = 0
+    for b, e in sorted(r for r in ranges if r[1] > r[0]):
+        if b != pos:
+            return False
+        pos = e
+    return pos == length
+
+
+def test_header_is_the_documented_contract():
+    assert IfaPlan.FIELDS == CONTRACT_FIELDS
+    p = plan()
+    t = p.pack()
+    assert t.dtype == torch.int32 and t.device.type == "cpu" and t.numel() == len(CONTRACT_FIELDS)
+    assert t.tolist() == [getattr(p, f) for f in CONTRACT_FIELDS]
+    assert p.group == 4 and p.q_rows == 4 and p.version == 1
+
+
+def head_dim_cases():
+    for dev, hd, group, bs, kvb in itertools.product(
+            ALL, (64, 128, 256, 512, 576), (1, 8, 64), (0, 16, 128, 256), (2, 1)):
+        yield dev, hd, group, bs, kvb
+
+
+@pytest.mark.parametrize("dev", ALL, ids=lambda d: d.name)
+def test_tiles_fit_on_chip_and_respect_pages(dev):
+    for _, hd, group, bs, kvb in (c for c in head_dim_cases() if c[0] is dev):
+        for s_q in (1, 2):
+            p = plan(dev, s_q=s_q, h_q=group, h_kv=1, head_dim=hd, max_kv_len=32768,
+                     block_size=bs, kv_dtype_bytes=kvb)
+            ctx = p.describe()
+            assert p.kv_tile % 16 == 0, ctx
+            if bs:
+                assert p.kv_tile % bs == 0 or bs % p.kv_tile == 0, ctx
+                assert p.split_len % bs == 0, ctx
+            assert p.split_len % p.kv_tile == 0, ctx
+            assert 1 <= p.q_tile_rows <= p.q_rows == group * s_q, ctx
+            assert p.q_tile_rows == p.q_rows or p.q_tile_rows % 16 == 0, ctx
+            # The planner's own footprint model stays within every buffer ...
+            need, cap = p.footprint(dev), ifa_capacity(dev)
+            assert all(need[k] <= cap[k] for k in need), (ctx, need)
+            # ... and so do the plain bounds a kernel writer would check by hand.
+            hd16, rows16 = math.ceil(hd / 16) * 16, math.ceil(p.q_tile_rows / 16) * 16
+            if dev.is_cuda:
+                kv_bytes = 2 * 2 * p.kv_tile * hd16 * kvb      # K + V, double-buffered
+                assert kv_bytes + rows16 * hd16 * 2 <= dev.smem_per_core_bytes, ctx
+                assert p.kv_tile <= 128, ctx
+            else:
+                scores = 2 * p.q_tile_rows * p.kv_tile * 4    # fp32, double-buffered
+                assert scores + p.q_tile_rows * hd16 * 4 <= dev.ub_bytes, ctx
+                assert 2 * p.kv_tile * hd16 * 2 + rows16 * hd16 * 2 <= dev.l1_bytes, ctx
+                assert 2 * rows16 * 128 * 2 <= dev.l0a_bytes, ctx   # 128-deep K base block
+                assert 2 * rows16 * 128 * 4 <= dev.l0c_bytes, ctx
+
+
+def test_ascend_kv_tile_shrinks_as_the_group_grows():
+    tiles = [plan(ASCEND_910B2, h_q=g, h_kv=1, max_kv_len=65536).kv_tile for g in (1, 8, 32, 64)]
+    assert tiles == sorted(tiles, reverse=True) and tiles[0] > tiles[-1]
+    assert tiles[-1] >= 256
+
+
+@pytest.mark.parametrize("dev", ALL + [with_cores(ASCEND_910B2, 2)], ids=lambda d: d.name)
+def test_split_ranges_cover_every_key_once(dev):
+    for batch, h_kv, max_len, bs in ((1, 1, 131072, 128), (1, 8, 40000, 0), (2, 2, 5000, 64),
+                                     (3, 4, 700, 16), (1, 1, 1, 0), (64, 8, 4096, 256)):
+        p = plan(dev, batch=batch, h_q=h_kv * 4, h_kv=h_kv, max_kv_len=max_len, block_size=bs)
+        # no split is empty for the longest request
+        assert (p.num_splits - 1) * p.split_len < max_len, p.describe()
+        for kv_len in sorted({0, 1, 15, 16, 17, max_len // 3, max_len - 1, max_len}):
+            if not 0 <= kv_len <= max_len:
+                continue
+            ranges = p.kv_ranges(kv_len)
+            assert [s for s, _, _ in ranges] == list(range(p.num_splits))
+            assert all(b == s * p.split_len and b <= e for s, b, e in ranges)
+            assert covered_once([(b, e) for _, b, e in ranges], kv_len), (p.describe(), kv_len)
+        with pytest.raises(ValueError, match="kv_len"):
+            p.kv_ranges(max_len + 1)
+
+
+@pytest.mark.parametrize("dev", [H100, ASCEND_910B2, with_cores(ASCEND_910B2, 3)],
+                         ids=lambda d: d.name)
+def test_units_and_cores_enumerate_the_work_once(dev):
+    p = plan(dev, batch=3, h_q=8, h_kv=2, max_kv_len=65536)
+    assert p.num_units == p.batch * p.h_kv * p.num_splits
+    assert p.num_cores == min(dev.num_cores, p.num_units)
+    coords = [p.unit_coords(u) for u in range(p.num_units)]
+    assert sorted(coords) == sorted(itertools.product(range(3), range(2), range(p.num_splits)))
+    for u, (b, kvh, s) in enumerate(coords):
+        assert u == (b * p.h_kv + kvh) * p.num_splits + s
+    dealt = sorted(u for c in range(p.num_cores) for u in p.units_of_core(c))
+    assert dealt == list(range(p.num_units))
+    with pytest.raises(ValueError, match="unit"):
+        p.unit_coords(p.num_units)
+
+
+def test_split_lengths_are_balanced_within_one_tile():
+    for dev in ALL:
+        for max_len in (2000, 9999, 65536, 131072, 100003):
+            for h_kv in (1, 2, 8):
+                p = plan(dev, h_q=h_kv, h_kv=h_kv, max_kv_len=max_len, block_size=64)
+                granule = max(p.kv_tile, p.block_size)
+                if p.num_splits > 1:
+                    lens = [e - b for _, b, e in p.kv_ranges(max_len)]
+                    assert max(lens) == p.split_len
+                    # the longest split is within one tile of a perfect division
+                    assert p.split_len - max_len / p.num_splits < granule, p.describe()
+                    assert min(lens) > 0
+
+
+def test_split_kv_engages_for_long_single_requests():
+    for dev in ALL:
+        for h_kv in (1, 8):
+            p = plan(dev, batch=1, h_q=4 * h_kv, h_kv=h_kv, max_kv_len=131072)
+            assert p.num_splits > 1, p.describe()
+            # roughly fills the machine: at least 3/4 of the cores get a unit
+            assert p.num_units >= 0.75 * dev.num_cores, p.describe()
+            assert p.split_len >= (512 if dev.is_ascend else 256)
+            w_o, w_lse = p.workspace_floats()
+            assert w_lse == p.batch * p.h_kv * p.num_splits * p.q_rows
+            assert w_o == w_lse * p.head_dim
+    # H200, GQA 32/8: at least cores / h_kv splits
+    assert plan(H200, batch=1, h_q=32, h_kv=8, max_kv_len=131072).num_splits >= 132 // 8
+    assert plan(ASCEND_910B2, batch=1, h_q=32, h_kv=8, max_kv_len=131072).num_splits >= 24 // 8
+
+
+def test_split_kv_stays_off_for_big_batches_and_short_caches():
+    for dev in ALL:
+        for batch, h_kv, max_len in ((64, 8, 131072), (256, 1, 32768), (dev.num_cores, 1, 131072),
+                                     (1, 8, 300), (1, 1, 511)):
+            p = plan(dev, batch=batch, h_q=h_kv, h_kv=h_kv, max_kv_len=max_len)
+            assert p.num_splits == 1, p.describe()
+            assert p.split_len >= max_len and p.split_len % p.kv_tile == 0
+            assert p.workspace_floats() == (0, 0)
+
+
+def test_deterministic_cached_and_round_trips():
+    kw = dict(batch=2, s_q=2, h_q=16, h_kv=2, head_dim=128, max_kv_len=50000, block_size=128)
+    a = plan(H100, **kw)
+    assert plan(H100, **kw) is a                      # lru_cache
+    plan_incre_flash_attention.cache_clear()
+    b = plan(H100, **kw)
+    assert b is not a and b == a and torch.equal(a.pack(), b.pack())
+    for p in (a, plan(ASCEND_910B2, **kw), plan(with_cores(ASCEND_910B2, 2), **kw)):
+        assert IfaPlan.from_packed(p.pack()) == p
+        assert IfaPlan.from_packed(p.pack().tolist()) == p
+    bad = a.pack().clone()
+    bad[0] = 99
+    with pytest.raises(ValueError, match="version"):
+        IfaPlan.from_packed(bad)
+    with pytest.raises(ValueError, match="trailing"):
+        IfaPlan.from_packed(torch.cat([a.pack(), torch.zeros(1, dtype=torch.int32)]))
+    with pytest.raises(ValueError, match="int32"):
+        IfaPlan.from_packed(a.pack().long())
+    assert "splits=" in a.describe() and "\n" not in a.describe()
+
+
+def test_q_tiles_cover_all_rows():
+    p = plan(ASCEND_910B2, s_q=4, h_q=64, h_kv=1, head_dim=256)
+    tiles = p.q_tiles()
+    assert covered_once(tiles, p.q_rows) and len(tiles) == math.ceil(p.q_rows / p.q_tile_rows)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(h_q=6, h_kv=4), ValueError, "h_q"),
+    (dict(block_size=24), ValueError, "block_size"),
+    (dict(block_size=-16), ValueError, "block_size"),
+    (dict(kv_dtype_bytes=4), ValueError, "kv_dtype_bytes"),
+    (dict(q_dtype_bytes=4), ValueError, "q_dtype_bytes"),
+    (dict(batch=0), ValueError, "batch"),
+    (dict(s_q=0), ValueError, "s_q"),
+    (dict(head_dim=0), ValueError, "head_dim"),
+    (dict(head_dim=8192), ValueError, "head_dim"),
+    (dict(max_kv_len=-1), ValueError, "max_kv_len"),
+    (dict(batch=1.5), TypeError, "batch"),
+    (dict(h_kv=True), TypeError, "h_kv"),
+    (dict(device="tpu-v9"), ValueError, "tpu-v9"),
+    (dict(device=123), TypeError, "device"),
+])
+def test_bad_arguments_name_the_argument(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        plan(**kw)
