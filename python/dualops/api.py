@@ -49,7 +49,7 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
 
 
 def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_format="bf16",
-                     topk=None, page_block_size=64, device=None):
+                     topk=None, extra_topk=None, page_block_size=64, device=None):
     """The MLA scheduler plan for one decode step (FlashMLA's get_mla_metadata); reuse it for every
     layer of the step. Reads cache_seqlens' values (a host sync when they live on a device)."""
     from . import devices
@@ -60,7 +60,8 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
     profile = device if isinstance(device, devices.DeviceProfile) else devices.detect(
         cache_seqlens.device if device is None else torch.device(device))
     plan = plan_mla_decode(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
-                           kv_format=kv_format, topk=topk, page_block_size=page_block_size,
+                           kv_format=kv_format, topk=topk, extra_topk=extra_topk,
+                           page_block_size=page_block_size,
                            device=profile)
     object.__setattr__(plan, "_dualops_packed", plan.pack())
     return plan
