@@ -7,8 +7,15 @@ import torch
 import dualops
 from dualops import schema
 
-# dualops.backends is the public function; the package of backend modules is dualops.backends too.
 backends_pkg = importlib.import_module("dualops.backends")
+
+
+def test_backends_is_both_callable_and_the_package():
+    import dualops.backends.reference as ref_mod
+
+    assert dualops.backends is backends_pkg
+    assert ref_mod.NAME == "reference"
+    assert dualops.backends()["reference"]["available"] is True
 
 bf16 = torch.bfloat16
 

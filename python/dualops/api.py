@@ -104,15 +104,10 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
                                           w_scale, out_dtype, backend or "", _mode(validate))
 
 
-def backends() -> dict[str, dict]:
-    """What runs here: each backend with ``available`` and the reason."""
-    return {name: {"available": ok, "reason": why} for name, (ok, why) in dispatch.available().items()}
-
-
 def supports(op: str, backend: str, **variant) -> bool:
     """Whether ``backend`` implements ``op`` for the variant features (see the ``features`` of
     ``ops/<op>.yaml``), e.g. ``supports("incre_flash_attention", "cuda", kv_dtype="int8", head_dim=128)``.
-    Says nothing of whether the backend is available on this machine (see ``backends()``)."""
+    Says nothing of whether the backend is available on this machine (see ``dualops.backends()``)."""
     if backend not in _backends.NAMES:
         raise ValueError(f"supports: backend must be one of {_backends.NAMES}, got {backend!r}")
     return schema.supports(op, backend, **variant)

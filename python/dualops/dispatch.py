@@ -29,8 +29,3 @@ def select(op: str, backend: str | None, device, features: dict) -> str:
     if not ok:
         raise RuntimeError(f"{op}: backend {backend!r} is not available here: {why}")
     return backend
-
-
-def available() -> dict[str, tuple[bool, str]]:
-    """Every backend with (available?, reason)."""
-    return {name: backends.status(name) for name in backends.NAMES}

@@ -1,0 +1,124 @@
+"""Bench workload of grouped GEMM (protocol: ``bench/workloads.py``).
+
+``g`` groups of ``m`` tokens each (MoE experts with a balanced load), y = x @ w[g]^T with
+w [g, n, k]. FLOPs = 2 · g · m · n · k; bytes = x + w + y (+ scales)."""
+from __future__ import annotations
+
+import torch
+
+from . import workloads
+
+OP = "grouped_gemm"
+KEYS = {"g": 8, "m": 512, "n": 4096, "k": 7168, "recipe": "bf16", "layout": "contiguous"}
+X_KEY = "m"
+RECIPES = {  # recipe -> (input dtype, scale_mode)
+    "bf16": (torch.bfloat16, "none"), "fp16": (torch.float16, "none"),
+    "fp8_per_tensor": (torch.float8_e4m3fn, "per_tensor"),
+    "fp8_rowwise": (torch.float8_e4m3fn, "rowwise"),
+    "fp8_blockwise": (torch.float8_e4m3fn, "blockwise"),
+    "int8_rowwise": (torch.int8, "rowwise"),
+}
+
+
+def normalize(shape: dict) -> dict:
+    s = workloads.normalize(KEYS, shape, OP)
+    workloads.positive(OP, s, "g", "n", "k")
+    workloads.choice(OP, "recipe", s["recipe"], tuple(RECIPES))
+    workloads.choice(OP, "layout", s["layout"], ("contiguous", "masked"))
+    return s
+
+
+def label(s: dict) -> str:
+    lay = "" if s["layout"] == "contiguous" else " masked"
+    return f"g{s['g']} m{s['m']} n{s['n']} k{s['k']} {s['recipe']}{lay}"
+
+
+def flops(s: dict) -> float:
+    return 2.0 * s["g"] * s["m"] * s["n"] * s["k"]
+
+
+def bytes_moved(s: dict) -> float:
+    esize = 2 if RECIPES[s["recipe"]][0] in (torch.bfloat16, torch.float16) else 1
+    rows = s["g"] * s["m"]
+    scales = {"none": 0, "per_tensor": s["g"] + 1, "rowwise": rows + s["g"] * s["n"],
+              "blockwise": rows * -(-s["k"] // 128) + s["g"] * -(-s["n"] // 128) * -(-s["k"] // 128)}
+    return float((rows * s["k"] + s["g"] * s["n"] * s["k"]) * esize + rows * s["n"] * 2
+                 + 4 * scales[RECIPES[s["recipe"]][1]])
+
+
+def build(s: dict, device, g: torch.Generator) -> dict:
+    dt, mode = RECIPES[s["recipe"]]
+    G, m, N, K = s["g"], s["m"], s["n"], s["k"]
+
+    def values(*shape):
+        if str(device) == "cpu":
+            t = torch.randn(*shape, generator=g)
+        else:
+            t = torch.randn(*shape, device=device)
+        if dt == torch.int8:
+            return (t * 40).round().clamp(-127, 127).to(torch.int8)
+        return t.to(dt)
+
+    def scales(*shape):
+        t = torch.rand(*shape, generator=g) if str(device) == "cpu" else torch.rand(*shape, device=device)
+        return ((t + 0.5) * 0.05).to(device)
+
+    rows = (G * m,) if s["layout"] == "contiguous" else (G, m)
+    x, w = values(*rows, K), values(G, N, K)
+    inputs = dict(x=x, w=w, scale_mode=mode)
+    if s["layout"] == "contiguous":
+        inputs["group_offsets"] = (torch.arange(G + 1, dtype=torch.int32) * m).to(device)
+    else:
+        inputs["masked_m"] = torch.full((G,), m, dtype=torch.int32, device=device)
+    kb, nb = -(-K // 128), -(-N // 128)
+    if mode == "per_tensor":
+        inputs.update(x_scale=scales(1), w_scale=scales(G))
+    elif mode == "rowwise":
+        inputs.update(x_scale=scales(*rows), w_scale=scales(G, N))
+    elif mode == "blockwise":
+        inputs.update(x_scale=scales(*rows, kb), w_scale=scales(G, nb, kb))
+    return inputs
+
+
+def call(inputs: dict, backend: str):
+    import dualops
+
+    return lambda: dualops.grouped_gemm(**inputs, backend=backend)
+
+
+def peers(s: dict, inputs: dict) -> dict:
+    out = {}
+    x, w = inputs["x"], inputs["w"]
+    wt = w.transpose(-2, -1)
+    contiguous = s["layout"] == "contiguous"
+    offs = inputs["group_offsets"][1:].contiguous() if contiguous else None
+    if s["recipe"] in ("bf16", "fp16"):
+        if hasattr(torch, "_grouped_mm"):
+            out["torch._grouped_mm"] = (lambda: torch._grouped_mm(x, wt, offs=offs)) if contiguous \
+                else (lambda: torch._grouped_mm(x, wt))
+        else:
+            out["torch._grouped_mm"] = "not in this torch"
+    if s["recipe"] == "fp8_rowwise" and contiguous:
+        if x.device.type != "cuda" or not hasattr(torch, "_scaled_grouped_mm"):
+            out["torch._scaled_grouped_mm"] = "CUDA (sm90+) only"
+        else:
+            xs, ws = inputs["x_scale"], inputs["w_scale"]
+            out["torch._scaled_grouped_mm"] = lambda: torch._scaled_grouped_mm(
+                x, wt, xs, ws, offs=offs, out_dtype=torch.bfloat16)
+    if x.device.type in ("npu", "privateuseone"):
+        out["torch_npu-grouped_matmul"] = _npu_peer(s, inputs)
+    return out
+
+
+def _npu_peer(s, inputs):
+    try:
+        import torch_npu
+    except ImportError as e:
+        return f"torch_npu not importable: {e}"
+    if s["recipe"] not in ("bf16", "fp16") or s["layout"] != "contiguous":
+        return "this bench drives npu_grouped_matmul with bf16/fp16 contiguous groups only"
+    x, w = inputs["x"], inputs["w"]
+    group_list = inputs["group_offsets"][1:].to(torch.int64)
+    wt = w.transpose(-2, -1).contiguous()
+    return lambda: torch_npu.npu_grouped_matmul([x], [wt], group_list=group_list, split_item=2,
+                                                group_type=0)

@@ -1,0 +1,137 @@
+"""Bench workload of MLA decode (protocol: ``bench/workloads.py``).
+
+FLOPs and bytes as FlashMLA counts them (REFERENCE.md §1): FLOPs = 2 · h_q · s_q · Σ keys ·
+(d_qk + d_v), keys = s_k per request (dense) or topk per query token (sparse); bytes = the KV
+tokens read once in the cache format + q + out."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import quant
+from . import workloads
+
+OP = "mla_decode"
+KEYS = {"b": 64, "s_q": 1, "h_q": 64, "s_k": 4096, "d_qk": 576, "page": 64, "kv_format": "bf16",
+        "topk": 0, "causal": False, "dtype": "bf16"}
+X_KEY = "s_k"
+D_V = 512
+_DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def normalize(shape: dict) -> dict:
+    s = workloads.normalize(KEYS, shape, OP)
+    workloads.positive(OP, s, "b", "s_q", "h_q", "s_k", "page")
+    workloads.choice(OP, "kv_format", s["kv_format"], ("bf16", "fp8_v32", "fp8_model1"))
+    workloads.choice(OP, "dtype", s["dtype"], tuple(_DT))
+    if s["kv_format"] == "fp8_model1":
+        s["d_qk"] = 512
+    elif s["kv_format"] == "fp8_v32":
+        s["d_qk"] = 576
+    workloads.choice(OP, "d_qk", s["d_qk"], (576, 512))
+    if s["topk"] and s["causal"]:
+        raise ValueError(f"{OP} bench shape: causal applies to dense decode (topk=0)")
+    if s["topk"] > s["s_k"]:
+        raise ValueError(f"{OP} bench shape: topk ({s['topk']}) must be <= s_k ({s['s_k']})")
+    return s
+
+
+def label(s: dict) -> str:
+    mode = f" sparse topk{s['topk']}" if s["topk"] else ""
+    fmt = "" if s["kv_format"] == "bf16" else f" {s['kv_format']}"
+    sq = f" s_q{s['s_q']}" + (" causal" if s["causal"] else "") if s["s_q"] > 1 else ""
+    return f"b{s['b']} h{s['h_q']} s_k{s['s_k']} d{s['d_qk']}{fmt}{mode}{sq}"
+
+
+def _keys_per_query_token(s):
+    return s["topk"] if s["topk"] else s["s_k"]
+
+
+def flops(s: dict) -> float:
+    return 2.0 * s["h_q"] * s["s_q"] * s["b"] * _keys_per_query_token(s) * (s["d_qk"] + D_V)
+
+
+def bytes_moved(s: dict) -> float:
+    per_token = quant.mla_bytes_per_token(s["kv_format"], s["d_qk"])
+    tokens = s["b"] * (s["s_q"] * s["topk"] if s["topk"] else s["s_k"])
+    qo = s["b"] * s["s_q"] * s["h_q"] * (s["d_qk"] + D_V) * 2
+    return float(tokens * per_token + qo)
+
+
+def build(s: dict, device, g: torch.Generator) -> dict:
+    import dualops
+
+    dt = _DT[s["dtype"]]
+    B, pbs = s["b"], s["page"]
+    per = math.ceil(s["s_k"] / pbs)
+    n_blocks = B * per
+
+    def rnd(*shape, dtype=dt):
+        if str(device) == "cpu":
+            return torch.randn(*shape, generator=g).to(dtype)
+        return torch.randn(*shape, device=device, dtype=dtype)
+
+    q = rnd(B, s["s_q"], s["h_q"], s["d_qk"])
+    kv = rnd(n_blocks, pbs, 1, s["d_qk"], dtype=torch.bfloat16 if s["kv_format"] != "bf16" else dt)
+    if s["kv_format"] != "bf16":
+        kv = quant.pack_mla_kv(kv, s["kv_format"])
+    table = torch.randperm(n_blocks, generator=g).to(torch.int32).view(B, per).to(device)
+    seqlens = torch.full((B,), s["s_k"], dtype=torch.int32, device=device)
+    inputs = dict(q=q, kv_cache=kv, block_table=table, cache_seqlens=seqlens, causal=s["causal"],
+                  kv_format=s["kv_format"])
+    if s["topk"]:
+        cap = n_blocks * pbs
+        idx = torch.stack([torch.randperm(cap, generator=g)[: s["topk"]] for _ in range(B * s["s_q"])])
+        inputs["indices"] = idx.view(B, s["s_q"], s["topk"]).to(torch.int32).to(device)
+    inputs["plan"] = dualops.get_mla_metadata(
+        seqlens, num_heads_q=s["h_q"], num_heads_k=1, s_q=s["s_q"], kv_format=s["kv_format"],
+        topk=s["topk"] or None, page_block_size=pbs)
+    return inputs
+
+
+def call(inputs: dict, backend: str):
+    import dualops
+
+    return lambda: dualops.mla_decode(**inputs, backend=backend)
+
+
+def peers(s: dict, inputs: dict) -> dict:
+    out = {}
+    if s["kv_format"] == "bf16" and not s["topk"] and not s["causal"]:
+        out["torch-naive"] = _naive(s, inputs)
+    else:
+        out["torch-naive"] = "dense bf16 non-causal decode only"
+    if inputs["q"].device.type == "cuda":
+        out["flash_mla"] = _flash_mla(s, inputs)
+    return out
+
+
+def _naive(s, inputs):
+    """bmm · softmax · bmm over a contiguous latent cache (made here, outside timing)."""
+    q, kv, table = inputs["q"], inputs["kv_cache"], inputs["block_table"]
+    B, S = s["b"], s["s_k"]
+    lat = kv[table.long()].reshape(B, -1, s["d_qk"])[:, :S].contiguous()  # [B, S, d_qk]
+    qf = q.reshape(B, s["s_q"] * s["h_q"], s["d_qk"])
+    scale = s["d_qk"] ** -0.5
+
+    def run():
+        p = torch.softmax(torch.bmm(qf, lat.transpose(1, 2)).float() * scale, dim=-1).to(q.dtype)
+        return torch.bmm(p, lat[..., :D_V])
+    return run
+
+
+def _flash_mla(s, inputs):
+    try:
+        import flash_mla
+    except ImportError as e:
+        return f"flash_mla is not installed ({e})"
+    if s["kv_format"] != "bf16" or s["topk"]:
+        return "this bench drives flash_mla's dense bf16 path only"
+    try:
+        meta, splits = flash_mla.get_mla_metadata(inputs["cache_seqlens"], s["s_q"] * s["h_q"], 1)
+    except Exception as e:  # the installed version's interface differs
+        return f"flash_mla.get_mla_metadata failed: {type(e).__name__}: {e}"
+    q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
+    return lambda: flash_mla.flash_mla_with_kvcache(q, kv, table, lens, D_V, meta, splits,
+                                                    causal=s["causal"])

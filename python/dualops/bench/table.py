@@ -1,0 +1,43 @@
+"""Plain-text and Markdown tables, and JSON-safe values (shared by the parity and bench reports)."""
+from __future__ import annotations
+
+import math
+
+
+def num(x, fmt: str = ".3g") -> str:
+    """A float for a table cell: '-' when absent, 'inf'/'nan' spelled out."""
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return format(x, fmt)
+
+
+def text_table(headers, rows, *, max_width: int = 60) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    cells = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in r] for r in cells]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(headers, rows) -> str:
+    def esc(c):
+        return str(c).replace("|", "\\|").replace("\n", " ")
+    out = ["| " + " | ".join(esc(h) for h in headers) + " |",
+           "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def json_safe(obj):
+    """``obj`` with non-finite floats spelled as strings ("inf", "-inf", "nan"), so the report
+    files are strict JSON that any tool reads."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -1,0 +1,122 @@
+"""``python -m dualops [info|parity|bench]``: argument parsing only; the work is in
+``dualops.parity``, ``dualops.bench`` and ``dualops.bench.environment``.
+
+With no subcommand it runs the main job: a quick parity check and a quick bench on whatever
+backends this machine has, reports written to ``reports/`` (or ``--out``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+OPS = ("incre_flash_attention", "mla_decode", "grouped_gemm")
+BACKENDS = ("reference", "cuda", "ascend_sim", "npu")
+
+
+def _backend_list(values):
+    """--backend given several times and/or comma-separated."""
+    out = []
+    for v in values or []:
+        out += [b.strip() for b in v.split(",") if b.strip()]
+    bad = [b for b in out if b not in BACKENDS]
+    if bad:
+        raise ValueError(f"--backend must be among {', '.join(BACKENDS)}, got {', '.join(bad)}")
+    return out or None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dualops",
+        description="dualops' main job. With no subcommand: a quick parity check and a quick bench on "
+                    "every backend this machine has, reports written to reports/ (or --out).")
+    p.add_argument("--out", default="reports", help="report directory of the main job (default: reports/)")
+    sub = p.add_subparsers(dest="command")
+
+    info = sub.add_parser("info", help="backends, devices, native build flags, capability matrix")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    par = sub.add_parser("parity", help="every op x variant x backend against the reference")
+    par.add_argument("--op", action="append", choices=OPS, help="only this op (repeatable)")
+    par.add_argument("--backend", action="append", help="only these backends (repeatable or comma-separated; "
+                     "default: every available one)")
+    mode = par.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="the quick case set (default)")
+    mode.add_argument("--full", action="store_true", help="every case")
+    par.add_argument("--case", action="append", help="only this case (repeatable; from the full set)")
+    par.add_argument("--seed", type=int, help="input seed (default: fresh, printed for repro)")
+    par.add_argument("--out", default="reports", help="report directory (default: reports/)")
+    par.add_argument("--save", metavar="DIR", help="also store each case's inputs and outputs in DIR")
+    par.add_argument("--against", metavar="DIR", help="re-run a saved case set here and compare with "
+                     "its stored outputs and the reference")
+
+    ben = sub.add_parser("bench", help="time each op on the available backends and peers")
+    ben.add_argument("--list", action="store_true", help="list the named sweeps and exit")
+    ben.add_argument("--sweep", action="append", help="a sweep or group name (repeatable; default: quick)")
+    ben.add_argument("--op", choices=OPS, help="restrict to this op (needed with --shape)")
+    ben.add_argument("--shape", action="append", metavar="K=V,...", help="a custom config of --op (repeatable)")
+    ben.add_argument("--backend", action="append", help="only these backends (repeatable or comma-separated)")
+    ben.add_argument("--eager", action="store_true", help="CUDA: time eager calls, not CUDA-graph replays")
+    ben.add_argument("--runs", type=int, default=30, help="timed runs per config (default 30)")
+    ben.add_argument("--budget", type=float, default=1.0, help="CPU: seconds of timing per config (default 1)")
+    ben.add_argument("--no-probe", action="store_true", help="CUDA: skip the copy/matmul ceiling probes")
+    ben.add_argument("--no-peers", action="store_true", help="do not time the peer implementations")
+    ben.add_argument("--cpu-limit", type=float, default=2.0, metavar="GFLOP",
+                     help="CPU backends skip configs above this many GFLOP (default 2)")
+    ben.add_argument("--sim-profile", help="910B profile of the simulator's estimates (default ascend910b2)")
+    ben.add_argument("--seed", type=int, default=0)
+    ben.add_argument("--out", default="reports", help="report directory (default: reports/)")
+    ben.add_argument("--compare", metavar="OLD.json", help="ratio to a previous bench.json")
+    ben.add_argument("--threshold", type=float, default=0.05, help="regression threshold (default 0.05 = 5%%)")
+    ben.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is flagged")
+    ben.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p
+
+
+def _info(args) -> int:
+    from .bench import environment
+
+    d = environment.info()
+    print(json.dumps(d, indent=2, default=str) if args.json else environment.format_info(d))
+    return 0
+
+
+def _parity(args) -> int:
+    from . import parity
+
+    return parity.main(ops=args.op, backends=_backend_list(args.backend), full=args.full, seed=args.seed,
+                       case_names=args.case, out=args.out, save=args.save, against=args.against)
+
+
+def _bench(args) -> int:
+    from . import bench
+
+    if args.list:
+        print(bench.sweeps.listing())
+        return 0
+    return bench.main(sweep_names=args.sweep, op=args.op, shapes=args.shape,
+                      backends=_backend_list(args.backend), graph=not args.eager, runs=args.runs,
+                      budget_s=args.budget, probe=not args.no_probe, peers=not args.no_peers,
+                      cpu_limit=args.cpu_limit, sim_profile=args.sim_profile, seed=args.seed, out=args.out,
+                      compare=args.compare, threshold=args.threshold,
+                      fail_on_regression=args.fail_on_regression, plots=not args.no_plots)
+
+
+def _main_job(args) -> int:
+    from . import bench, parity
+
+    print("dualops main job: quick parity + quick bench on the backends of this machine")
+    rc_parity = parity.main(out=args.out)
+    rc_bench = bench.main(sweep_names=["quick"], out=args.out)
+    print(f"\nreports written to {args.out}/ (parity.json, parity.md, bench.json, bench.md); "
+          f"parity {'FAILED' if rc_parity else 'passed'}")
+    return rc_parity or rc_bench
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    run = {"info": _info, "parity": _parity, "bench": _bench, None: _main_job}[args.command]
+    try:
+        return run(args)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"python -m dualops: error: {e}", file=sys.stderr)
+        return 2

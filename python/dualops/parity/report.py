@@ -1,0 +1,94 @@
+"""Parity reports: a terminal table, a JSON file and a Markdown page, all from one ParityRun."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..bench.environment import describe_machine, machine, now
+from ..bench.table import json_safe, markdown_table, num, text_table
+from .runner import ParityRun, Result
+
+HEADERS = ("case", "backend", "vs", "result", "max abs", "max rel", "cos diff", "note")
+
+
+def _row(r: Result) -> list:
+    h = r.headline()
+    note = r.reason
+    if r.status == "pass" and len(r.outputs) > 1:
+        note = "all outputs ok (" + ", ".join(r.outputs) + ")"
+    return [r.case, r.backend, r.against, r.status.upper() if r.failed else r.status,
+            num(h.get("max_abs")), num(h.get("max_rel")), num(h.get("cos_diff"), ".2e"), note]
+
+
+def _by_op(run: ParityRun):
+    ops: dict[str, list[Result]] = {}
+    for r in run.results:
+        ops.setdefault(r.op, []).append(r)
+    return ops
+
+
+def _unavailable(run: ParityRun) -> list[str]:
+    return [f"{b}: {s['reason']}" for b, s in run.backends.items() if not s["available"]]
+
+
+def terminal(run: ParityRun) -> str:
+    parts = []
+    for op, rows in _by_op(run).items():
+        parts.append(f"\n{op}\n" + text_table(HEADERS, [_row(r) for r in rows]))
+    s = run.summary()
+    against = f", against {run.against['dir']}" if run.against else ""
+    parts.append(f"\nparity: {s['pass']} pass, {s['fail']} fail, {s['error']} error, {s['n/a']} n/a "
+                 f"(seed {run.seed}, backends {', '.join(run.selection['backends'])}{against})")
+    for line in _unavailable(run):
+        parts.append(f"  not run here: {line}")
+    fails = run.failures
+    if fails:
+        parts.append("\nfailing cases; reproduce with:")
+        parts += [f"  {r.repro}    # {r.backend} vs {r.against}: {r.reason}" for r in fails]
+    return "\n".join(parts)
+
+
+def to_json(run: ParityRun) -> dict:
+    return {"format": "dualops-parity-report", "version": 1, "created": now(), "seed": run.seed,
+            "machine": machine(), "selection": run.selection, "backends": run.backends,
+            "against": run.against, "summary": run.summary(), "cases": run.cases,
+            "results": [r.to_json() for r in run.results]}
+
+
+def markdown(run: ParityRun) -> str:
+    m = machine()
+    s = run.summary()
+    lines = ["# dualops parity report", "",
+             f"- created: {now()}", f"- machine: {describe_machine(m)}", f"- seed: {run.seed}",
+             f"- backends run: {', '.join(run.selection['backends'])}",
+             f"- result: **{s['pass']} pass, {s['fail']} fail, {s['error']} error, {s['n/a']} n/a**"]
+    if run.against:
+        am = run.against.get("machine") or {}
+        lines.append(f"- against the saved set `{run.against['dir']}` "
+                     f"(made {run.against.get('created')} on {am.get('host', '?')}, torch {am.get('torch', '?')})")
+    for line in _unavailable(run):
+        lines.append(f"- not run here: {line}")
+    lines += ["", "Method (REFERENCE.md §5): per element pass if |a−b| ≤ atol or |a−b| ≤ rtol·|b|; "
+              "cosine difference ≤ ε; inf/NaN positions must match. Expected values are the fp32 "
+              "reference on the dequantized inputs; `vs` names what a backend is compared with "
+              "(`reference`, another backend, or `saved:<backend>` outputs of a saved set). "
+              "`n/a` = the schema says the backend does not support the variant."]
+    for op, rows in _by_op(run).items():
+        lines += ["", f"## {op}", "", markdown_table(HEADERS, [_row(r) for r in rows])]
+    fails = run.failures
+    if fails:
+        lines += ["", "## Failures", "", "```"] + [r.repro for r in fails] + ["```"]
+    lines += ["", "## Cases", ""]
+    for key, c in run.cases.items():
+        feats = ", ".join(f"{k}={v}" for k, v in c["features"].items())
+        lines.append(f"- `{key}`: {'; '.join(c['exercises'])} (schema features: {feats})")
+    return "\n".join(lines) + "\n"
+
+
+def write(run: ParityRun, out_dir) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "parity.json", "markdown": out / "parity.md"}
+    paths["json"].write_text(json.dumps(json_safe(to_json(run)), indent=2, default=str, allow_nan=False))
+    paths["markdown"].write_text(markdown(run))
+    return paths
