@@ -1,0 +1,193 @@
+// Vector-core antiquant of the IFA kernel: K/V tiles of an int8, fp8 (e4m3) or other-16-bit
+// cache become q-dtype tiles in the GM workspace, which the cube then multiplies.
+//   int8:  (x + offset) * scale   (CANN's antiquant convention), per channel, in fp32
+//   fp8:   x * scale; the e4m3 bytes are decoded with a 256-entry fp16 table in UB and Gather,
+//          since the A2 vector unit has no fp8 type (every e4m3 value is exact in fp16)
+//   16-bit of the other type (bf16 cache, fp16 q or the reverse): Cast through fp32
+// Each converted tile goes to the workspace as hi = round(x) and lo = round(x - hi) in q's
+// dtype, which the cube multiplies in two passes. The two vector cores split the tile's rows.
+#pragma once
+#include "ascend/incre_flash_attention/ifa_common.h"
+
+namespace dualops {
+namespace ifa {
+
+// fp16 bit pattern of an e4m3fn byte (S.EEEE.MMM, bias 7, no infinities, 0x7F/0xFF = NaN).
+__aicore__ inline uint16_t E4m3ToHalfBits(uint32_t byte) {
+  const uint32_t sign = (byte & 0x80u) << 8;
+  const uint32_t e = (byte >> 3) & 0xFu;
+  uint32_t m = byte & 0x7u;
+  if (e == 0xF && m == 0x7) return static_cast<uint16_t>(sign | 0x7E00u);
+  if (e == 0) {
+    if (m == 0) return static_cast<uint16_t>(sign);
+    // Subnormal m * 2^-9: normalize into an fp16 normal.
+    int32_t exp = -9 + 15;   // fp16 biased exponent of 2^-9
+    while (m < 4) {          // shift the leading 1 up to bit 2 (the implicit bit)
+      m <<= 1;
+      exp -= 1;
+    }
+    return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp + 2) << 10) | ((m & 0x3u) << 8));
+  }
+  return static_cast<uint16_t>(sign | ((e + 8) << 10) | (m << 7));
+}
+
+template <typename QT, typename KT>
+class IfaConvert {
+ public:
+  static constexpr bool kInt8 = IsSame<KT, int8_t>::value;
+  static constexpr bool kFp8 = IsSame<KT, uint8_t>::value;
+  static constexpr bool k16 = !kInt8 && !kFp8;
+
+  __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
+    a_ = &a;
+    const int32_t d = a.t.head_dim;
+    rows_ = MaxI(1, static_cast<int32_t>(kDequantChunk) / d);
+    const uint32_t elems = static_cast<uint32_t>(rows_ * d);
+    pipe.InitBuffer(raw_, elems * sizeof(KT));
+    pipe.InitBuffer(f32_, elems * sizeof(float));
+    pipe.InitBuffer(hi32_, elems * sizeof(float));
+    pipe.InitBuffer(out_, kParts * elems * sizeof(QT));
+    if (!k16) pipe.InitBuffer(h16_, elems * sizeof(half));
+    if (kFp8) {
+      pipe.InitBuffer(idx_, elems * sizeof(int32_t));
+      pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
+      AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
+      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, E4m3ToHalfBits(b));
+    }
+    if (!k16) pipe.InitBuffer(vec_, 4 * d * sizeof(float));   // k scale, k offset, v scale, v offset
+  }
+
+  // Per-channel scale / offset rows of this unit's kv head.
+  __aicore__ inline void StartUnit(const Unit& u) {
+    unit_ = &u;
+    kloc_.Init(*a_, u.b, u.kvh);
+    if (k16) return;
+    const int32_t d = a_->t.head_dim;
+    AscendC::LocalTensor<float> v = vec_.Get<float>();
+    LoadVec(v, a_->p.k_scale, u.kvh, 1.0f);
+    LoadVec(v[d], a_->p.k_offset, u.kvh, 0.0f);
+    LoadVec(v[2 * d], a_->p.v_scale, u.kvh, 1.0f);
+    LoadVec(v[3 * d], a_->p.v_offset, u.kvh, 0.0f);
+    has_k_off_ = a_->p.k_offset != nullptr;
+    has_v_off_ = a_->p.v_offset != nullptr;
+    PipeSyncV<AscendC::HardEvent::MTE2_V>();
+  }
+
+  // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
+  __aicore__ inline void ConvertTile(int32_t t) {
+    const Args& a = *a_;
+    const int32_t nv = unit_->TileKeys(a, t);
+    const int32_t half_rows = (nv + 1) / 2;
+    const int32_t r_begin = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
+    const int32_t r_end = AscendC::GetSubBlockIdx() == 0 ? half_rows : nv;
+    for (int32_t c = r_begin; c < r_end; c += rows_) {
+      const int32_t cn = MinI(rows_, r_end - c);
+      ConvertRows(false, t, c, cn);
+      ConvertRows(true, t, c, cn);
+    }
+  }
+
+ private:
+  template <AscendC::HardEvent E>
+  __aicore__ inline void PipeSyncV() {
+    const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
+    AscendC::SetFlag<E>(id);
+    AscendC::WaitFlag<E>(id);
+  }
+
+  __aicore__ inline void LoadVec(const AscendC::LocalTensor<float>& dst, void* src, int32_t kvh, float fill) {
+    const int32_t d = a_->t.head_dim;
+    if (src == nullptr) {
+      AscendC::Duplicate(dst, fill, d);
+      return;
+    }
+    AscendC::GlobalTensor<float> g;
+    g.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(src), static_cast<uint64_t>(a_->t.h_kv) * d);
+    AscendC::DataCopy(dst, g[static_cast<uint64_t>(kvh) * d], d);
+  }
+
+  __aicore__ inline void ConvertRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+    const Args& a = *a_;
+    const int32_t d = a.t.head_dim;
+    const uint32_t count = static_cast<uint32_t>(cn * d);
+    AscendC::LocalTensor<KT> raw = raw_.Get<KT>();
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    AscendC::LocalTensor<QT> out = out_.Get<QT>();
+    // Rows of the cache (each block's run in one strided copy) -> UB, D elements per row.
+    AscendC::GlobalTensor<KT> cache;
+    cache.SetGlobalBuffer(reinterpret_cast<__gm__ KT*>(is_v ? a.p.v : a.p.k));
+    const int64_t s0 = is_v ? a.p.v_stride_0 : a.p.k_stride_0;
+    const int64_t s1 = is_v ? a.p.v_stride_1 : a.p.k_stride_1;
+    const int64_t s2 = is_v ? a.p.v_stride_2 : a.p.k_stride_2;
+    const int32_t key0 = unit_->k0 + t * a.t.kv_tile + c;
+    for (int32_t r = 0; r < cn;) {
+      int32_t run;
+      const int64_t off = kloc_.Offset(key0 + r, cn - r, s0, s1, s2, run);
+      if (s1 >= d) {
+        AscendC::DataCopyPad(raw[r * d], cache[off],
+                             AscendC::DataCopyExtParams(static_cast<uint16_t>(run), d * sizeof(KT),
+                                                        static_cast<uint32_t>((s1 - d) * sizeof(KT)), 0, 0),
+                             AscendC::DataCopyPadExtParams<KT>(false, 0, 0, KT(0)));
+      } else {
+        for (int32_t j = 0; j < run; ++j) {
+          AscendC::DataCopyPad(raw[(r + j) * d], cache[off + j * s1],
+                               AscendC::DataCopyExtParams(1, d * sizeof(KT), 0, 0, 0),
+                               AscendC::DataCopyPadExtParams<KT>(false, 0, 0, KT(0)));
+        }
+      }
+      r += run;
+    }
+    PipeSyncV<AscendC::HardEvent::MTE2_V>();
+    if constexpr (kInt8) {
+      AscendC::LocalTensor<half> h = h16_.Get<half>();
+      AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::Cast(f, h, AscendC::RoundMode::CAST_NONE, count);
+    } else if constexpr (kFp8) {
+      // byte -> its integer value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
+      AscendC::LocalTensor<half> h = h16_.Get<half>();
+      AscendC::LocalTensor<int32_t> idx = idx_.Get<int32_t>();
+      AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, count);
+      AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(count));
+      AscendC::Gather(h, lut_.Get<uint16_t>().template ReinterpretCast<half>(),
+                      idx.template ReinterpretCast<uint32_t>(), 0, count);
+      AscendC::Cast(f, h, AscendC::RoundMode::CAST_NONE, count);
+    } else {
+      AscendC::Cast(f, raw, AscendC::RoundMode::CAST_NONE, count);
+    }
+    if constexpr (!k16) {
+      AscendC::LocalTensor<float> v = vec_.Get<float>();
+      const AscendC::LocalTensor<float> scale = v[(is_v ? 2 : 0) * d];
+      const AscendC::LocalTensor<float> offset = v[(is_v ? 3 : 1) * d];
+      const bool has_off = kInt8 && (is_v ? has_v_off_ : has_k_off_);
+      for (int32_t r = 0; r < cn; ++r) {
+        if (has_off) AscendC::Add(f[r * d], f[r * d], offset, d);
+        AscendC::Mul(f[r * d], f[r * d], scale, d);
+      }
+    }
+    AscendC::LocalTensor<QT> lo = out[rows_ * d];
+    AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
+    AscendC::Cast(out, f, AscendC::RoundMode::CAST_RINT, count);
+    AscendC::Cast(hi32, out, AscendC::RoundMode::CAST_NONE, count);
+    AscendC::Sub(f, f, hi32, count);
+    AscendC::Cast(lo, f, AscendC::RoundMode::CAST_RINT, count);
+    PipeSyncV<AscendC::HardEvent::V_MTE3>();
+    AscendC::GlobalTensor<QT> w;
+    w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * kParts * a.t.kv_tile * d);
+    const uint64_t part0 = (static_cast<uint64_t>(t % kSlots) * kParts * a.t.kv_tile + c) * d;
+    AscendC::DataCopy(w[part0], out, count);
+    AscendC::DataCopy(w[part0 + static_cast<uint64_t>(a.t.kv_tile) * d], lo, count);
+    PipeSyncV<AscendC::HardEvent::MTE3_MTE2>();
+    PipeSyncV<AscendC::HardEvent::MTE3_V>();
+  }
+
+  const Args* a_ = nullptr;
+  const Unit* unit_ = nullptr;
+  KeyLocator kloc_;
+  int32_t rows_ = 1;
+  bool has_k_off_ = false, has_v_off_ = false;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, hi32_, idx_, out_, lut_, vec_;
+};
+
+}  // namespace ifa
+}  // namespace dualops

@@ -1,0 +1,130 @@
+// Plain C++ shared by the Ascend C IFA kernel and its host side: the plan header (the
+// `GM_ADDR tiling` buffer, docs/internals.md "IFA plan"), the unit decode, the cube / vector
+// chunk sizes derived from the on-chip capacities, and the per-core GM workspace layout.
+#pragma once
+#include <cstdint>
+
+#if defined(__has_include)
+#if __has_include("dualops/tiling.h")
+#include "dualops/tiling.h"
+#define DUALOPS_IFA_HAVE_TILING_H 1
+#endif
+#endif
+
+namespace dualops {
+namespace ifa {
+
+// The plan header, int32 fields in the order of IfaPlan.FIELDS.
+struct Tiling {
+  int32_t version, batch, s_q, h_q, h_kv, group, head_dim, max_kv_len, block_size, kv_tile, num_splits,
+      split_len, num_units, num_cores, q_rows, q_tile_rows, kv_dtype_bytes;
+};
+constexpr int32_t kTilingInts = 17;
+constexpr int32_t kTilingVersion = 1;
+static_assert(sizeof(Tiling) == kTilingInts * 4, "IFA tiling header is 17 int32 fields");
+#if defined(DUALOPS_IFA_HAVE_TILING_H)
+static_assert(sizeof(::dualops::IncreFlashAttentionTiling) == sizeof(Tiling),
+              "ops/include/dualops/tiling.h IFA header differs from the kernel's view");
+#endif
+
+// DType codes of ops/include/dualops/params.h.
+enum DTypeCode : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4, kU8 = 5, kI32 = 6, kF8E5M2 = 7 };
+
+// Hardware capacities the kernel sizes its buffers for (Atlas A2 AI core).
+constexpr uint32_t kL0aBytes = 65536;
+constexpr uint32_t kL0bBytes = 65536;
+constexpr uint32_t kL0cBytes = 131072;
+// Vector-side chunk sizes (elements): scores / pse rows, mm2-result / accumulator rows,
+// antiquant rows. See docs/ascend_sim.md for the UB budget they add up to.
+constexpr uint32_t kScoreChunk = 4096;
+constexpr uint32_t kOutChunk = 4096;
+constexpr uint32_t kDequantChunk = 2048;
+constexpr int32_t kSlots = 2;   // kv tiles in flight between the cube and the vector cores
+// Operands the vector cores hand to the cube in q's 16-bit dtype (P, and converted K / V) go as
+// two parts, hi = round(x) and lo = round(x - hi), multiplied in separate cube passes that
+// accumulate in fp32: the result keeps ~2^-17 relative accuracy instead of q dtype's 2^-8 / 2^-11.
+constexpr int32_t kParts = 2;
+
+inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
+inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
+inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
+inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
+
+// Cube chunking: mm1 = Q[Rp, D] . K^T[D, N] in (kc1 of D) x (nc1 keys) pieces, mm2 =
+// P[Rp, N] . V[N, D] in (kc2 keys) x (nc2 of D) pieces, each piece within L0A / L0B / L0C.
+struct CubeChunks {
+  int32_t rows_p;   // q tile rows padded to 16
+  int32_t kc1, nc1, kc2, nc2;
+};
+
+inline CubeChunks MakeCubeChunks(const Tiling& t) {
+  CubeChunks c;
+  c.rows_p = RoundUp(t.q_tile_rows, 16);
+  const int32_t d = RoundUp(t.head_dim, 16);
+  c.kc1 = MinI(d, Floor16(kL0aBytes / (2 * c.rows_p)));
+  c.nc1 = MinI(t.kv_tile, MinI(Floor16(kL0bBytes / (2 * c.kc1)), Floor16(kL0cBytes / (4 * c.rows_p))));
+  c.nc2 = MinI(d, Floor16(kL0cBytes / (4 * c.rows_p)));
+  c.kc2 = MinI(t.kv_tile, MinI(Floor16(kL0aBytes / (2 * c.rows_p)), Floor16(kL0bBytes / (2 * c.nc2))));
+  return c;
+}
+
+// Per-core GM workspace, byte offsets inside one core's slice (all 512-B aligned):
+//   S  [kSlots][rows_p][kv_tile] fp32   mm1 scores        (cube -> vector)
+//   P  [kSlots][kParts][rows_p][kv_tile] q type  softmax numerator, hi / lo (vector -> cube)
+//   O  [kSlots][rows_p][D] fp32         mm2 result        (cube -> vector)
+//   ACC[rows_p][D] fp32                 running output, owned by the vector cores
+//   K, V [kSlots][kParts][kv_tile][D] q type   dequantized / converted cache tiles, hi / lo
+//                                       (quantized or other-dtype caches only; vector -> cube)
+struct Workspace {
+  uint64_t s, p, o, acc, k, v, per_core;
+};
+
+inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
+
+inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
+  Workspace w;
+  const uint64_t rows = static_cast<uint64_t>(RoundUp(t.q_tile_rows, 16));
+  const uint64_t n = static_cast<uint64_t>(t.kv_tile);
+  const uint64_t d = static_cast<uint64_t>(t.head_dim);
+  uint64_t off = 0;
+  w.s = off;
+  off = Align512(off + kSlots * rows * n * 4);
+  w.p = off;
+  off = Align512(off + kSlots * kParts * rows * n * 2);
+  w.o = off;
+  off = Align512(off + kSlots * rows * d * 4);
+  w.acc = off;
+  off = Align512(off + rows * d * 4);
+  w.k = off;
+  off = Align512(off + (convert_kv ? kSlots * kParts * n * d * 2 : 0));
+  w.v = off;
+  off = Align512(off + (convert_kv ? kSlots * kParts * n * d * 2 : 0));
+  w.per_core = off;
+  return w;
+}
+
+inline bool NeedsKvConvert(int32_t q_dtype, int32_t kv_dtype) { return q_dtype != kv_dtype; }
+
+inline uint64_t WorkspaceBytes(const Tiling& t, int32_t q_dtype, int32_t kv_dtype) {
+  return MakeWorkspace(t, NeedsKvConvert(q_dtype, kv_dtype)).per_core * static_cast<uint64_t>(t.num_cores);
+}
+
+// Checks a plan header (host side, before a launch). Returns nullptr when fine, else a message.
+inline const char* CheckTiling(const Tiling& t) {
+  if (t.version != kTilingVersion) return "plan version is not the one this kernel reads";
+  if (t.batch < 1 || t.s_q < 1 || t.h_kv < 1 || t.group < 1 || t.h_q != t.h_kv * t.group) return "bad head / batch fields";
+  if (t.head_dim < 16 || t.head_dim % 16) return "head_dim must be a positive multiple of 16";
+  if (t.kv_tile < 16 || t.kv_tile % 16) return "kv_tile must be a positive multiple of 16";
+  if (t.num_splits < 1 || t.split_len < t.kv_tile || t.split_len % t.kv_tile) return "split_len must be a multiple of kv_tile";
+  if (static_cast<int64_t>(t.num_splits) * t.split_len < t.max_kv_len) return "the splits do not cover max_kv_len keys";
+  if (t.q_rows != t.group * t.s_q || t.q_tile_rows < 1 || t.q_tile_rows > t.q_rows) return "bad q_rows / q_tile_rows";
+  if (t.num_units != t.batch * t.h_kv * t.num_splits) return "num_units != batch * h_kv * num_splits";
+  if (t.num_cores < 1 || t.num_cores > t.num_units) return "num_cores must be in [1, num_units]";
+  if (t.block_size < 0 || (t.block_size && (t.block_size % 16))) return "block_size must be 0 or a multiple of 16";
+  if (t.block_size && t.kv_tile % t.block_size && t.block_size % t.kv_tile) return "kv_tile and block_size must divide one another";
+  return nullptr;
+}
+
+}  // namespace ifa
+}  // namespace dualops

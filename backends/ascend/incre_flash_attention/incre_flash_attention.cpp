@@ -1,0 +1,58 @@
+// Incremental (decode) flash attention in Ascend C for Atlas A2, cube + vector (MIX 1:2).
+//   AIC: mm1 = Q . K^T, mm2 = P . V (ifa_cube.h)
+//   AIV: scale / pse / masks / online softmax, rescale-accumulate, final divide, lse,
+//        int8 / fp8 / other-dtype antiquant (ifa_convert.h), split-KV combine (ifa_combine.h)
+// Arguments: `params` = the packed dualops::IncreFlashAttentionParams (addresses, strides,
+// scale, dtypes), `workspace` = per-core GM scratch (ifa_layout.h), `tiling` = the IFA plan
+// header from dualops.tiling.plan_incre_flash_attention, exactly as CANN kernels get tiling.
+#include "kernel_operator.h"
+
+#include "ascend/incre_flash_attention/ifa_cube.h"
+#include "ascend/incre_flash_attention/ifa_vector.h"
+
+namespace dualops {
+namespace ifa {
+
+template <typename QT, typename KT>
+__aicore__ inline void RunVector(const Args& a) {
+  IfaVector<QT, KT> v;
+  v.Init(a);
+  v.Process();
+}
+
+template <typename QT>
+__aicore__ inline void RunTyped(const Args& a) {
+  if ASCEND_IS_AIC {
+    const int32_t core = static_cast<int32_t>(AscendC::GetBlockIdx());
+    if (core >= a.t.num_cores) return;
+    IfaCube<QT> c;
+    c.Init(a);
+    c.Process();
+    return;
+  }
+  switch (a.p.kv_dtype) {
+    case kI8: RunVector<QT, int8_t>(a); break;
+    case kF8E4M3: RunVector<QT, uint8_t>(a); break;   // e4m3 bytes, decoded on the vector core
+    case kF16: RunVector<QT, half>(a); break;
+    case kBF16: RunVector<QT, bfloat16_t>(a); break;
+    default: break;   // rejected on the host
+  }
+}
+
+}  // namespace ifa
+}  // namespace dualops
+
+extern "C" __global__ __aicore__ void incre_flash_attention(GM_ADDR params, GM_ADDR workspace, GM_ADDR tiling) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  dualops::ifa::Args args;
+  args.Load(params, workspace, tiling);
+  if (args.p.q_dtype == dualops::ifa::kF16) {
+    dualops::ifa::RunTyped<half>(args);
+  } else {
+    dualops::ifa::RunTyped<bfloat16_t>(args);
+  }
+}
+
+#if defined(DUALOPS_ASCEND_SIM)
+ASCEND_SIM_REGISTER_KERNEL(incre_flash_attention, KERNEL_TYPE_MIX_AIC_1_2);
+#endif

@@ -1,0 +1,120 @@
+// Self-test kernel of cube -> vector hand-off, as IFA does it: per round r the AIC multiplies a
+// 16 x 16 fp16 tile of x by an identity (so C = x tile in fp32) into a GM workspace slot
+// (two slots in flight), signals its two AIVs with CrossCoreSetFlag<2, PIPE_FIX>; each AIV
+// takes 8 rows, adds r and writes them to out, then acknowledges with CrossCoreSetFlag<2,
+// PIPE_MTE3> so the AIC may reuse the slot. Finally all AIVs SyncAll and each one copies a
+// row written by another AI core into out2 (only correct if SyncAll really synchronized).
+//
+// x: half [blocks, rounds, 16, 16]; eye: half [16, 16]; out: float [blocks, rounds, 16, 16];
+// out2: float [blocks * 2, 16]; ws: float [blocks, 2, 16, 16]; tiling (int32): [rounds]
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+namespace {
+
+constexpr int32_t kTile = 256;
+constexpr uint16_t kFlagTileReady = 1;
+constexpr uint16_t kFlagSlotFree = 2;
+
+__aicore__ inline void CubeSide(GM_ADDR x, GM_ADDR eye, GM_ADDR ws, int32_t rounds) {
+  const int64_t blk = GetBlockIdx();
+  TPipe pipe;
+  TBuf<TPosition::A1> a1b, b1b;
+  TBuf<TPosition::A2> a2b;
+  TBuf<TPosition::B2> b2b;
+  TBuf<TPosition::CO1> cb;
+  pipe.InitBuffer(a1b, kTile * sizeof(half));
+  pipe.InitBuffer(b1b, kTile * sizeof(half));
+  pipe.InitBuffer(a2b, kTile * sizeof(half));
+  pipe.InitBuffer(b2b, kTile * sizeof(half));
+  pipe.InitBuffer(cb, kTile * sizeof(float));
+  GlobalTensor<half> xg, eg;
+  GlobalTensor<float> wg;
+  xg.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(x) + blk * rounds * kTile, rounds * kTile);
+  eg.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(eye), kTile);
+  wg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws) + blk * 2 * kTile, 2 * kTile);
+  LocalTensor<half> b1 = b1b.Get<half>();
+  DataCopy(b1, eg, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+  LocalTensor<half> b2 = b2b.Get<half>();
+  LoadData(b2, b1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
+  for (int32_t r = 0; r < rounds; ++r) {
+    if (r >= 2) CrossCoreWaitFlag(kFlagSlotFree);   // both AIVs are done with slot r % 2
+    LocalTensor<half> a1 = a1b.Get<half>();
+    DataCopy(a1, xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+    LocalTensor<half> a2 = a2b.Get<half>();
+    LoadData(a2, a1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
+    LocalTensor<float> c = cb.Get<float>();
+    Mmad(c, a2, b2, MmadParams(16, 16, 16, 0, false, true));
+    Fixpipe<float, float, CFG_ROW_MAJOR>(wg[(r % 2) * kTile], c, FixpipeParamsV220(16, 16, 16, 16, false));
+    CrossCoreSetFlag<2, PIPE_FIX>(kFlagTileReady);
+  }
+  // Consume the acknowledgements of the last rounds so no flag outlives the kernel.
+  for (int32_t r = rounds > 2 ? rounds - 2 : 0; r < rounds; ++r) CrossCoreWaitFlag(kFlagSlotFree);
+}
+
+__aicore__ inline void VectorSide(GM_ADDR ws, GM_ADDR out, GM_ADDR out2, int32_t rounds) {
+  const int64_t blk = GetBlockIdx() / 2;
+  const int64_t sub = GetSubBlockIdx();
+  TPipe pipe;
+  TQue<TPosition::VECIN, 1> inq;
+  TQue<TPosition::VECOUT, 1> outq;
+  pipe.InitBuffer(inq, 2, 128 * sizeof(float));
+  pipe.InitBuffer(outq, 2, 128 * sizeof(float));
+  GlobalTensor<float> wg, og, o2;
+  wg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws) + blk * 2 * kTile, 2 * kTile);
+  og.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(out) + blk * rounds * kTile, rounds * kTile);
+  for (int32_t r = 0; r < rounds; ++r) {
+    CrossCoreWaitFlag(kFlagTileReady);
+    LocalTensor<float> t = inq.AllocTensor<float>();
+    DataCopy(t, wg[(r % 2) * kTile + sub * 128], 128);
+    inq.EnQue(t);
+    t = inq.DeQue<float>();
+    LocalTensor<float> o = outq.AllocTensor<float>();
+    Adds(o, t, static_cast<float>(r), 128);
+    inq.FreeTensor(t);
+    outq.EnQue(o);
+    o = outq.DeQue<float>();
+    DataCopy(og[r * kTile + sub * 128], o, 128);
+    outq.FreeTensor(o);
+    CrossCoreSetFlag<2, PIPE_MTE3>(kFlagSlotFree);
+  }
+  SyncAll();
+  // Row 0 of round 0 of the next AI core (wrapping), written by another core before SyncAll.
+  const int64_t nb = GetBlockNum();
+  const int64_t src_blk = (blk + 1) % nb;
+  GlobalTensor<float> src;
+  src.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(out) + src_blk * rounds * kTile + sub * 128, 16);
+  o2.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(out2) + GetBlockIdx() * 16, 16);
+  LocalTensor<float> t = inq.AllocTensor<float>();
+  DataCopy(t, src, 16);
+  inq.EnQue(t);
+  t = inq.DeQue<float>();
+  LocalTensor<float> o = outq.AllocTensor<float>();
+  DataCopy(o, t, 16);
+  inq.FreeTensor(t);
+  outq.EnQue(o);
+  o = outq.DeQue<float>();
+  DataCopy(o2, o, 16);
+  outq.FreeTensor(o);
+}
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void sim_test_pipeline(GM_ADDR x, GM_ADDR eye, GM_ADDR out, GM_ADDR out2,
+                                                         GM_ADDR ws, GM_ADDR tiling) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  GlobalTensor<int32_t> t;
+  t.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), 1);
+  const int32_t rounds = t.GetValue(0);
+  if ASCEND_IS_AIC {
+    CubeSide(x, eye, ws, rounds);
+  }
+  if ASCEND_IS_AIV {
+    VectorSide(ws, out, out2, rounds);
+  }
+}
+
+#if defined(DUALOPS_ASCEND_SIM)
+ASCEND_SIM_REGISTER_KERNEL(sim_test_pipeline, KERNEL_TYPE_MIX_AIC_1_2);
+#endif
