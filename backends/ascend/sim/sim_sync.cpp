@@ -163,7 +163,7 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
       }
     ++running;
   };
-  const auto deadline = std::chrono::steady_clock::now() +
+  const std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(cfg.timeout_s));
   for (;;) {
@@ -195,7 +195,9 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
       lk.unlock();
       Fault(api, Str(what, " timed out after ", cfg.timeout_s, " s"));
     }
-    cv.wait_until(lk, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+    const std::chrono::steady_clock::time_point poll =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    cv.wait_until(lk, poll < deadline ? poll : deadline);
   }
 }
 

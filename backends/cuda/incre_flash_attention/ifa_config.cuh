@@ -1,0 +1,99 @@
+// Compile-time shape of one IFA split-kernel variant: shared-memory layout of the K/V chunks
+// (padded row pitches), CTA shapes, and the order in which head-dim positions meet the mma
+// fragments.
+//
+// Loads: cp.async, 16 B per lane and copy, into rows padded so that no fragment read conflicts
+// (a bulk-copy-per-row version was tried: the copies take uniform operands, so the compiler
+// serialized them over the lanes and the kernel issued more instructions, not fewer).
+//
+// Work split inside a CTA: every warp owns whole 16-key chunks of the unit's key range
+// (chunk c goes to warp c % kWarps) and runs its own cp.async pipeline over them, so the main
+// loop needs no CTA barrier; each warp multiplies all M_TILE q rows by its keys (mma m16n8k16,
+// the q rows are the M dimension) and keeps its own online-softmax state. The warps' partial
+// results are merged once at the end.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
+namespace dualops::cuda::ifa {
+
+constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
+
+// CTA shapes. Wide: one CTA per SM holding all the SM's warps and pipeline bytes (for grids of
+// at most one CTA per SM, e.g. split-KV at batch 1). Narrow: half of that, so two CTAs share an
+// SM and one's prologue / epilogue hides under the other's streaming (grids of many short
+// units). Other splits of the same shared memory (4 or 6 warps with deeper pipelines, 12 warps
+// in one CTA, three 4-warp CTAs per SM) were measured and gave nothing (BENCHMARKS.md).
+enum CtaShape : int { kNarrow = 0, kWide = 1 };
+
+template <typename QT, typename KVT, int D, int SHAPE>
+struct Cfg {
+  static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
+  static constexpr bool kQuant = sizeof(KVT) == 1;  // int8 / fp8 e4m3 cache
+  // mma operand type: bf16 only for a bf16 cache; fp16 otherwise (8-bit values convert to fp16
+  // exactly, and fp16 keeps 3 more mantissa bits of the scaled q and of P).
+  using MT = std::conditional_t<std::is_same_v<KVT, __nv_bfloat16>, __nv_bfloat16, __half>;
+  static constexpr int kRowBytes = D * static_cast<int>(sizeof(KVT));
+  // Row pitches in shared memory (padding spreads the rows a fragment builder reads together
+  // over distinct banks, with plain address arithmetic instead of an XOR swizzle):
+  //  16-bit: ldmatrix reads one 16-B chunk of 8 consecutive rows -> pitch = 16 mod 128.
+  //  8-bit K: a quarter-warp reads 64 B of 2 adjacent rows -> pitch = 64 mod 128.
+  //  8-bit V: a quarter-warp (half-warp for D = 64) reads rows 0, 2, 4, 6 -> pitch = 16 mod 64.
+  static constexpr int kKPitch = !kQuant ? kRowBytes + 16 : kRowBytes + (192 - kRowBytes % 128) % 128;
+  static constexpr int kVPitch = kRowBytes + 16;
+  static constexpr int kTensorBytesK = kChunkKeys * kKPitch;
+  static constexpr int kStageBytes = kChunkKeys * (kKPitch + kVPitch);  // K rows then V rows
+  static constexpr int kWarps = SHAPE == kWide ? ((!kQuant && D == 256) ? 4 : 8) : 4;
+  static constexpr int kCtasPerSm = SHAPE == kNarrow ? 2 : 1;
+  // K/V pipeline bytes per CTA: wide CTAs take most of an SM, narrow ones a bit under half.
+  static constexpr int kSmemBudget = (SHAPE == kNarrow ? (kQuant ? 96 : 105) : (kQuant ? 200 : 210)) * 1024;
+  static constexpr int kStagesFit = kSmemBudget / (kWarps * kStageBytes);
+  static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 8 ? 8 : kStagesFit);
+  static constexpr int kKSteps = D / 16;  // q.k^T k-steps
+  static constexpr int kNTiles = D / 8;   // p.v output n-tiles
+  // 8-bit V: each lane reads kVW bytes of a row per load (see pv_d).
+  static constexpr int kVW = (D / 8) < 16 ? (D / 8) : 16;
+  // p.v takes p as hi + lo parts when the operand type is bf16 (8 mantissa bits are not enough
+  // for the parity budget); fp16 p is exact to 11 bits and goes in one part.
+  static constexpr int kPParts = std::is_same_v<MT, __nv_bfloat16> ? 2 : 1;
+
+  // Head-dim position of k-index k (0..15) of q.k^T k-step ks. 16-bit caches: natural order
+  // (ldmatrix). 8-bit: a lane reads 16 consecutive bytes of its key row, bytes 4s..4s+3 feed
+  // k-step 4h+s as (k 2t, 2t+1, 2t+8, 2t+9); q's A fragments are laid out to match.
+  static __host__ __device__ __forceinline__ int qk_d(int ks, int k) {
+    if constexpr (!kQuant) {
+      return ks * 16 + k;
+    } else {
+      const int h = ks / 4, s = ks % 4, t = (k % 8) / 2, hi = k / 8, lo = k % 2;
+      return 64 * h + 16 * t + 4 * s + 2 * hi + lo;
+    }
+  }
+  // Head-dim position of column c (0..7) of p.v output n-tile j. 8-bit: lane (g, t) reads kVW
+  // bytes at byte u*8*kVW + g*kVW of its 4 key rows; byte jj of that run is n-tile u*kVW + jj.
+  static __host__ __device__ __forceinline__ int pv_d(int j, int c) {
+    if constexpr (!kQuant) return 8 * j + c;
+    else return (j / kVW) * (8 * kVW) + c * kVW + (j % kVW);
+  }
+};
+
+// Dynamic shared memory of the split kernel: K/V stages, q fragments (8-bit caches: a hi and
+// a lo fp16 part), row statistics. The warps' output fragments are merged through the K/V
+// stages once the main loop is done.
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+struct SmemLayout {
+  using C = Cfg<QT, KVT, D, SHAPE>;
+  static constexpr int kQParts = C::kQuant ? 2 : 1;
+  static constexpr int kKv = C::kWarps * C::kStages * C::kStageBytes;
+  static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
+  static constexpr int kRowInfo = M_TILE * (4 + 8 + 8);  // row_add f32, mask / pse offsets i64
+  static constexpr int kStats = (2 * C::kWarps + 2) * M_TILE * 4 + 16;
+  static constexpr int kTotal = kKv + kQfrag + kRowInfo + kStats;
+  static_assert(C::kWarps * M_TILE * D * 4 <= kKv, "output merge reuses the K/V stages");
+  static_assert(kTotal <= 227 * 1024, "fits one Hopper SM");
+  static_assert(kKv % 16 == 0 && kQfrag % 16 == 0, "16-B aligned regions");
+};
+
+}  // namespace dualops::cuda::ifa

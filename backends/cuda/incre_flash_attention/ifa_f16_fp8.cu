@@ -1,0 +1,9 @@
+// IFA kernels for fp16 q, fp8 e4m3 cache (every head dim and q tile).
+#include "ifa_launch.cuh"
+
+namespace dualops::cuda::ifa {
+cudaError_t launch_f16_fp8(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t, cudaStream_t s) {
+  return launch_family<__half, __nv_fp8_e4m3>(p, t, s);
+}
+int smem_f16_fp8(const IncreFlashAttentionTiling& t) { return smem_family<__half, __nv_fp8_e4m3>(t); }
+}  // namespace dualops::cuda::ifa

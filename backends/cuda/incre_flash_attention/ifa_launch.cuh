@@ -1,0 +1,171 @@
+// Launch of one (q dtype, cache dtype) family: picks the head-dim / q-tile variant, launches the
+// split kernel on the plan's units and, with split-KV, the combine kernel. Instantiated once per
+// dtype pair in ifa_<q>_<kv>.cu so the variants compile in parallel.
+#pragma once
+#include <cuda_runtime.h>
+#include <dualops/params.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "ifa_combine_kernel.cuh"
+#include "ifa_split_kernel.cuh"
+
+namespace dualops::cuda::ifa {
+
+// Largest q tile of a variant: the fp32 output accumulators (M_TILE x D per warp) must stay in
+// registers, so M_TILE * D <= 4096.
+template <int D>
+constexpr int max_m_tile() { return 4096 / D; }
+
+inline int pick_m_tile(int q_rows, int max_m) {
+  const int m = q_rows <= 16 ? 16 : q_rows <= 32 ? 32 : 64;
+  return m < max_m ? m : max_m;
+}
+
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return sms;
+  }();
+  return n;
+}
+
+// DUALOPS_IFA_CTA_SHAPE = narrow | wide forces one CTA shape (for measurements), read once.
+inline int shape_override() {
+  static const int v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_CTA_SHAPE");
+    if (!e) return -1;
+    const std::string s(e);
+    return s == "narrow" ? kNarrow : s == "wide" ? kWide : -1;
+  }();
+  return v;
+}
+
+// Wide CTAs (one per SM) while the grid fits on the SMs at once; narrow ones (two per SM) for
+// bigger grids, where per-CTA start-up and merge would otherwise leave the SM's memory pipe idle.
+inline int pick_shape(const IncreFlashAttentionTiling& t, int m_tile) {
+  const int o = shape_override();
+  if (o >= 0) return o;
+  const int64_t ctas = static_cast<int64_t>(t.num_units) * ((t.q_rows + m_tile - 1) / m_tile);
+  return ctas <= sm_count() ? kWide : kNarrow;
+}
+
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+                           cudaStream_t stream) {
+  using C = Cfg<QT, KVT, D, SHAPE>;
+  constexpr int smem = SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kTotal;
+  auto kernel = ifa_split_kernel<QT, KVT, D, M_TILE, SHAPE>;
+  // Raising the opt-in limit is a host-side attribute call, done once and before any capture.
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(static_cast<unsigned>(t.num_units), static_cast<unsigned>((t.q_rows + M_TILE - 1) / M_TILE));
+  kernel<<<grid, C::kWarps * 32, smem, stream>>>(p, t);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || t.num_splits == 1) return err;
+  // The combine goes out as a programmatic dependent launch: its launch latency overlaps the
+  // split kernel's tail instead of following it (works under stream capture too).
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(t.batch) * t.h_kv * t.q_rows));
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.dynamicSmemBytes = combine_smem_bytes(t.num_splits, D);
+  cfg.stream = stream;
+  cudaLaunchAttribute la[1];
+  la[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  la[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = la;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, ifa_combine_kernel<QT, D>, p, t);
+}
+
+template <typename QT, typename KVT, int D, int M_TILE>
+cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t, cudaStream_t stream) {
+  return pick_shape(t, M_TILE) == kWide ? launch_variant<QT, KVT, D, M_TILE, kWide>(p, t, stream)
+                                        : launch_variant<QT, KVT, D, M_TILE, kNarrow>(p, t, stream);
+}
+
+template <typename QT, typename KVT, int D>
+cudaError_t launch_head_dim(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+                            cudaStream_t stream) {
+  constexpr int kMax = max_m_tile<D>();
+  switch (pick_m_tile(t.q_rows, kMax)) {
+    case 16:
+      return launch_m<QT, KVT, D, 16>(p, t, stream);
+    case 32:
+      if constexpr (kMax >= 32) return launch_m<QT, KVT, D, 32>(p, t, stream);
+      break;
+    case 64:
+      if constexpr (kMax >= 64) return launch_m<QT, KVT, D, 64>(p, t, stream);
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename QT, typename KVT, int D, int M_TILE>
+int smem_m(const IncreFlashAttentionTiling& t) {
+  return pick_shape(t, M_TILE) == kWide ? SmemLayout<QT, KVT, D, M_TILE, kWide>::kTotal
+                                        : SmemLayout<QT, KVT, D, M_TILE, kNarrow>::kTotal;
+}
+
+template <typename QT, typename KVT, int D>
+int smem_head_dim(const IncreFlashAttentionTiling& t) {
+  constexpr int kMax = max_m_tile<D>();
+  switch (pick_m_tile(t.q_rows, kMax)) {
+    case 16:
+      return smem_m<QT, KVT, D, 16>(t);
+    case 32:
+      if constexpr (kMax >= 32) return smem_m<QT, KVT, D, 32>(t);
+      break;
+    case 64:
+      if constexpr (kMax >= 64) return smem_m<QT, KVT, D, 64>(t);
+      break;
+  }
+  return 0;
+}
+
+template <typename QT, typename KVT>
+cudaError_t launch_family(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+                          cudaStream_t stream) {
+  switch (t.head_dim) {
+    case 64:
+      return launch_head_dim<QT, KVT, 64>(p, t, stream);
+    case 128:
+      return launch_head_dim<QT, KVT, 128>(p, t, stream);
+    case 256:
+      return launch_head_dim<QT, KVT, 256>(p, t, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename QT, typename KVT>
+int smem_family(const IncreFlashAttentionTiling& t) {
+  switch (t.head_dim) {
+    case 64:
+      return smem_head_dim<QT, KVT, 64>(t);
+    case 128:
+      return smem_head_dim<QT, KVT, 128>(t);
+    case 256:
+      return smem_head_dim<QT, KVT, 256>(t);
+  }
+  return 0;
+}
+
+}  // namespace dualops::cuda::ifa
+
+// One declaration per family, defined in ifa_<q>_<kv>.cu.
+#define DUALOPS_IFA_FAMILY(NAME)                                                                     \
+  namespace dualops::cuda::ifa {                                                                     \
+  cudaError_t launch_##NAME(const IncreFlashAttentionParams&, const IncreFlashAttentionTiling&, \
+                            cudaStream_t);                                                           \
+  int smem_##NAME(const IncreFlashAttentionTiling&);                                                 \
+  }
+DUALOPS_IFA_FAMILY(bf16_bf16)
+DUALOPS_IFA_FAMILY(f16_f16)
+DUALOPS_IFA_FAMILY(bf16_int8)
+DUALOPS_IFA_FAMILY(f16_int8)
+DUALOPS_IFA_FAMILY(bf16_fp8)
+DUALOPS_IFA_FAMILY(f16_fp8)
+#undef DUALOPS_IFA_FAMILY

@@ -1,0 +1,595 @@
+// The IFA split kernel: one CTA per (plan unit, q-row tile). A unit is (batch b, KV head kvh,
+// split); its CTA reads that head's keys [split * split_len, min(+split_len, kv_lens[b])) once
+// for all G x S_q query rows of the head (rows ordered r = g * S_q + i, as the plan says).
+// Without split-KV it writes out / lse; with it, fp32 partials for the combine kernel.
+#pragma once
+#include <dualops/params.h>
+
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "ifa_config.cuh"
+#include "ifa_primitives.cuh"
+#include "ifa_tiling.h"
+
+namespace dualops::cuda::ifa {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <typename T>
+__device__ __forceinline__ float to_f32(T x);
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Two output values at head-dim positions d0, d1 of one row (adjacent for 16-bit caches).
+template <typename T>
+__device__ __forceinline__ void store2(T* row, int d0, int d1, float v0, float v1) {
+  if (d1 == d0 + 1 && (d0 & 1) == 0) {
+    if constexpr (std::is_same_v<T, __half>) {
+      *reinterpret_cast<__half2*>(row + d0) = __floats2half2_rn(v0, v1);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(row + d0) = __floats2bfloat162_rn(v0, v1);
+    }
+  } else {
+    if constexpr (std::is_same_v<T, __half>) {
+      row[d0] = __float2half_rn(v0), row[d1] = __float2half_rn(v1);
+    } else {
+      row[d0] = __float2bfloat16_rn(v0), row[d1] = __float2bfloat16_rn(v1);
+    }
+  }
+}
+
+template <typename KVT>
+struct CvtOf {
+  using type = Int8Cvt;
+};
+template <>
+struct CvtOf<__nv_fp8_e4m3> {
+  using type = Fp8Cvt;
+};
+
+// Block ids of a warp's next chunks, 32 at a time: lane i holds the id for chunk (base + i), so
+// the dependent block-table load is made once per 32 chunks, a window ahead of its use.
+struct BlockWindow {
+  int cur = -1, nxt = -1;
+};
+
+// Block index and in-block slot of key kc (block sizes are powers of two in practice: shifts).
+struct PageMath {
+  int size = 0, shift = -1;
+  __device__ __forceinline__ explicit PageMath(int bs) : size(bs) {
+    if (bs > 0 && (bs & (bs - 1)) == 0) shift = __ffs(bs) - 1;
+  }
+  __device__ __forceinline__ int block(int kc) const { return shift >= 0 ? kc >> shift : kc / size; }
+  __device__ __forceinline__ int slot(int kc) const { return shift >= 0 ? kc & (size - 1) : kc % size; }
+};
+
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+__global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
+    ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
+                     const __grid_constant__ IncreFlashAttentionTiling t) {
+  using C = Cfg<QT, KVT, D, SHAPE>;
+  using MT = typename C::MT;
+  using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
+  constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
+  constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
+  constexpr int PP = C::kPParts;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* kv_smem = smem;
+  uint4* qfrag = reinterpret_cast<uint4*>(smem + L::kKv);  // [MTILES][KSTEPS][QP][32]
+  int64_t* mask_row = reinterpret_cast<int64_t*>(smem + L::kKv + L::kQfrag);
+  int64_t* pse_row = mask_row + M_TILE;
+  float* row_add = reinterpret_cast<float*>(pse_row + M_TILE);
+  float* warp_m = row_add + M_TILE;      // [NW][M_TILE]
+  float* warp_l = warp_m + NW * M_TILE;  // [NW][M_TILE]
+  float* fin_m = warp_l + NW * M_TILE;   // [M_TILE]
+  float* fin_l = fin_m + M_TILE;         // [M_TILE]
+  int* scratch = reinterpret_cast<int*>(fin_l + M_TILE);
+  float4* ebuf = reinterpret_cast<float4*>(kv_smem);  // [NW][MTILES][NTILES][32], after the main loop
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int ns = t.num_splits;
+  const int u = blockIdx.x;
+  const int split = u % ns, kvh = (u / ns) % t.h_kv, b = u / (ns * t.h_kv);
+  const int row0 = blockIdx.y * M_TILE;
+  const int q_rows = t.q_rows, s_q = t.s_q, group = t.group;
+  const int kv_len = min(max(__ldg(static_cast<const int*>(p.kv_lens) + b), 0), t.max_kv_len);
+  const int k_begin = split * t.split_len;
+  const int k_end = min(k_begin + t.split_len, kv_len);
+  const int n_keys = max(k_end - k_begin, 0);
+  // With split-KV the combine kernel is launched as a programmatic dependent: let it be
+  // scheduled now (it waits for this grid's completion before reading anything).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
+  const QT* q = static_cast<const QT*>(p.q);
+  auto q_index = [&](int r, int d) -> int64_t {
+    const int gh = r / s_q, i = r - gh * s_q;
+    return b * p.q_stride_b + i * p.q_stride_s + (kvh * group + gh) * p.q_stride_h + d;
+  };
+  const float* k_scale = C::kQuant ? static_cast<const float*>(p.k_scale) + kvh * D : nullptr;
+  const float* k_offset = (C::kQuant && p.k_offset) ? static_cast<const float*>(p.k_offset) + kvh * D : nullptr;
+
+  // ---- K/V pipeline: this warp's chunks, STAGES deep; the first copies go out before the q
+  // tile is prepared, so that work hides under their latency ----------------------------------
+  const int n_chunks = (n_keys + kChunkKeys - 1) / kChunkKeys;
+  const int my_chunks = n_chunks > warp ? (n_chunks - 1 - warp) / NW + 1 : 0;
+  uint8_t* wbase = kv_smem + warp * STAGES * C::kStageBytes;
+  const int block_size = t.block_size;
+  const PageMath pm(block_size);
+  const int first_key = k_begin + warp * kChunkKeys;  // key of this warp's chunk 0
+  constexpr int kStepKeys = NW * kChunkKeys;         // keys between its consecutive chunks
+  const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
+  auto window = [&](int j0) {  // block ids of chunks j0 .. j0 + 31, one per lane
+    const int kc = first_key + (j0 + lane) * kStepKeys;
+    return kc < k_end ? __ldg(bt_row + pm.block(kc)) : -1;
+  };
+  BlockWindow win;
+  if (block_size > 0) {
+    win.cur = window(0);
+    win.nxt = window(32);
+  }
+  uint32_t bad_blocks = 0;  // bit (j % 32): chunk j's block id is out of range (its keys are hidden)
+
+  // cp.async 16 B per lane and copy: a round of 32 lanes covers kRows rows (lane -> row
+  // lane / kCpr, 16-B column lane % kCpr); rows advance by kRows per copy. Everything but the
+  // chunk's base address is fixed per lane, so a copy costs a 64-bit add.
+  constexpr int kCpr = C::kRowBytes / 16, kRows = 32 / kCpr, kCopies = kChunkKeys / kRows;
+  static_assert(32 % kCpr == 0 && kChunkKeys % kRows == 0, "whole copy rounds");
+  const int lrow = lane / kCpr, lcol = lane % kCpr;
+  constexpr int64_t elt = sizeof(KVT);
+  const char* k_lane = static_cast<const char*>(p.k) + ((kvh * p.k_stride_2 + lrow * p.k_stride_1) * elt + lcol * 16);
+  const char* v_lane = static_cast<const char*>(p.v) + ((kvh * p.v_stride_2 + lrow * p.v_stride_1) * elt + lcol * 16);
+  const int64_t k_step = kRows * p.k_stride_1 * elt, v_step = kRows * p.v_stride_1 * elt;
+  const uint32_t dst_k = smem_addr(wbase) + lrow * C::kKPitch + lcol * 16;
+  const uint32_t dst_v = smem_addr(wbase) + C::kTensorBytesK + lrow * C::kVPitch + lcol * 16;
+  if (block_size == 0) {
+    k_lane += b * p.k_stride_0 * elt;
+    v_lane += b * p.v_stride_0 * elt;
+  }
+
+  auto issue = [&](int j) {
+    const int kc = first_key + j * kStepKeys;
+    int valid = min(kChunkKeys, k_end - kc);
+    int64_t k_off, v_off;  // bytes from this lane's base to the chunk's first row
+    if (block_size > 0) {
+      if ((j & 31) == 0 && j > 0) {
+        win.cur = win.nxt;
+        win.nxt = window(j + 32);
+      }
+      const int blk = __shfl_sync(0xffffffffu, win.cur, j & 31);
+      const int slot = pm.slot(kc);  // a chunk's rows are consecutive slots of one block
+      const bool ok = blk >= 0 && blk < p.num_blocks;
+      bad_blocks = ok ? (bad_blocks & ~(1u << (j & 31))) : (bad_blocks | (1u << (j & 31)));
+      valid = ok ? valid : 0;
+      const int64_t bb = ok ? blk : 0;
+      k_off = (bb * p.k_stride_0 + slot * p.k_stride_1) * elt;
+      v_off = (bb * p.v_stride_0 + slot * p.v_stride_1) * elt;
+    } else {
+      k_off = static_cast<int64_t>(kc) * p.k_stride_1 * elt;
+      v_off = static_cast<int64_t>(kc) * p.v_stride_1 * elt;
+    }
+    const char* kp = k_lane + k_off;
+    const char* vp = v_lane + v_off;
+    const uint32_t so = (j % STAGES) * C::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      // Rows past the keys: src-size 0, nothing is read and the destination is zero-filled.
+      const uint32_t n = lrow + i * kRows < valid ? 16u : 0u;
+      cp_async_16(dst_k + so + i * kRows * C::kKPitch, kp, n);
+      cp_async_16(dst_v + so + i * kRows * C::kVPitch, vp, n);
+      kp += k_step;
+      vp += v_step;
+    }
+  };
+
+#pragma unroll
+  for (int j = 0; j < STAGES - 1; ++j) {
+    if (j < my_chunks) issue(j);
+    cp_async_commit();
+  }
+
+  // ---- q tile -> A fragments in shared memory -------------------------------------------
+  // 8-bit caches fold the key scale into q (score = sum q_d s_d x_d + sum q_d s_d o_d); the
+  // scaled q is kept as hi + lo fp16 parts (two mma) after a power-of-two normalization, so
+  // the folding costs no precision whatever the scales' magnitude.
+  float qmul = 1.f;
+  if constexpr (C::kQuant) {
+    if (tid == 0) scratch[0] = 0;
+    float amax = 0.f;
+    for (int idx = tid; idx < M_TILE * D; idx += NT) {
+      const int r = row0 + idx / D, d = idx % D;
+      if (r < q_rows) amax = fmaxf(amax, fabsf(to_f32(q[q_index(r, d)]) * __ldg(k_scale + d)));
+    }
+    amax = warp_max(amax);
+    __syncthreads();
+    if (lane == 0) atomicMax(scratch, __float_as_int(amax));
+    __syncthreads();
+    amax = __int_as_float(scratch[0]);
+    int e = (amax > 0.f && amax <= FLT_MAX) ? 7 - ilogbf(amax) : 0;
+    e = min(max(e, -100), 100);
+    qmul = ldexpf(1.f, e);
+  }
+  for (int idx = tid; idx < MTILES * KSTEPS * 32 * 4; idx += NT) {
+    const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
+    const int r = row0 + mt * 16 + (ln >> 2) + 8 * (reg & 1);
+    const int k0 = 2 * (ln & 3) + 8 * (reg >> 1);
+    float v[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int d = C::qk_d(ks, k0 + e);
+      float x = r < q_rows ? to_f32(q[q_index(r, d)]) : 0.f;
+      if constexpr (C::kQuant) x *= __ldg(k_scale + d) * qmul;
+      v[e] = x;
+    }
+    uint32_t* dst = reinterpret_cast<uint32_t*>(qfrag + ((mt * KSTEPS + ks) * QP) * 32 + ln) + reg;
+    if constexpr (C::kQuant) {
+      uint32_t hi, lo;
+      split2<MT>(v[0], v[1], hi, lo);
+      dst[0] = hi;
+      dst[32 * 4] = lo;
+    } else {
+      dst[0] = pack2<MT>(v[0], v[1]);
+    }
+  }
+  // Per-row constants: log2-domain score offset of an int8 key offset, mask / pse row bases.
+  const float score_mul = p.softmax_scale * kLog2e / qmul;
+  for (int rr = warp; rr < M_TILE; rr += NW) {
+    const int r = min(row0 + rr, q_rows - 1);
+    float acc = 0.f;
+    if (k_offset != nullptr && row0 + rr < q_rows) {
+      for (int d = lane; d < D; d += 32) acc += to_f32(q[q_index(r, d)]) * __ldg(k_scale + d) * __ldg(k_offset + d);
+      acc = warp_sum(acc);
+    }
+    if (lane == 0) {
+      const int gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
+      row_add[rr] = acc * p.softmax_scale * kLog2e;
+      mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
+      pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
+    }
+  }
+  __syncthreads();
+
+  // Per-thread rows: mt * 16 + g + 8 * half. lim = first key the row may not see.
+  float radd[MTILES][2];
+  int lim[MTILES][2];
+#pragma unroll
+  for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int rr = mt * 16 + g + 8 * hf;
+      const int r = min(row0 + rr, q_rows - 1);
+      const int i = r % s_q;
+      radd[mt][hf] = row_add[rr];
+      lim[mt][hf] = p.causal ? min(k_end, kv_len - s_q + i + 1) : k_end;
+    }
+
+  // ---- main loop --------------------------------------------------------------------------
+  float acc[MTILES][NTILES][4];
+#pragma unroll
+  for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+    for (int j = 0; j < NTILES; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.f;
+  float m_run[MTILES][2], l_run[MTILES][2];
+#pragma unroll
+  for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) m_run[mt][hf] = -INFINITY, l_run[mt][hf] = 0.f;
+
+  const uint8_t* mask = static_cast<const uint8_t*>(p.atten_mask);
+  const float* pse = static_cast<const float*>(p.pse_shift);
+  const bool has_bias = mask != nullptr || pse != nullptr;
+
+  int stage = 0;
+  for (int j = 0; j < my_chunks; ++j) {
+    // Read chunk j's block flag before issuing chunk j + STAGES - 1 (a different bit).
+    const bool blk_ok = ((bad_blocks >> (j & 31)) & 1u) == 0;
+    if (j + STAGES - 1 < my_chunks) issue(j + STAGES - 1);
+    cp_async_commit();
+    cp_async_wait<STAGES - 1>();
+    __syncwarp();
+
+    const int kc = first_key + j * kStepKeys;
+    const uint8_t* sk = wbase + stage * C::kStageBytes;
+    const uint8_t* sv = sk + C::kTensorBytesK;
+
+    // S = q . k^T for 16 keys: two n-tiles of 8 keys.
+    float s[MTILES][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+    if constexpr (!C::kQuant) {
+      const int mi = lane >> 3, key = ((mi >> 1) << 3) + (lane & 7);
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t b00, b01, b10, b11;
+        ldmatrix_x4(smem_addr(sk + key * C::kKPitch + (2 * ks + (mi & 1)) * 16), b00, b01, b10, b11);
+#pragma unroll
+        for (int mt = 0; mt < MTILES; ++mt) {
+          const uint4 a4 = qfrag[(mt * KSTEPS + ks) * 32 + lane];
+          const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
+          mma_16816<MT>(s[mt][0], a, b00, b01);
+          mma_16816<MT>(s[mt][1], a, b10, b11);
+        }
+      }
+    } else {
+      using Cvt = typename CvtOf<KVT>::type;
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h) {
+        uint4 w[2];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          w[nt] = *reinterpret_cast<const uint4*>(sk + (nt * 8 + g) * C::kKPitch + (4 * h + tq) * 16);
+        }
+#pragma unroll
+        for (int s4 = 0; s4 < 4; ++s4) {
+          uint32_t bk[2][2];
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            const uint32_t word = Cvt::prep(s4 == 0 ? w[nt].x : s4 == 1 ? w[nt].y : s4 == 2 ? w[nt].z : w[nt].w);
+            bk[nt][0] = Cvt::lo(word);
+            bk[nt][1] = Cvt::hi(word);
+          }
+#pragma unroll
+          for (int mt = 0; mt < MTILES; ++mt) {
+#pragma unroll
+            for (int part = 0; part < QP; ++part) {
+              const uint4 a4 = qfrag[((mt * KSTEPS + 4 * h + s4) * QP + part) * 32 + lane];
+              const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
+              mma_16816<MT>(s[mt][0], a, bk[0][0], bk[0][1]);
+              mma_16816<MT>(s[mt][1], a, bk[1][0], bk[1][1]);
+            }
+          }
+        }
+      }
+    }
+
+    // Scale, bias, mask (log2 domain), online softmax. Keys at/after a row's limit, in an
+    // invalid block, or masked, become -inf before anything else can touch them.
+    uint32_t pa[MTILES][PP][4];  // p (bf16: as hi + lo parts)
+#pragma unroll
+    for (int mt = 0; mt < MTILES; ++mt) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int rr = mt * 16 + g + 8 * hf;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = kc + nt * 8 + 2 * tq + e;
+            const float x = s[mt][nt][2 * hf + e] * score_mul + radd[mt][hf];
+            s[mt][nt][2 * hf + e] = (key >= lim[mt][hf] || !blk_ok) ? -INFINITY : x;
+          }
+        if (has_bias) {  // a real branch: predicated loads would cost issue slots on every chunk
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = kc + nt * 8 + 2 * tq + e;
+              float& x = s[mt][nt][2 * hf + e];
+              if (x == -INFINITY) continue;
+              if (mask != nullptr && mask[mask_row[rr] + key * p.mask_stride_k] != 0) x = -INFINITY;
+              else if (pse != nullptr) x += __ldg(pse + pse_row[rr] + key * p.pse_stride_k) * kLog2e;
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hf + e]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mt][hf], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = exp2f(m_run[mt][hf] - m_use);
+        m_run[mt][hf] = m_new;
+        float lsum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = exp2f(s[mt][nt][2 * hf + e] - m_use);
+            s[mt][nt][2 * hf + e] = pv;
+            lsum += pv;
+          }
+        l_run[mt][hf] = l_run[mt][hf] * alpha + lsum;
+        if (__any_sync(0xffffffffu, alpha != 1.f)) {
+#pragma unroll
+          for (int jn = 0; jn < NTILES; ++jn) {
+            acc[mt][jn][2 * hf] *= alpha;
+            acc[mt][jn][2 * hf + 1] *= alpha;
+          }
+        }
+      }
+      // C fragments of the two key n-tiles are the A fragment of p for the 16-key k-step.
+      if constexpr (PP == 2) {
+        split2<MT>(s[mt][0][0], s[mt][0][1], pa[mt][0][0], pa[mt][PP - 1][0]);
+        split2<MT>(s[mt][0][2], s[mt][0][3], pa[mt][0][1], pa[mt][PP - 1][1]);
+        split2<MT>(s[mt][1][0], s[mt][1][1], pa[mt][0][2], pa[mt][PP - 1][2]);
+        split2<MT>(s[mt][1][2], s[mt][1][3], pa[mt][0][3], pa[mt][PP - 1][3]);
+      } else {
+        pa[mt][0][0] = pack2<MT>(s[mt][0][0], s[mt][0][1]);
+        pa[mt][0][1] = pack2<MT>(s[mt][0][2], s[mt][0][3]);
+        pa[mt][0][2] = pack2<MT>(s[mt][1][0], s[mt][1][1]);
+        pa[mt][0][3] = pack2<MT>(s[mt][1][2], s[mt][1][3]);
+      }
+    }
+
+    // O += p . v (hi and lo parts of p against the same v fragments)
+    if constexpr (!C::kQuant) {
+      const int mi = lane >> 3, key = ((mi & 1) << 3) + (lane & 7);
+#pragma unroll
+      for (int jn = 0; jn < NTILES; jn += 2) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(smem_addr(sv + key * C::kVPitch + (jn + (mi >> 1)) * 16), b0, b1, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+          for (int part = 0; part < PP; ++part) {
+            mma_16816<MT>(acc[mt][jn], pa[mt][part], b0, b1);
+            mma_16816<MT>(acc[mt][jn + 1], pa[mt][part], b2, b3);
+          }
+      }
+    } else {
+      using Cvt = typename CvtOf<KVT>::type;
+      constexpr int W = C::kVW, WORDS = W / 4;
+#pragma unroll
+      for (int uu = 0; uu < D / (8 * W); ++uu) {
+        uint32_t wr[4][WORDS];  // rows 2t, 2t+1, 2t+8, 2t+9
+#pragma unroll
+        for (int rk = 0; rk < 4; ++rk) {
+          const int vrow = 2 * tq + (rk & 1) + 8 * (rk >> 1);
+          const int byte = uu * 8 * W + g * W;
+          const uint8_t* src = sv + vrow * C::kVPitch + byte;
+          if constexpr (W == 16) {
+            const uint4 v4 = *reinterpret_cast<const uint4*>(src);
+            const uint32_t vw[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+            for (int qw = 0; qw < WORDS; ++qw) wr[rk][qw] = Cvt::prep(vw[qw]);
+          } else {
+            const uint2 v2 = *reinterpret_cast<const uint2*>(src);
+            const uint32_t vw[2] = {v2.x, v2.y};
+#pragma unroll
+            for (int qw = 0; qw < WORDS; ++qw) wr[rk][qw] = Cvt::prep(vw[qw]);
+          }
+        }
+#pragma unroll
+        for (int qw = 0; qw < WORDS; ++qw) {
+          const uint32_t ab_lo = prmt(wr[0][qw], wr[1][qw], 0x5140), ab_hi = prmt(wr[0][qw], wr[1][qw], 0x7362);
+          const uint32_t cd_lo = prmt(wr[2][qw], wr[3][qw], 0x5140), cd_hi = prmt(wr[2][qw], wr[3][qw], 0x7362);
+          const uint32_t bv[4][2] = {{Cvt::lo(ab_lo), Cvt::lo(cd_lo)},
+                                     {Cvt::hi(ab_lo), Cvt::hi(cd_lo)},
+                                     {Cvt::lo(ab_hi), Cvt::lo(cd_hi)},
+                                     {Cvt::hi(ab_hi), Cvt::hi(cd_hi)}};
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            const int jn = uu * W + 4 * qw + jj;
+#pragma unroll
+            for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+              for (int part = 0; part < PP; ++part) mma_16816<MT>(acc[mt][jn], pa[mt][part], bv[jj][0], bv[jj][1]);
+          }
+        }
+      }
+    }
+    __syncwarp();  // the stage is refilled next
+    if (++stage == STAGES) stage = 0;
+  }
+  cp_async_wait<0>();
+
+  // ---- merge the warps' partial softmax states, then write -------------------------------
+#pragma unroll
+  for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = l_run[mt][hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      l_run[mt][hf] = l;
+    }
+  __syncthreads();  // every warp is done with its K/V stages (ebuf reuses them)
+  if (tq == 0) {
+#pragma unroll
+    for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int rr = mt * 16 + g + 8 * hf;
+        warp_m[warp * M_TILE + rr] = m_run[mt][hf];
+        warp_l[warp * M_TILE + rr] = l_run[mt][hf];
+      }
+  }
+  __syncthreads();
+  if (tid < M_TILE) {
+    float mx = -INFINITY;
+    for (int w = 0; w < NW; ++w) mx = fmaxf(mx, warp_m[w * M_TILE + tid]);
+    float l = 0.f;
+    if (mx != -INFINITY)
+      for (int w = 0; w < NW; ++w) {
+        const float mw = warp_m[w * M_TILE + tid];
+        if (mw != -INFINITY) l += warp_l[w * M_TILE + tid] * exp2f(mw - mx);
+      }
+    fin_m[tid] = mx;
+    fin_l[tid] = l;
+  }
+  __syncthreads();
+  // Each warp stores its rescaled fragments in fragment order (16 B per lane, no bank
+  // conflicts); then every thread sums one slot over the warps and writes it out.
+#pragma unroll
+  for (int mt = 0; mt < MTILES; ++mt) {
+    float f[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int rr = mt * 16 + g + 8 * hf;
+      const float lt = fin_l[rr];
+      f[hf] = (lt > 0.f && m_run[mt][hf] != -INFINITY) ? exp2f(m_run[mt][hf] - fin_m[rr]) / lt : 0.f;
+    }
+#pragma unroll
+    for (int jn = 0; jn < NTILES; ++jn)
+      ebuf[((warp * MTILES + mt) * NTILES + jn) * 32 + lane] =
+          make_float4(acc[mt][jn][0] * f[0], acc[mt][jn][1] * f[0], acc[mt][jn][2] * f[1], acc[mt][jn][3] * f[1]);
+  }
+  __syncthreads();
+
+  const float* v_scale = C::kQuant ? static_cast<const float*>(p.v_scale) + kvh * D : nullptr;
+  const float* v_offset = (C::kQuant && p.v_offset) ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
+  constexpr int kSlots = MTILES * NTILES * 32;
+  for (int slot = tid; slot < kSlots; slot += NT) {
+    float4 o = ebuf[slot];
+#pragma unroll
+    for (int w = 1; w < NW; ++w) {
+      const float4 x = ebuf[w * kSlots + slot];
+      o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+    }
+    const int ln = slot & 31, jn = (slot >> 5) % NTILES, mt = (slot >> 5) / NTILES;
+    const int d0 = C::pv_d(jn, 2 * (ln & 3)), d1 = C::pv_d(jn, 2 * (ln & 3) + 1);
+    float sc0 = 1.f, sc1 = 1.f, of0 = 0.f, of1 = 0.f;
+    if constexpr (C::kQuant) {
+      sc0 = __ldg(v_scale + d0), sc1 = __ldg(v_scale + d1);
+      if (v_offset) of0 = __ldg(v_offset + d0), of1 = __ldg(v_offset + d1);
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int rr = mt * 16 + (ln >> 2) + 8 * hf, r = row0 + rr;
+      if (r >= q_rows) continue;
+      const bool seen = fin_l[rr] > 0.f;
+      float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
+      v0 = seen ? sc0 * (v0 + of0) : 0.f;
+      v1 = seen ? sc1 * (v1 + of1) : 0.f;
+      if (ns == 1) {
+        const int gh = r / s_q, i = r - gh * s_q;
+        QT* dst = static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s +
+                  (kvh * group + gh) * p.out_stride_h;
+        store2<QT>(dst, d0, d1, v0, v1);
+      } else {
+        float* dst = static_cast<float*>(p.o_accum) + (static_cast<int64_t>(u) * q_rows + r) * D;
+        dst[d0] = v0;
+        dst[d1] = v1;
+      }
+    }
+  }
+  if (tid < M_TILE && row0 + tid < q_rows) {
+    const int r = row0 + tid;
+    const float lt = fin_l[tid];
+    if (ns == 1) {
+      const int gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
+      static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] =
+          lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : INFINITY;
+    } else {
+      static_cast<float*>(p.lse_accum)[static_cast<int64_t>(u) * q_rows + r] =
+          lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : -INFINITY;
+    }
+  }
+}
+
+}  // namespace dualops::cuda::ifa

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
+# tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
+#
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts]
+#   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
+#   --full` on every backend here, cuda vs ascend_sim pairs included
+#   (default: build test bench sanitize)
+#
+# Logs and JSON go to $OUT (default ./gpu_out). Extra pytest arguments: $PYTEST_ARGS.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+STAGES=${*:-build test bench sanitize}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+PY=${PYTHON:-python3}
+status=0
+
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+  $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name())"
+  nvcc --version | tail -1
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
+if has build; then
+  echo "== build"
+  start=$(date +%s)
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) DUALOPS_CUDA=on timeout 480 \
+    $PY -m pip install --no-build-isolation --no-deps -v . > "$OUT/build.log" 2>&1
+  rc=$?
+  echo "build rc=$rc in $(( $(date +%s) - start )) s"
+  if [ $rc -ne 0 ]; then tail -60 "$OUT/build.log"; exit $rc; fi
+  grep -E "registers|spill" "$OUT/build.log" | grep -v " 0 bytes spill" | tail -5
+fi
+
+# The tests may import dualops from the source tree (python/) or from site-packages: put the
+# built extension in both places.
+so=$(cd /tmp && $PY -c "import dualops._C as c; print(c.__file__)" 2>/dev/null) && cp -f "$so" python/dualops/ 2>/dev/null
+$PY -c "import dualops.backends.cuda as c; print('cuda backend:', c.status())"
+
+if has test; then
+  echo "== tests"
+  timeout 600 $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -40
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if has suite; then
+  echo "== whole suite"
+  timeout 600 $PY -m pytest tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -15
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if has parity; then
+  echo "== parity (every backend, cross-backend pairs)"
+  timeout 600 $PY -m dualops parity --full --out "$OUT/parity" 2>&1 | tee "$OUT/parity.log" | tail -25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if has bench || has quickbench; then
+  echo "== bench"
+  flag=""
+  has quickbench && flag="--quick"
+  timeout 540 $PY -m dualops.bench.incre_flash_attention $flag --json "$OUT/bench_ifa.json" 2>&1 | tee "$OUT/bench.log" | tail -70
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool"
+    timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k smoke 2>&1 | tee "$OUT/$tool.log" | tail -12
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+fi
+if has shapes; then
+  # CTA-shape experiment (BENCHMARKS.md notes): the same calls under each DUALOPS_IFA_CTA_SHAPE,
+  # plus the name of the kernel torch's SDPA runs.
+  echo "== shapes"
+  cat > /tmp/ifa_shapes.py <<'PY'
+import os, sys, torch, torch.nn.functional as F
+from dualops.backends import cuda as cb
+from dualops.bench.timing import time_cuda, rotation_count, l2_bytes
+shape = os.environ.get("DUALOPS_IFA_CTA_SHAPE", "auto")
+for hq, hkv, b, s in ((32, 8, 16, 32768), (128, 128, 1, 131072), (8, 1, 128, 32768), (32, 8, 1, 131072),
+                      (32, 8, 16, 1024), (32, 8, 128, 1024), (8, 1, 1, 8192)):
+    n = rotation_count(b * s * hkv * 512, l2_bytes())
+    qs = [torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    ks = [torch.randn(b, s, hkv, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    vs = [torch.randn_like(x) for x in ks]
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    plan = cb.make_ifa_plan(qs[0], ks[0], None)
+    kw = dict(kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False, atten_mask=None, pse_shift=None,
+              k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=plan)
+    t = time_cuda(lambda i: cb.incre_flash_attention(qs[i], ks[i], vs[i], **kw), n)
+    gbs = b * s * hkv * 512 / (t.median_us * 1e-6) / 1e9
+    print(f"shape={shape:6s} h{hq}/{hkv} b{b} s{s} splits={plan.num_splits}: {t.median_us:8.1f} us {gbs:6.0f} GB/s", flush=True)
+    del qs, ks, vs
+if shape == "auto":
+    q = torch.randn(16, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(16, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        F.scaled_dot_product_attention(q, k, k, enable_gqa=True); torch.cuda.synchronize()
+    print("SDPA kernels:", sorted({e.name[:90] for e in prof.events() if e.device_type.name == "CUDA"}))
+PY
+  for sh in ${SHAPES:-auto narrow wide}; do
+    if [ $sh = auto ]; then unset DUALOPS_IFA_CTA_SHAPE; else export DUALOPS_IFA_CTA_SHAPE=$sh; fi
+    timeout 120 $PY /tmp/ifa_shapes.py 2>&1 | grep -v Warning
+  done | tee "$OUT/shapes.log"
+  unset DUALOPS_IFA_CTA_SHAPE
+fi
+
+if has layouts; then
+  # Does the placement of V relative to K change the bandwidth? (BENCHMARKS.md notes)
+  echo "== layouts"
+  cat > /tmp/ifa_layouts.py <<'PY'
+import torch
+from dualops.backends import cuda as cb
+from dualops.bench.timing import time_cuda
+for hq, hkv, b, s in ((32, 8, 16, 32768), (128, 128, 1, 131072), (8, 1, 128, 32768)):
+    shape = (b, s, hkv, 128)
+    n = b * s * hkv * 128
+    q = torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16)
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    def run(k, v, name):
+        plan = cb.make_ifa_plan(q, k, None)
+        kw = dict(kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False, atten_mask=None,
+                  pse_shift=None, k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=plan)
+        t = time_cuda(lambda i: cb.incre_flash_attention(q, k, v, **kw), 1)
+        print(f"h{hq}/{hkv} b{b} s{s} {name:22s} {t.median_us:8.1f} us {n * 4 / (t.median_us * 1e-6) / 1e9:6.0f} GB/s",
+              flush=True)
+    k = torch.randn(shape, device="cuda", dtype=torch.bfloat16); v = torch.randn_like(k)
+    run(k, v, "separate")
+    del k, v
+    for pad in (4096 + 512, (1 << 20) + 37 * 256):
+        buf = torch.randn(2 * n + pad // 2, device="cuda", dtype=torch.bfloat16)
+        run(buf[:n].view(shape), buf[n + pad // 2:].view(shape), f"one buffer, V +{pad} B")
+        del buf
+    kv = torch.randn(b, s, hkv, 2, 128, device="cuda", dtype=torch.bfloat16)
+    run(kv[..., 0, :], kv[..., 1, :], "fused [B,S,H,2,D]")
+    del kv
+PY
+  cat >> /tmp/ifa_layouts.py <<'PY'
+import dataclasses
+for hq, hkv, b, s in ((128, 128, 1, 131072), (32, 8, 16, 32768)):
+    q = torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s, hkv, 128, device="cuda", dtype=torch.bfloat16); v = torch.randn_like(k)
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    base = cb.make_ifa_plan(q, k, None)
+    for ns in (1, 2, 4, 8, 16):
+        plan = dataclasses.replace(base, num_splits=ns, split_len=s // ns, num_units=b * hkv * ns)
+        kw = dict(kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False, atten_mask=None,
+                  pse_shift=None, k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=plan)
+        t = time_cuda(lambda i: cb.incre_flash_attention(q, k, v, **kw), 1)
+        print(f"h{hq}/{hkv} b{b} s{s} splits={ns:2d} {t.median_us:8.1f} us {b*s*hkv*512 / (t.median_us*1e-6)/1e9:6.0f} GB/s", flush=True)
+    del k, v
+PY
+  timeout 200 $PY /tmp/ifa_layouts.py 2>&1 | tee "$OUT/layouts.log"
+fi
+
+if has profile; then
+  # Nsight Compute on a few configurations (stall reasons, bandwidth) and the SASS opcode mix of
+  # the main kernels; all into profile.log.
+  echo "== profile"
+  cat > /tmp/ifa_prof.py <<'PY'
+import sys, torch
+from dualops.backends import cuda as cb
+hq, hkv, b, s, kv = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+dev = "cuda"
+q = torch.randn(b, 1, hq, 128, device=dev, dtype=torch.bfloat16)
+k = torch.randn(b, s, hkv, 128, device=dev, dtype=torch.bfloat16)
+v = torch.randn_like(k)
+sc = None
+if kv == "int8":
+    k = torch.randint(-128, 128, k.shape, device=dev, dtype=torch.int8); v = k.clone()
+    sc = torch.full((hkv, 128), 0.01, device=dev)
+lens = torch.full((b,), s, dtype=torch.int32, device=dev)
+for _ in range(5):
+    cb.incre_flash_attention(q, k, v, kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False,
+                             atten_mask=None, pse_shift=None, k_scale=sc, v_scale=sc, k_offset=None, v_offset=None)
+torch.cuda.synchronize()
+print(cb.make_ifa_plan(q, k, None).describe())
+PY
+  {
+    for cfg in "32 8 16 4096 bf16" "128 128 1 32768 int8" "32 8 128 1024 bf16"; do
+      echo "### ncu $cfg"
+      timeout 120 ncu --clock-control none -k regex:ifa_split_kernel --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section SchedulerStats \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__warps_launched.sum,smsp__inst_executed_pipe_lsu.sum,dram__bytes_read.sum" \
+        $PY /tmp/ifa_prof.py $cfg 2>&1 | grep -vE "^==PROF==|^\s*$|^\s+(OPT|WRN|INF)|^\s{10}" | head -90
+    done
+    echo "### SASS opcode mix"
+    so=$(ls python/dualops/_C*.so | head -1)
+    cuobjdump -sass "$so" > /tmp/all.sass 2>/dev/null
+    $PY - <<'PY'
+import re, collections
+fn, hist = None, {}
+for line in open("/tmp/all.sass"):
+    m = re.search(r"Function : (\S+)", line)
+    if m:
+        fn = m.group(1); hist[fn] = collections.Counter(); continue
+    m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+    if fn and m:
+        hist[fn][m.group(1)] += 1
+for fn, h in hist.items():
+    if "ifa_split_kernel" in fn and "Li128ELi16E" in fn:
+        print(fn, sum(h.values()), dict(h.most_common(25)))
+PY
+  } > "$OUT/profile.log" 2>&1
+  tail -c 6000 "$OUT/profile.log"
+fi
+exit $status

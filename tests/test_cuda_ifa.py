@@ -1,0 +1,376 @@
+"""CUDA incremental flash attention against dualops.reference, by the REFERENCE.md §5 method:
+NaN in every unused cache slot, randomly permuted block tables, varlen batches with 0- and
+1-token requests, non-contiguous q and caches, fresh random inputs per case; plus split-KV
+plans forced to odd shapes, CUDA-graph capture of a decode step, and argument errors.
+
+GPU tests skip on a machine without CUDA (the packing tests still run there). The cases whose
+names contain "smoke" are the compute-sanitizer subset (scripts/gpu_job.sh)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+
+import pytest
+import torch
+
+import dualops
+from dualops import quant, schema
+from dualops.backends import cuda as cuda_backend
+from dualops.reference import incre_flash_attention as ref_ifa
+from dualops.testing import LSE_TOLERANCE, assert_close_parity
+
+HAS_CUDA = torch.cuda.is_available() and cuda_backend.status()[0]
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an sm_90 GPU and dualops._C built with CUDA")
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+
+# ----------------------------------------------------------------------------- CPU-side checks
+
+
+def test_fast_params_packing_matches_schema():
+    vals = dict(q=0x1000, k=0x2000, out=0x3000, kv_lens=7, q_stride_b=-3, num_blocks=1 << 40,
+                softmax_scale=0.125, causal=1, q_dtype=2, kv_dtype=4, pse_stride_k=5)
+    assert cuda_backend.pack_ifa_params(**vals) == schema.pack_params("incre_flash_attention", **vals)
+    with pytest.raises(ValueError, match="unknown field"):
+        cuda_backend.pack_ifa_params(bogus=1)
+
+
+def test_plan_packs_to_the_tiling_header():
+    from dualops import devices
+    from dualops.tiling import plan_incre_flash_attention
+
+    plan = plan_incre_flash_attention(batch=1, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=131072,
+                                      device=devices.profile("h100"))
+    raw = cuda_backend._plan_bytes(plan)
+    assert len(raw) == 4 * 17  # IncreFlashAttentionTiling: 17 int32
+    assert plan.num_splits > 1  # b=1 at 128k must spread over the GPU
+
+
+def test_status_explains_itself_without_cuda():
+    ok, why = cuda_backend.status()
+    assert isinstance(ok, bool) and why
+    if not torch.cuda.is_available():
+        assert not ok and "cuda" in why.lower()
+
+
+# ----------------------------------------------------------------------------- case builder
+
+
+def _fill_unused(cache, lens):
+    """NaN (or the int8 extreme) in every slot at/after kv_len: a kernel that reads one fails."""
+    cache = cache.clone()
+    for b, n in enumerate(lens):
+        if cache.dtype == torch.int8:
+            cache[b, n:] = 127
+        else:
+            cache[b, n:] = torch.tensor(float("nan")).to(cache.dtype)
+    return cache
+
+
+def _page(logical, lens, bs, gen):
+    """Scatter a logical [B, S, H, D] cache (S = MB * bs) into a permuted pool with spare blocks;
+    table entries past a request's blocks are -1; every unused pool slot is NaN / extreme."""
+    B, S, H, D = logical.shape
+    mb = S // bs
+    used = [math.ceil(n / bs) for n in lens]
+    total = sum(used) + 3
+    perm = torch.randperm(total, generator=gen).tolist()
+    bad = 127 if logical.dtype == torch.int8 else float("nan")
+    pool = torch.full((total, bs, H, D), bad, dtype=torch.float32).to(logical.dtype).to(logical.device)
+    table = torch.full((B, mb), -1, dtype=torch.int32)
+    k = 0
+    for b in range(B):
+        for j in range(used[b]):
+            table[b, j] = perm[k]
+            pool[perm[k]] = logical[b, j * bs:(j + 1) * bs]
+            k += 1
+    return pool, table.to(logical.device)
+
+
+def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0, lens=None, s_max=None,
+              causal=False, mask=None, pse=None, q_layout="contiguous", fused_kv=False, int8_offset=True,
+              softmax_scale=None, seed=0, device="cuda"):
+    """Keyword arguments of dualops.incre_flash_attention for one variant (fresh random data)."""
+    gen = torch.Generator().manual_seed(seed)
+    dev = torch.device(device)
+    if lens is None:
+        s_max = s_max or 96
+        lens = [0, 1, s_max] + [int(x) for x in torch.randint(0, s_max + 1, (max(B - 3, 0),), generator=gen)]
+        lens = lens[:B]
+    s_max = s_max or max(max(lens), 1)
+    if page:
+        s_max = (math.ceil(max(max(lens), 1) / page) + 1) * page  # one spare table column
+    # q: contiguous, a slice of a wider tensor, or a transposed BHSD tensor.
+    # (made on the device first: .to(device) of a strided CPU view would make it contiguous)
+    if q_layout == "slice":
+        q = torch.randn(B, S_q, h_q, 2 * D, generator=gen).to(dtype).to(dev)[..., D // 2:D // 2 + D]
+    elif q_layout == "bhsd":
+        q = torch.randn(B, h_q, S_q, D, generator=gen).to(dtype).to(dev).transpose(1, 2)
+    else:
+        q = torch.randn(B, S_q, h_q, D, generator=gen).to(dtype).to(dev)
+    if fused_kv:  # k and v interleaved in one tensor: head rows strided by 2 * D
+        kvf = torch.randn(B, s_max, h_kv, 2, D, generator=gen).to(dev)
+        k, v = kvf[..., 0, :], kvf[..., 1, :]
+    else:
+        k = torch.randn(B, s_max, h_kv, D, generator=gen).to(dev)
+        v = torch.randn(B, s_max, h_kv, D, generator=gen).to(dev)
+    extra = {}
+    if kv == "same":
+        k, v = k.to(dtype), v.to(dtype)
+    elif kv == "int8":
+        kq, ks, ko = quant.quantize_kv_int8(k, symmetric=not int8_offset)
+        vq, vs, vo = quant.quantize_kv_int8(v, symmetric=not int8_offset)
+        k, v = kq, vq
+        extra = dict(k_scale=ks, v_scale=vs, k_offset=ko, v_offset=vo)
+    elif kv == "fp8":
+        kq, ks = quant.quantize_kv_fp8(k)
+        vq, vs = quant.quantize_kv_fp8(v)
+        k, v = kq, vq
+        extra = dict(k_scale=ks, v_scale=vs)
+    else:
+        raise ValueError(kv)
+    k, v = _fill_unused(k, lens), _fill_unused(v, lens)
+    if fused_kv and kv == "same":
+        both = torch.stack([k, v], dim=3)  # keep the strided layout after the NaN fill
+        k, v = both[..., 0, :], both[..., 1, :]
+    kw = dict(kv_lens=torch.tensor(lens, dtype=torch.int32, device=dev), causal=causal, **extra)
+    if page:
+        k, table = _page(k, lens, page, gen)
+        v = _page_same(v, lens, page, table, total=k.shape[0])
+        kw["block_table"] = table
+    s_kv = s_max
+    if mask is not None:
+        shape = {"full": (B, h_q, S_q, s_kv), "per_batch": (B, 1, 1, s_kv), "per_head_q": (1, h_q, S_q, s_kv)}[mask]
+        kw["atten_mask"] = (torch.rand(shape, generator=gen) < 0.3).to(dev)
+    if pse is not None:
+        shape, pdt = {"full": ((B, h_q, S_q, s_kv), torch.float32), "per_head": ((1, h_q, 1, s_kv), torch.float32),
+                      "fp16": ((B, 1, S_q, s_kv), torch.float16)}[pse]
+        kw["pse_shift"] = torch.randn(shape, generator=gen).to(pdt).to(dev)
+    if softmax_scale is not None:
+        kw["softmax_scale"] = softmax_scale
+    return q, k, v, kw
+
+
+def _page_same(logical, lens, bs, table, total):
+    """Page `logical` with an existing table into a pool of `total` blocks (k and v share one
+    block table)."""
+    B, S, H, D = logical.shape
+    bad = 127 if logical.dtype == torch.int8 else float("nan")
+    pool = torch.full((total, bs, H, D), bad, dtype=torch.float32).to(logical.dtype).to(logical.device)
+    for b in range(B):
+        for j in range(math.ceil(lens[b] / bs)):
+            pool[int(table[b, j])] = logical[b, j * bs:(j + 1) * bs]
+    return pool
+
+
+def check(q, k, v, kw, *, name=""):
+    out, lse = dualops.incre_flash_attention(q, k, v, backend="cuda", return_lse=True, **kw)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert_close_parity(out, ref_out, name=f"{name} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{name} lse")
+    return out, lse
+
+
+def _id(d):
+    return "-".join(f"{k}={v}" for k, v in d.items())
+
+
+# ----------------------------------------------------------------------------- the variant matrix
+
+# dtype x cache x head dim x layout (heads 8/2, S_q 1, varlen with 0 and 1).
+CORE = [dict(dtype=dt, kv=kv, D=D, page=pg)
+        for dt in (BF16, FP16) for kv in ("same", "int8", "fp8") for D in (64, 128, 256) for pg in (0, 64)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", CORE, ids=[_id(c) for c in CORE])
+def test_dtypes_head_dims_layouts(case):
+    q, k, v, kw = make_case(B=4, seed=zlib.crc32(_id(case).encode()) % 1000, **case)
+    check(q, k, v, kw, name=_id(case))
+
+
+HEADS = [(1, 1), (4, 4), (8, 1), (12, 4), (32, 8), (64, 8), (40, 5), (128, 128)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("h_q,h_kv", HEADS)
+@pytest.mark.parametrize("page", [0, 16])
+def test_head_configs(h_q, h_kv, page):
+    q, k, v, kw = make_case(B=3, h_q=h_q, h_kv=h_kv, page=page, s_max=80, seed=h_q * 7 + h_kv + page)
+    check(q, k, v, kw, name=f"h{h_q}/{h_kv} page{page}")
+
+
+@needs_cuda
+@pytest.mark.parametrize("page", [16, 32, 48, 64, 128, 256])
+@pytest.mark.parametrize("kv", ["same", "int8"])
+def test_page_sizes(page, kv):
+    q, k, v, kw = make_case(B=5, page=page, kv=kv, lens=[0, 1, 300, 17, page + 1], seed=page)
+    check(q, k, v, kw, name=f"page{page} {kv}")
+
+
+# S_q > 1 with causal (MTP): q tiles of 16/32/64 rows, several q tiles per unit.
+SQ = [dict(S_q=s, h_q=hq, h_kv=hk, D=D, causal=c)
+      for (s, hq, hk, D, c) in [(2, 8, 2, 128, True), (3, 8, 2, 128, True), (4, 8, 1, 128, True),
+                                (8, 16, 2, 128, True), (8, 8, 1, 64, True), (5, 12, 2, 256, True),
+                                (8, 32, 4, 64, True), (6, 4, 4, 128, False), (8, 64, 8, 128, True)]]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", SQ, ids=[_id(c) for c in SQ])
+@pytest.mark.parametrize("page", [0, 64])
+def test_multi_token_queries(case, page):
+    q, k, v, kw = make_case(B=3, page=page, lens=[2, 70, case["S_q"] - 1], seed=case["S_q"] + page, **case)
+    check(q, k, v, kw, name=_id(case))
+
+
+MASKS = [dict(mask=m, pse=p, S_q=s, causal=c)
+         for (m, p, s, c) in [("full", None, 1, False), ("per_batch", None, 2, True), (None, "full", 1, False),
+                              (None, "per_head", 3, True), ("per_head_q", "fp16", 4, False),
+                              ("full", "full", 2, False)]]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", MASKS, ids=[_id(c) for c in MASKS])
+@pytest.mark.parametrize("page", [0, 32])
+@pytest.mark.parametrize("kv", ["same", "fp8"])
+def test_masks_and_bias(case, page, kv):
+    q, k, v, kw = make_case(B=3, page=page, kv=kv, seed=len(_id(case)) + page, **case)
+    check(q, k, v, kw, name=_id(case))
+
+
+@needs_cuda
+@pytest.mark.parametrize("q_layout", ["slice", "bhsd"])
+@pytest.mark.parametrize("fused_kv", [False, True])
+def test_non_contiguous_inputs(q_layout, fused_kv):
+    q, k, v, kw = make_case(B=3, q_layout=q_layout, fused_kv=fused_kv, S_q=2, causal=True, seed=3)
+    assert not q.is_contiguous()
+    check(q, k, v, kw, name=f"{q_layout} fused={fused_kv}")
+
+
+@needs_cuda
+def test_int8_symmetric_and_custom_scale():
+    q, k, v, kw = make_case(B=3, kv="int8", int8_offset=False, softmax_scale=0.3, seed=11)
+    assert "k_offset" not in kw or kw["k_offset"] is None
+    check(q, k, v, kw, name="int8 symmetric")
+
+
+@needs_cuda
+def test_all_requests_empty():
+    q, k, v, kw = make_case(B=2, lens=[0, 0], s_max=32, seed=5)
+    out, lse = check(q, k, v, kw, name="empty")
+    assert torch.all(out == 0) and torch.all(torch.isinf(lse) & (lse > 0))
+
+
+# ----------------------------------------------------------------------------- split-KV
+
+
+@needs_cuda
+@pytest.mark.parametrize("kv", ["same", "int8", "fp8"])
+@pytest.mark.parametrize("page", [0, 128])
+def test_split_kv_long_context(kv, page):
+    # One request of 6000 keys and a short one: the planner splits (few units for 132 SMs).
+    q, k, v, kw = make_case(B=2, h_q=8, h_kv=1, kv=kv, page=page, lens=[6000, 3], seed=21)
+    plan = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
+    assert plan.num_splits > 1, plan.describe()
+    check(q, k, v, kw, name=f"split {kv} page{page}")
+
+
+def _backend_kwargs(q, k, kw):
+    full = dict(kv_lens=kw["kv_lens"], block_table=kw.get("block_table"), softmax_scale=q.shape[-1] ** -0.5,
+                causal=kw.get("causal", False), atten_mask=None, pse_shift=None, k_scale=kw.get("k_scale"),
+                v_scale=kw.get("v_scale"), k_offset=kw.get("k_offset"), v_offset=kw.get("v_offset"))
+    return full
+
+
+@needs_cuda
+@pytest.mark.parametrize("split_len,num_splits", [(16, 40), (48, 9), (112, 5), (640, 1)])
+def test_forced_split_plans(split_len, num_splits):
+    # Odd split lengths, and more splits than keys for some requests (empty splits).
+    q, k, v, kw = make_case(B=3, h_q=8, h_kv=2, S_q=2, causal=True, lens=[400, 0, 37], s_max=400, seed=split_len)
+    base = cuda_backend.make_ifa_plan(q, k, None)
+    plan = dataclasses.replace(base, num_splits=num_splits, split_len=split_len,
+                               num_units=base.batch * base.h_kv * num_splits)
+    out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert_close_parity(out, ref_out, name="forced split out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
+
+
+# ----------------------------------------------------------------------------- CUDA graphs
+
+
+@needs_cuda
+@pytest.mark.parametrize("page", [0, 64])
+def test_cuda_graph_decode_step(page):
+    """Capture a decode step (plan made beforehand), then replay it on new q values and new
+    kv_lens written in place: the graph must see them."""
+    q, k, v, kw = make_case(B=2, h_q=16, h_kv=2, page=page, lens=[3000, 2100], s_max=3000, seed=7)
+    plan = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
+    assert plan.num_splits > 1  # the split + combine pair is captured too
+    bk = _backend_kwargs(q, k, kw)
+    cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)  # warm-up outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+    torch.cuda.current_stream().wait_stream(s)
+    for step, lens in enumerate(([2999, 1], [1500, 2100], [0, 2048])):
+        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
+        kw["kv_lens"].copy_(torch.tensor(lens, dtype=torch.int32))
+        g.replay()
+        torch.cuda.synchronize()
+        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+        assert_close_parity(out, ref_out, name=f"graph step {step} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"graph step {step} lse")
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@needs_cuda
+def test_misaligned_cache_is_refused():
+    q, k, v, kw = make_case(B=2, D=64, s_max=32, lens=[5, 9], seed=1)
+    big = torch.randn(2, 32, 2, 64 + 4, device="cuda").to(BF16)
+    k_bad = big[..., 4:]  # head rows 136 B apart: not a multiple of 16 B
+    with pytest.raises(ValueError, match="16"):
+        cuda_backend.incre_flash_attention(q, k_bad, v, plan=None, **_backend_kwargs(q, k, kw))
+
+
+@needs_cuda
+def test_plan_for_other_shapes_is_refused():
+    q, k, v, kw = make_case(B=2, s_max=64, lens=[5, 9], seed=2)
+    q2, k2, _, _ = make_case(B=2, s_max=128, lens=[5, 9], seed=2)
+    other = cuda_backend.make_ifa_plan(q2, k2, None)
+    with pytest.raises(ValueError, match="max_kv_len"):
+        cuda_backend.incre_flash_attention(q, k, v, plan=other, **_backend_kwargs(q, k, kw))
+
+
+@needs_cuda
+def test_unsupported_head_dim_names_backend():
+    q = torch.randn(1, 1, 4, 96, device="cuda", dtype=BF16)
+    k = torch.randn(1, 16, 4, 96, device="cuda", dtype=BF16)
+    with pytest.raises(NotImplementedError, match="cuda"):
+        dualops.incre_flash_attention(q, k, k, backend="cuda")
+
+
+# ----------------------------------------------------------------------------- sanitizer subset
+
+SMOKE = [dict(kv="same", page=0, lens=[0, 1, 2500], h_q=8, h_kv=1),          # split + combine
+         dict(kv="same", page=64, lens=[5, 130, 64], h_q=8, h_kv=2),          # paged, no split
+         dict(kv="int8", page=0, lens=[0, 33, 90], h_q=8, h_kv=2),
+         dict(kv="fp8", page=32, lens=[1, 70, 2100], h_q=4, h_kv=1),
+         dict(kv="same", page=0, lens=[4, 40, 90], h_q=16, h_kv=2, S_q=4, causal=True, mask="full", pse="full")]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", SMOKE, ids=[f"smoke{i}" for i in range(len(SMOKE))])
+def test_smoke(case):
+    q, k, v, kw = make_case(B=3, seed=99, **case)
+    check(q, k, v, kw, name="smoke")
