@@ -2,17 +2,21 @@
 committed copies must be exactly what the generator makes (one source of truth)."""
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from dualops import codegen, schema
 
+# The checkout these tests belong to (the package may be installed elsewhere).
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_committed_headers_are_up_to_date():
     for name, text in codegen.headers().items():
-        path = codegen.include_dir() / name
+        path = codegen.include_dir(ROOT) / name
         assert path.read_text() == text, f"{path} is stale: run python -m dualops.codegen"
-    assert codegen.main(["--check"]) == 0
+    assert codegen.main(["--check", "--root", str(ROOT)]) == 0
 
 
 def test_params_struct_matches_pack_params(tmp_path):
@@ -33,7 +37,7 @@ def test_params_struct_matches_pack_params(tmp_path):
     src = tmp_path / "probe.cpp"
     src.write_text("\n".join(lines))
     exe = tmp_path / "probe"
-    subprocess.run([cxx, "-std=c++17", f"-I{codegen.include_dir().parent}", str(src), "-o", str(exe)],
+    subprocess.run([cxx, "-std=c++17", f"-I{codegen.include_dir(ROOT).parent}", str(src), "-o", str(exe)],
                    check=True)
     got = dict(((a, b), int(c)) for a, b, c in (l.split() for l in subprocess.check_output([str(exe)], text=True).splitlines()))
     for op in schema.OPS:

@@ -73,16 +73,21 @@ def headers() -> dict[str, str]:
     return {"params.h": params_header(), "tiling.h": tiling_header()}
 
 
-def include_dir() -> Path:
-    return schema._ops_dir() / "include" / "dualops"
+def include_dir(root: Path | None = None) -> Path:
+    """The generated headers of a source checkout: ``<root>/ops/include/dualops`` (root: the
+    current directory when it holds ops/, else the schema files' own folder)."""
+    if root is None:
+        root = Path.cwd() if (Path.cwd() / "ops" / "incre_flash_attention.yaml").exists() else schema._ops_dir().parent
+    return Path(root) / "ops" / "include" / "dualops"
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     check = "--check" in argv
+    root = Path(argv[argv.index("--root") + 1]) if "--root" in argv else None
     stale = []
     for name, text in headers().items():
-        path = include_dir() / name
+        path = include_dir(root) / name
         if check:
             if not path.exists() or path.read_text() != text:
                 stale.append(str(path))

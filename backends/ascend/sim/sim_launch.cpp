@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "ascend_sim/launcher.h"

@@ -121,18 +121,18 @@ void GmAccess(const char* api, const void* p, uint64_t bytes, bool write) {
       return;
     }
     if (a >= r.addr && a < r.addr + r.bytes) {
-      Fault(api, Str(write ? "writes" : "reads", " GM bytes [0x", std::hex, a, ", 0x", a + bytes, std::dec,
-                     ") running ", a + bytes - (r.addr + r.bytes), " bytes past the end of buffer '", r.name,
-                     "' (", r.bytes, " bytes at 0x", std::hex, r.addr, std::dec, ")"));
+      Fault(api, Str(write ? "writes" : "reads", " GM bytes [", Hex(a), ", ", Hex(a + bytes), ") running ",
+                     a + bytes - (r.addr + r.bytes), " bytes past the end of buffer '", r.name, "' (", r.bytes,
+                     " bytes at ", Hex(r.addr), ")"));
     }
   }
   std::string near;
-  if (it != regions.end()) near = Str("; the next buffer '", it->name, "' starts at 0x", std::hex, it->addr);
+  if (it != regions.end()) near = Str("; the next buffer '", it->name, "' starts at ", Hex(it->addr));
   if (it != regions.begin()) {
     const GmRegion& r = *(it - 1);
-    near += Str("; buffer '", r.name, "' ends at 0x", std::hex, r.addr + r.bytes);
+    near += Str("; buffer '", r.name, "' ends at ", Hex(r.addr + r.bytes));
   }
-  Fault(api, Str(write ? "writes" : "reads", " ", bytes, " GM bytes at 0x", std::hex, a, std::dec,
+  Fault(api, Str(write ? "writes" : "reads", " ", bytes, " GM bytes at ", Hex(a),
                  ", outside every buffer of this launch", near));
 }
 

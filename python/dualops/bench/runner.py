@@ -238,8 +238,11 @@ def run(sweep_list: list[Sweep], *, backends=None, graph: bool = True, runs: int
 
     names, status = select_backends(backends)
     devs = [backend_device(b) for b in names]
-    # Peers run on the accelerator torch sees, even when no dualops backend for it is built.
-    peer_device = next((d for d in devs if d != "cpu"), None) or accelerator() or "cpu"
+    # Peers run beside our accelerator backend; with backends chosen by the machine, on the
+    # accelerator torch sees even when no dualops backend for it is built; with only CPU
+    # backends asked for by name, on the CPU (CPU-sized shapes, like for like).
+    accel = next((d for d in devs if d != "cpu"), None)
+    peer_device = accel or ("cpu" if backends is not None else (accelerator() or "cpu"))
     accelerated = peer_device != "cpu"
     opts = dict(graph=graph, runs=runs, budget_s=budget_s, cpu_limit=cpu_limit,
                 sim_profile=sim_profile or devices.DEFAULT_SIM_PROFILE)

@@ -5,8 +5,11 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
-#include <sstream>
+#include <cstdio>
+#include <string>
+#include <type_traits>
 #include <stdexcept>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -81,11 +84,44 @@ inline void Enter() {
 // bytes, or faults naming the address, the size and the nearest buffer.
 void GmAccess(const char* api, const void* p, uint64_t bytes, bool write);
 
+// Message formatting without iostreams: a Python process may hold two copies of libstdc++
+// (ours, and the one torch loaded), and their locale registries clash inside std::ostream —
+// seen as a crash in operator<<(long) with GCC 13 on the GPU machine.
+inline void StrAppend(std::string& s, const std::string& v) { s += v; }
+inline void StrAppend(std::string& s, const char* v) { s += v ? v : "(null)"; }
+inline void StrAppend(std::string& s, char v) { s += v; }
+inline void StrAppend(std::string& s, bool v) { s += v ? "true" : "false"; }
+inline void StrAppend(std::string& s, const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  s += buf;
+}
+template <typename T>
+std::enable_if_t<std::is_integral_v<T> || std::is_enum_v<T>> StrAppend(std::string& s, T v) {
+  if constexpr (std::is_enum_v<T>) {
+    s += std::to_string(static_cast<std::underlying_type_t<T>>(v));
+  } else {
+    s += std::to_string(v);
+  }
+}
+template <typename T>
+std::enable_if_t<std::is_floating_point_v<T>> StrAppend(std::string& s, T v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  s += buf;
+}
+
+inline std::string Hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 template <typename... Args>
 std::string Str(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  std::string s;
+  (StrAppend(s, args), ...);
+  return s;
 }
 
 const char* PositionName(AscendC::TPosition p);
