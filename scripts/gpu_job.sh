@@ -2,10 +2,13 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations]
 #   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
 #   --full` on every backend here, cuda vs ascend_sim pairs included
-#   (default: build test bench sanitize)
+#   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
+#   and without PDL, other split counts, SDPA; SMALL_ONLY_AUTO=1: the default build only);
+#   splits: split counts around the plan's; durations: Nsight Compute kernel durations
+#   (default: build test bench sanitize; SANITIZE_TOOLS="memcheck racecheck" by default)
 #
 # Logs and JSON go to $OUT (default ./gpu_out). Extra pytest arguments: $PYTEST_ARGS.
 set -uo pipefail
@@ -73,7 +76,7 @@ if has bench || has quickbench; then
 fi
 
 if has sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
       $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k smoke 2>&1 | tee "$OUT/$tool.log" | tail -12
@@ -115,6 +118,106 @@ PY
     timeout 120 $PY /tmp/ifa_shapes.py 2>&1 | grep -v Warning
   done | tee "$OUT/shapes.log"
   unset DUALOPS_IFA_CTA_SHAPE
+fi
+
+if has small; then
+  # Small / latency-bound calls (BENCHMARKS.md log v6): the in-kernel split merge against the
+  # combine kernel (DUALOPS_IFA_MERGE=kernel), the split kernel with and without programmatic
+  # dependent launch (DUALOPS_IFA_PDL=0), other split counts, and SDPA on the same data.
+  echo "== small"
+  cat > /tmp/ifa_small.py <<'PY'
+import dataclasses, os, torch, torch.nn.functional as F
+from dualops.backends import cuda as cb
+from dualops.bench.timing import time_cuda, rotation_count, l2_bytes
+mode = os.environ.get("IFA_MODE", "auto")
+sdpa = mode == "auto"
+cfgs = [(8, 1, 1, 16, ()), (8, 1, 1, 256, ()), (8, 1, 1, 1024, (1, 8, 16)), (8, 1, 1, 8192, (16, 64)),
+        (8, 1, 1, 32768, (32, 64)), (8, 1, 1, 131072, (64,)),
+        (32, 8, 1, 1024, (8, 16)), (32, 8, 1, 8192, (8, 32)), (8, 1, 16, 1024, (2, 8)), (32, 8, 16, 1024, (2,)),
+        (32, 8, 128, 1024, ()), (128, 128, 1, 1024, (2,)), (8, 1, 128, 1024, ())]
+for hq, hkv, b, s, alts in cfgs:
+    n = rotation_count(b * s * hkv * 512, l2_bytes())
+    qs = [torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    ks = [torch.randn(b, s, hkv, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    vs = [torch.randn_like(x) for x in ks]
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    base = cb.make_ifa_plan(qs[0], ks[0], None)
+    line = f"{mode:8s} h{hq}/{hkv} b{b} s{s}:"
+    for ns in (base.num_splits,) + tuple(a for a in alts if a != base.num_splits):
+        sl = 128 * -(-s // (128 * ns))
+        plan = dataclasses.replace(base, num_splits=-(-s // sl), split_len=sl, num_units=b * hkv * -(-s // sl))
+        kw = dict(kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False, atten_mask=None,
+                  pse_shift=None, k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=plan)
+        t = time_cuda(lambda i: cb.incre_flash_attention(qs[i], ks[i], vs[i], **kw), n)
+        line += f"  ns{plan.num_splits}={t.median_us:.1f}"
+    if sdpa:
+        t1 = time_cuda(lambda i: F.scaled_dot_product_attention(qs[i].transpose(1, 2), ks[i].transpose(1, 2),
+                                                                vs[i].transpose(1, 2), enable_gqa=True), n)
+        kc = [x.transpose(1, 2).contiguous() for x in ks]; vc = [x.transpose(1, 2).contiguous() for x in vs]
+        qc = [x.transpose(1, 2).contiguous() for x in qs]
+        t2 = time_cuda(lambda i: F.scaled_dot_product_attention(qc[i], kc[i], vc[i], enable_gqa=True), n)
+        line += f"  SDPA={min(t1.median_us, t2.median_us):.1f}"
+        del kc, vc, qc
+    print(line, flush=True)
+    del qs, ks, vs
+PY
+  {
+    IFA_MODE=auto timeout 150 $PY /tmp/ifa_small.py
+    [ -n "${SMALL_ONLY_AUTO:-}" ] && exit 0
+    DUALOPS_IFA_MERGE=kernel IFA_MODE=combkern timeout 100 $PY /tmp/ifa_small.py
+    DUALOPS_IFA_PDL=0 IFA_MODE=nopdl timeout 100 $PY /tmp/ifa_small.py
+  } 2>&1 | grep -v Warning | tee "$OUT/small.log"
+fi
+
+if has durations; then
+  # Kernel durations (Nsight Compute) of small calls, ours and SDPA's: how much of a call's time
+  # is inside the kernels and how much between them.
+  echo "== durations"
+  cat > /tmp/ifa_dur.py <<'PY'
+import torch, torch.nn.functional as F
+from dualops.backends import cuda as cb
+for hq, hkv, b, s in ((8, 1, 1, 1024), (8, 1, 1, 8192), (32, 8, 16, 1024)):
+    q = torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, s, hkv, 128, device="cuda", dtype=torch.bfloat16); v = torch.randn_like(k)
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        cb.incre_flash_attention(q, k, v, kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False,
+                                 atten_mask=None, pse_shift=None, k_scale=None, v_scale=None, k_offset=None, v_offset=None)
+        F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True)
+    torch.cuda.synchronize()
+PY
+  timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size \
+    $PY /tmp/ifa_dur.py > "$OUT/durations.log" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|grid_size" "$OUT/durations.log" | cut -c1-110 | tail -60
+fi
+
+if has splits; then
+  # Split counts around the planner's choice on single-wave calls (narrow CTAs above 132 units).
+  echo "== splits"
+  cat > /tmp/ifa_splits.py <<'PY'
+import dataclasses, torch
+from dualops.backends import cuda as cb
+from dualops.bench.timing import time_cuda, rotation_count, l2_bytes
+for hq, hkv, b, s, alts in ((8, 1, 1, 131072, (256, 132)), (8, 1, 1, 32768, (256,)), (32, 8, 1, 131072, (32, 33)),
+                            (8, 1, 16, 4096, (16,)), (32, 8, 16, 1024, (2,)), (8, 1, 1, 8192, (128,))):
+    n = rotation_count(b * s * hkv * 512, l2_bytes())
+    qs = [torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    ks = [torch.randn(b, s, hkv, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    vs = [torch.randn_like(x) for x in ks]
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    base = cb.make_ifa_plan(qs[0], ks[0], None)
+    line = f"h{hq}/{hkv} b{b} s{s}:"
+    for ns in (base.num_splits,) + alts:
+        sl = 16 * -(-s // (16 * ns))
+        plan = dataclasses.replace(base, num_splits=-(-s // sl), split_len=sl, num_units=b * hkv * -(-s // sl))
+        kw = dict(kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False, atten_mask=None,
+                  pse_shift=None, k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=plan)
+        t = time_cuda(lambda i: cb.incre_flash_attention(qs[i], ks[i], vs[i], **kw), n)
+        line += f"  ns{plan.num_splits}={t.median_us:.1f}"
+    print(line, flush=True)
+    del qs, ks, vs
+PY
+  timeout 120 $PY /tmp/ifa_splits.py 2>&1 | grep -v Warning | tee "$OUT/splits.log"
 fi
 
 if has layouts; then

@@ -300,6 +300,67 @@ def test_forced_split_plans(split_len, num_splits):
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
 
 
+@needs_cuda
+@pytest.mark.parametrize("num_splits", [3, 12, 70])
+def test_split_merge_repeats_and_graph_replays(num_splits):
+    """Few splits: the last CTA of each group merges in the split kernel (arrival counters that the
+    merging CTA resets); many (70 x 4 rows x 512 B > 128 KB of partials): the combine kernel. The
+    same plan called again and again, eagerly and as graph replays (a capture stream without
+    counters of its own uses the combine kernel), must stay right."""
+    q, k, v, kw = make_case(B=2, h_q=8, h_kv=2, lens=[1100, 700], s_max=1120, seed=num_splits)
+    base = cuda_backend.make_ifa_plan(q, k, None)
+    split_len = 16 * math.ceil(1120 / num_splits / 16)
+    ns = math.ceil(1120 / split_len)
+    plan = dataclasses.replace(base, num_splits=ns, split_len=split_len, num_units=base.batch * base.h_kv * ns)
+    bk = _backend_kwargs(q, k, kw)
+    for rep in range(3):
+        out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+        assert_close_parity(out, ref_out, name=f"repeat {rep} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"repeat {rep} lse")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+    torch.cuda.current_stream().wait_stream(s)
+    for step in range(3):
+        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
+        g.replay()
+        torch.cuda.synchronize()
+        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+        assert_close_parity(out, ref_out, name=f"replay {step} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"replay {step} lse")
+
+
+@needs_cuda
+def test_split_merge_on_concurrent_streams():
+    """Split-KV calls with the in-kernel merge running at the same time on two streams: each stream
+    has its own arrival counters, so neither corrupts the other's merge."""
+    cases = [make_case(B=2, h_q=8, h_kv=2, lens=[1100, 700], s_max=1120, seed=40 + i) for i in range(2)]
+    plans = []
+    for q, k, v, kw in cases:
+        base = cuda_backend.make_ifa_plan(q, k, None)
+        plans.append(dataclasses.replace(base, num_splits=3, split_len=384, num_units=base.batch * base.h_kv * 3))
+    streams = [torch.cuda.Stream() for _ in cases]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    results = [[] for _ in cases]
+    for _ in range(20):
+        for i, ((q, k, v, kw), plan, s) in enumerate(zip(cases, plans, streams)):
+            with torch.cuda.stream(s):
+                results[i].append(cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw)))
+    torch.cuda.synchronize()
+    assert len(cuda_backend._MERGE_COUNTERS) >= 2
+    for (q, k, v, kw), res in zip(cases, results):
+        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+        for n, (out, lse) in enumerate(res):
+            assert_close_parity(out, ref_out, name=f"stream call {n} out")
+            assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"stream call {n} lse")
+
+
 # ----------------------------------------------------------------------------- CUDA graphs
 
 
@@ -310,7 +371,7 @@ def test_cuda_graph_decode_step(page):
     kv_lens written in place: the graph must see them."""
     q, k, v, kw = make_case(B=2, h_q=16, h_kv=2, page=page, lens=[3000, 2100], s_max=3000, seed=7)
     plan = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
-    assert plan.num_splits > 1  # the split + combine pair is captured too
+    assert plan.num_splits > 1  # the split kernel with its merge is captured too
     bk = _backend_kwargs(q, k, kw)
     cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)  # warm-up outside capture
     torch.cuda.synchronize()
@@ -362,7 +423,8 @@ def test_unsupported_head_dim_names_backend():
 
 # ----------------------------------------------------------------------------- sanitizer subset
 
-SMOKE = [dict(kv="same", page=0, lens=[0, 1, 2500], h_q=8, h_kv=1),          # split + combine
+SMOKE = [dict(kv="same", page=0, lens=[0, 1, 2500], h_q=8, h_kv=1),          # split, merged in-kernel
+         dict(kv="same", page=0, lens=[0, 9000, 3], h_q=8, h_kv=1, D=256),   # split + combine kernel
          dict(kv="same", page=64, lens=[5, 130, 64], h_q=8, h_kv=2),          # paged, no split
          dict(kv="int8", page=0, lens=[0, 33, 90], h_q=8, h_kv=2),
          dict(kv="fp8", page=32, lens=[1, 70, 2100], h_q=4, h_kv=1),

@@ -32,6 +32,7 @@ T from_bytes(const py::bytes& b, const char* what) {
 void register_cuda(py::module_& m) {
   m.attr("cuda_ifa_params_bytes") = py::int_(sizeof(IncreFlashAttentionParams));
   m.attr("cuda_ifa_tiling_bytes") = py::int_(sizeof(IncreFlashAttentionTiling));
+  m.attr("cuda_ifa_merge_groups") = py::int_(cuda::ifa::kMaxMergeGroups);
   m.def(
       "cuda_incre_flash_attention",
       [](const py::bytes& params, const py::bytes& tiling, std::uintptr_t stream) {

@@ -1,8 +1,11 @@
 // Split-KV combine: merges the fp32 partials of every split of a (batch, KV head, q row) with
 // log-sum-exp weights into out and lse. A row no split saw gets out 0 and lse +inf.
-// One CTA per row: the split weights are computed in parallel into shared memory, then groups
-// of threads accumulate different splits (loads of several splits in flight), then the groups'
-// sums are added. Work per row is tiny; what matters is few dependent memory round trips.
+// One CTA per (row, 32-column chunk): the split weights are computed in parallel into shared
+// memory, then groups of 8 threads accumulate different splits (16 groups x 4 loads in flight:
+// 64 splits per round trip), then the groups' sums are added. Work per row is tiny; what matters
+// is few dependent memory round trips (one CTA per whole row made 8 of them at 128 splits).
+// The split kernel merges small split counts itself (ifa_split_kernel.cuh); this kernel takes
+// the calls whose partials are too many for one CTA to read quickly.
 #pragma once
 #include <dualops/params.h>
 
@@ -11,14 +14,16 @@
 namespace dualops::cuda::ifa {
 
 constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = 32;  // head-dim columns of one combine CTA
 
 template <typename QT, int D>
 __global__ void __launch_bounds__(kCombineThreads)
     ifa_combine_kernel(const __grid_constant__ IncreFlashAttentionParams p,
                        const __grid_constant__ IncreFlashAttentionTiling t) {
-  constexpr int TPG = D / 4;                       // threads per split group (one float4 each)
-  constexpr int GROUPS = kCombineThreads / TPG;    // 8, 4 or 2 splits accumulated at a time
-  extern __shared__ float wts[];                   // [num_splits] weights, then [GROUPS][D] sums
+  constexpr int TPG = kCombineCols / 4;            // threads per split group (one float4 each)
+  constexpr int GROUPS = kCombineThreads / TPG;    // 16 splits accumulated at a time
+  static_assert(D % kCombineCols == 0, "whole column chunks");
+  extern __shared__ float wts[];                   // [num_splits] weights, then [GROUPS][kCombineCols] sums
   __shared__ float red[kCombineThreads / 32];
   __shared__ float stat[2];
   // Launched as a programmatic dependent of the split kernel: wait until its partials are
@@ -51,9 +56,10 @@ __global__ void __launch_bounds__(kCombineThreads)
   mx = stat[0];
   QT* dst = static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h;
   float* lse = static_cast<float*>(p.lse) + (static_cast<int64_t>(b) * t.h_q + h) * t.s_q + i;
+  const int col0 = blockIdx.y * kCombineCols;
   if (mx == -INFINITY) {  // no split saw a key
-    for (int d = tid * 2; d < D; d += 2 * kCombineThreads) store2<QT>(dst, d, d + 1, 0.f, 0.f);
-    if (tid == 0) *lse = INFINITY;
+    for (int d = tid * 2; d < kCombineCols; d += 2 * kCombineThreads) store2<QT>(dst, col0 + d, col0 + d + 1, 0.f, 0.f);
+    if (tid == 0 && blockIdx.y == 0) *lse = INFINITY;
     return;
   }
   float l = 0.f;
@@ -74,7 +80,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   __syncthreads();
   l = stat[1];
 
-  const int grp = tid / TPG, c = (tid % TPG) * 4;
+  const int grp = tid / TPG, c = col0 + (tid % TPG) * 4;
   const float* oa = static_cast<const float*>(p.o_accum) + (bh * ns * q_rows + r) * D + c;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   int s = grp;
@@ -107,12 +113,12 @@ __global__ void __launch_bounds__(kCombineThreads)
     const float inv = 1.f / l;
     store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
     store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
-    if (tid == 0) *lse = mx + __logf(l);
+    if (tid == 0 && blockIdx.y == 0) *lse = mx + __logf(l);
   }
 }
 
-inline int combine_smem_bytes(int num_splits, int head_dim) {
-  return ((num_splits + 3) & ~3) * 4 + (kCombineThreads / (head_dim / 4)) * head_dim * 4;
+inline int combine_smem_bytes(int num_splits) {
+  return ((num_splits + 3) & ~3) * 4 + kCombineThreads * 4 * 4;  // weights, [GROUPS][TPG] float4 sums
 }
 
 }  // namespace dualops::cuda::ifa

@@ -53,6 +53,40 @@ inline int pick_shape(const IncreFlashAttentionTiling& t, int m_tile) {
   return ctas <= sm_count() ? kWide : kNarrow;
 }
 
+// DUALOPS_IFA_MERGE = kernel forces the separate combine kernel for every split-KV call (for
+// measurements), read once.
+inline bool merge_kernel_forced() {
+  static const bool v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_MERGE");
+    return e != nullptr && std::string(e) == "kernel";
+  }();
+  return v;
+}
+
+// DUALOPS_IFA_PDL = 0 launches the split kernel the ordinary way (for measurements), read once.
+inline bool split_pdl() {
+  static const bool v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_PDL");
+    return !(e != nullptr && std::string(e) == "0");
+  }();
+  return v;
+}
+
+// Partials one merging CTA may read (bytes): up to this, the last CTA of a group merges them
+// (two or three rounds of loads in flight, no second kernel); beyond, the combine kernel spreads
+// the merge over many CTAs (b1 h8/1 s128k: 128 splits x 8 rows x 512 B = 512 KB per group).
+constexpr int64_t kMergeInKernelBytes = 128 * 1024;
+
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+bool merge_in_kernel(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
+  if (t.num_splits == 1 || p.merge_counters == nullptr || merge_kernel_forced()) return false;
+  const int64_t tiles = (t.q_rows + M_TILE - 1) / M_TILE;
+  const int64_t rows = t.q_rows < M_TILE ? t.q_rows : M_TILE;
+  return static_cast<int64_t>(t.batch) * t.h_kv * tiles <= kMaxMergeGroups &&
+         static_cast<int64_t>(t.num_splits) * M_TILE * 4 <= SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kKv &&
+         static_cast<int64_t>(t.num_splits) * rows * D * 4 <= kMergeInKernelBytes;
+}
+
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
                            cudaStream_t stream) {
@@ -60,24 +94,37 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   constexpr int smem = SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kTotal;
   auto kernel = ifa_split_kernel<QT, KVT, D, M_TILE, SHAPE>;
   // Raising the opt-in limit is a host-side attribute call, done once and before any capture.
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // Both kernels ask for the largest shared-memory carve-out, so an SM need not drain and
+  // reconfigure its L1 / shared split between a split kernel and the combine kernel after it.
+  static const cudaError_t attr = [&] {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(ifa_combine_kernel<QT, D>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    return e;
+  }();
   if (attr != cudaSuccess) return attr;
-  const dim3 grid(static_cast<unsigned>(t.num_units), static_cast<unsigned>((t.q_rows + M_TILE - 1) / M_TILE));
-  kernel<<<grid, C::kWarps * 32, smem, stream>>>(p, t);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || t.num_splits == 1) return err;
-  // The combine goes out as a programmatic dependent launch: its launch latency overlaps the
-  // split kernel's tail instead of following it (works under stream capture too).
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(t.batch) * t.h_kv * t.q_rows));
-  cfg.blockDim = dim3(kCombineThreads);
-  cfg.dynamicSmemBytes = combine_smem_bytes(t.num_splits, D);
-  cfg.stream = stream;
+  const int fused = merge_in_kernel<QT, KVT, D, M_TILE, SHAPE>(p, t) ? 1 : 0;
+  // Both kernels go out as programmatic dependent launches: their CTAs are scheduled while the
+  // kernel before them finishes (launch latency hidden) and wait in griddepcontrol.wait before
+  // touching global memory. Works under stream capture too.
   cudaLaunchAttribute la[1];
   la[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   la[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(t.num_units), static_cast<unsigned>((t.q_rows + M_TILE - 1) / M_TILE));
+  cfg.blockDim = dim3(C::kWarps * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
   cfg.attrs = la;
+  cfg.numAttrs = split_pdl() ? 1 : 0;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, fused);
+  if (err != cudaSuccess || t.num_splits == 1 || fused) return err;
   cfg.numAttrs = 1;
+  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(t.batch) * t.h_kv * t.q_rows),
+                     static_cast<unsigned>(D / kCombineCols));
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.dynamicSmemBytes = combine_smem_bytes(t.num_splits);
   return cudaLaunchKernelEx(&cfg, ifa_combine_kernel<QT, D>, p, t);
 }
 

@@ -1,7 +1,9 @@
 // The IFA split kernel: one CTA per (plan unit, q-row tile). A unit is (batch b, KV head kvh,
 // split); its CTA reads that head's keys [split * split_len, min(+split_len, kv_lens[b])) once
 // for all G x S_q query rows of the head (rows ordered r = g * S_q + i, as the plan says).
-// Without split-KV it writes out / lse; with it, fp32 partials for the combine kernel.
+// Without split-KV it writes out / lse; with it, fp32 partials, which the last CTA of each
+// (batch, KV head, q tile) group merges in place when they are few (merge_splits), else the
+// combine kernel (ifa_combine_kernel.cuh) does.
 #pragma once
 #include <dualops/params.h>
 
@@ -25,6 +27,16 @@ template <>
 __device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
 template <>
 __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// A 16-bit q value from its raw bits.
+template <typename T>
+__device__ __forceinline__ float bits_to_f32(uint32_t x);
+template <>
+__device__ __forceinline__ float bits_to_f32<__half>(uint32_t x) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(x)));
+}
+template <>
+__device__ __forceinline__ float bits_to_f32<__nv_bfloat16>(uint32_t x) { return __uint_as_float(x << 16); }
 
 // Two output values at head-dim positions d0, d1 of one row (adjacent for 16-bit caches).
 template <typename T>
@@ -69,10 +81,85 @@ struct PageMath {
   __device__ __forceinline__ int slot(int kc) const { return shift >= 0 ? kc & (size - 1) : kc % size; }
 };
 
+// Arrival counters of the in-kernel split merge (p.merge_counters, kMaxMergeGroups int32), one per
+// (batch, KV head, q tile) group: the last CTA of a group to finish merges the group's partials
+// and sets its counter back to 0, so the buffer is all zeros between calls (and between replays
+// of a captured graph). The Python glue keeps one zeroed buffer per stream, so calls running
+// concurrently on different streams never share counters. Capacity: kMaxMergeGroups (ifa_tiling.h).
+
+// The last CTA of a split group merges the group's fp32 partials (rows row0 .. row0 + rows - 1
+// of units ubase .. ubase + ns - 1) into out / lse, as the combine kernel would. wts: ns x M_TILE
+// floats of shared memory; fin_m / fin_l: M_TILE floats each.
+template <typename QT, int D, int M_TILE, int NW>
+__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+                                             int b, int kvh, int64_t ubase, int row0, float* wts, float* fin_m,
+                                             float* fin_l) {
+  constexpr int NT = NW * 32, C4 = D / 4;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int ns = t.num_splits, q_rows = t.q_rows, s_q = t.s_q;
+  const int rows = min(M_TILE, q_rows - row0);
+  const float* la = static_cast<const float*>(p.lse_accum) + ubase * q_rows + row0;  // split stride q_rows
+  for (int rr = warp; rr < rows; rr += NW) {  // a warp per row: max and weights over the splits
+    float mx = -INFINITY;
+    for (int s = lane; s < ns; s += 32) {
+      const float v = __ldcg(la + static_cast<int64_t>(s) * q_rows + rr);
+      wts[s * M_TILE + rr] = v;
+      mx = fmaxf(mx, v);
+    }
+    mx = warp_max(mx);
+    float l = 0.f;
+    for (int s = lane; s < ns; s += 32) {
+      const float w = mx == -INFINITY ? 0.f : __expf(wts[s * M_TILE + rr] - mx);
+      wts[s * M_TILE + rr] = w;
+      l += w;
+    }
+    l = warp_sum(l);
+    if (lane == 0) fin_m[rr] = mx, fin_l[rr] = l;
+  }
+  __syncthreads();
+  const float* oa = static_cast<const float*>(p.o_accum) + (ubase * q_rows + row0) * D;  // split stride q_rows * D
+  const int64_t sstride = static_cast<int64_t>(q_rows) * D;
+  for (int slot = tid; slot < rows * C4; slot += NT) {
+    const int rr = slot / C4, c = (slot % C4) * 4;
+    const float* src = oa + rr * D + c;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    int s = 0;
+    for (; s + 16 <= ns; s += 16) {  // sixteen splits' loads in flight per thread
+      float4 v[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __ldcg(reinterpret_cast<const float4*>(src + (s + k) * sstride));
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const float w = wts[(s + k) * M_TILE + rr];
+        acc.x += w * v[k].x, acc.y += w * v[k].y, acc.z += w * v[k].z, acc.w += w * v[k].w;
+      }
+    }
+    for (; s < ns; ++s) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * sstride));
+      const float w = wts[s * M_TILE + rr];
+      acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    }
+    const float l = fin_l[rr];
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // no split saw a key: out 0
+    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
+    QT* dst = static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + (kvh * t.group + gh) * p.out_stride_h;
+    store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
+    store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
+  }
+  if (tid < rows) {
+    const int r = row0 + tid, gh = r / s_q, i = r - gh * s_q, h = kvh * t.group + gh;
+    const float l = fin_l[tid];
+    static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] =
+        l > 0.f ? fin_m[tid] + __logf(l) : INFINITY;
+  }
+}
+
+// merge_in_kernel: with split-KV, the last CTA of each group merges the partials (no combine
+// kernel); 0: the combine kernel follows.
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
-                     const __grid_constant__ IncreFlashAttentionTiling t) {
+                     const __grid_constant__ IncreFlashAttentionTiling t, int merge_in_kernel) {
   using C = Cfg<QT, KVT, D, SHAPE>;
   using MT = typename C::MT;
   using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
@@ -100,13 +187,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int split = u % ns, kvh = (u / ns) % t.h_kv, b = u / (ns * t.h_kv);
   const int row0 = blockIdx.y * M_TILE;
   const int q_rows = t.q_rows, s_q = t.s_q, group = t.group;
-  const int kv_len = min(max(__ldg(static_cast<const int*>(p.kv_lens) + b), 0), t.max_kv_len);
-  const int k_begin = split * t.split_len;
-  const int k_end = min(k_begin + t.split_len, kv_len);
-  const int n_keys = max(k_end - k_begin, 0);
-  // With split-KV the combine kernel is launched as a programmatic dependent: let it be
-  // scheduled now (it waits for this grid's completion before reading anything).
+  // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
+  // scheduled while that kernel was finishing; nothing in global memory is read or written
+  // before it has completed (its writes -- q, the caches, kv_lens -- are then visible).
+  // Let the next kernel (the combine, or the next call's split kernel) be scheduled now: it
+  // waits for this grid's completion before touching global memory.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  const int kv_len_raw = __ldg(static_cast<const int*>(p.kv_lens) + b);
 
   const QT* q = static_cast<const QT*>(p.q);
   auto q_index = [&](int r, int d) -> int64_t {
@@ -115,6 +203,33 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   };
   const float* k_scale = C::kQuant ? static_cast<const float*>(p.k_scale) + kvh * D : nullptr;
   const float* k_offset = (C::kQuant && p.k_offset) ? static_cast<const float*>(p.k_offset) + kvh * D : nullptr;
+
+  // ---- q tile (and key scales) into registers: every load of the tile goes out at once,
+  // together with the kv_lens load, instead of one dependent round trip per loop iteration
+  // (those cost ~0.7 us each: 4 of them for a bf16 tile, 12 for an 8-bit cache's) -----------
+  // Thread tid holds pairs idx = tid + it * NT of the A-fragment order: (mt, ks, lane, reg).
+  constexpr int kQPairs = MTILES * KSTEPS * 32 * 4, QIT = kQPairs / NT;
+  static_assert(kQPairs % NT == 0, "whole q rounds");
+  uint32_t qraw[QIT];                          // two raw 16-bit q values (d, d + 1)
+  float ksc[C::kQuant ? QIT : 1][2];           // key scales of d, d + 1
+#pragma unroll
+  for (int it = 0; it < QIT; ++it) {
+    const int idx = tid + it * NT;
+    const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
+    const int r = row0 + mt * 16 + (ln >> 2) + 8 * (reg & 1);
+    const int d = C::qk_d(ks, 2 * (ln & 3) + 8 * (reg >> 1));  // d + 1 is the pair's second
+    uint32_t raw = 0;
+    if (r < q_rows) {
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(q + q_index(r, d));
+      raw = static_cast<uint32_t>(__ldg(src)) | (static_cast<uint32_t>(__ldg(src + 1)) << 16);
+    }
+    qraw[it] = raw;
+    if constexpr (C::kQuant) ksc[it][0] = __ldg(k_scale + d), ksc[it][1] = __ldg(k_scale + d + 1);
+  }
+  const int kv_len = min(max(kv_len_raw, 0), t.max_kv_len);
+  const int k_begin = split * t.split_len;
+  const int k_end = min(k_begin + t.split_len, kv_len);
+  const int n_keys = max(k_end - k_begin, 0);
 
   // ---- K/V pipeline: this warp's chunks, STAGES deep; the first copies go out before the q
   // tile is prepared, so that work hides under their latency ----------------------------------
@@ -202,10 +317,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
-    float amax = 0.f;
-    for (int idx = tid; idx < M_TILE * D; idx += NT) {
-      const int r = row0 + idx / D, d = idx % D;
-      if (r < q_rows) amax = fmaxf(amax, fabsf(to_f32(q[q_index(r, d)]) * __ldg(k_scale + d)));
+    float amax = 0.f;  // over the tile's rows (rows past q_rows hold 0)
+#pragma unroll
+    for (int it = 0; it < QIT; ++it) {
+      amax = fmaxf(amax, fabsf(bits_to_f32<QT>(qraw[it] & 0xffffu) * ksc[it][0]));
+      amax = fmaxf(amax, fabsf(bits_to_f32<QT>(qraw[it] >> 16) * ksc[it][1]));
     }
     amax = warp_max(amax);
     __syncthreads();
@@ -216,18 +332,12 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     e = min(max(e, -100), 100);
     qmul = ldexpf(1.f, e);
   }
-  for (int idx = tid; idx < MTILES * KSTEPS * 32 * 4; idx += NT) {
-    const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
-    const int r = row0 + mt * 16 + (ln >> 2) + 8 * (reg & 1);
-    const int k0 = 2 * (ln & 3) + 8 * (reg >> 1);
-    float v[2];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int d = C::qk_d(ks, k0 + e);
-      float x = r < q_rows ? to_f32(q[q_index(r, d)]) : 0.f;
-      if constexpr (C::kQuant) x *= __ldg(k_scale + d) * qmul;
-      v[e] = x;
-    }
+  for (int it = 0; it < QIT; ++it) {
+    const int idx = tid + it * NT;
+    const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
+    float v[2] = {bits_to_f32<QT>(qraw[it] & 0xffffu), bits_to_f32<QT>(qraw[it] >> 16)};
+    if constexpr (C::kQuant) v[0] *= ksc[it][0] * qmul, v[1] *= ksc[it][1] * qmul;
     uint32_t* dst = reinterpret_cast<uint32_t*>(qfrag + ((mt * KSTEPS + ks) * QP) * 32 + ln) + reg;
     if constexpr (C::kQuant) {
       uint32_t hi, lo;
@@ -244,6 +354,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     const int r = min(row0 + rr, q_rows - 1);
     float acc = 0.f;
     if (k_offset != nullptr && row0 + rr < q_rows) {
+#pragma unroll
       for (int d = lane; d < D; d += 32) acc += to_f32(q[q_index(r, d)]) * __ldg(k_scale + d) * __ldg(k_offset + d);
       acc = warp_sum(acc);
     }
@@ -589,6 +700,20 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       static_cast<float*>(p.lse_accum)[static_cast<int64_t>(u) * q_rows + r] =
           lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : -INFINITY;
     }
+  }
+  if (ns > 1 && merge_in_kernel) {
+    // Publish this CTA's partials, then count it in; the CTA that brings the count to ns saw
+    // every other CTA's fence-ordered writes (threadfence-reduction pattern) and merges.
+    __threadfence();
+    __syncthreads();
+    int* ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(b) * t.h_kv + kvh) * gridDim.y + blockIdx.y;
+    if (tid == 0) scratch[0] = atomicAdd(ctr, 1);
+    __syncthreads();
+    if (scratch[0] != ns - 1) return;
+    __threadfence();
+    if (tid == 0) *ctr = 0;  // every CTA of the group has counted: ready for the next call
+    merge_splits<QT, D, M_TILE, NW>(p, t, b, kvh, static_cast<int64_t>(u - split), row0,
+                                    reinterpret_cast<float*>(kv_smem), fin_m, fin_l);
   }
 }
 

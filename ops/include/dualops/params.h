@@ -34,6 +34,7 @@ struct IncreFlashAttentionParams {
   void* v_offset;
   void* o_accum;
   void* lse_accum;
+  void* merge_counters;
   int64_t q_stride_b;
   int64_t q_stride_s;
   int64_t q_stride_h;
@@ -61,7 +62,7 @@ struct IncreFlashAttentionParams {
   int32_t q_dtype;
   int32_t kv_dtype;
 };
-static_assert(sizeof(IncreFlashAttentionParams) == 312, "incre_flash_attention params layout differs from schema.pack_params");
+static_assert(sizeof(IncreFlashAttentionParams) == 320, "incre_flash_attention params layout differs from schema.pack_params");
 
 // MLA decode over a paged latent KV cache (1 KV head), bf16 or FP8 cache formats, dense or sparse top-k.
 struct MlaDecodeParams {

@@ -63,6 +63,21 @@ def pack_ifa_params(**values) -> bytes:
     return st.pack(*(values.get(n, 0) or 0 for n in names))
 
 
+# One zeroed int32 buffer of in-kernel merge counters per (device, stream): the kernel leaves it
+# all zeros after every call, and calls on different streams never share one.
+_MERGE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _merge_counters(C, dev, stream) -> int:
+    key = (dev.index if dev.index is not None else torch.cuda.current_device(), stream.cuda_stream)
+    buf = _MERGE_COUNTERS.get(key)
+    if buf is None:
+        if torch.cuda.is_current_stream_capturing():
+            return 0  # no allocation inside a capture: this graph uses the combine kernel
+        buf = _MERGE_COUNTERS[key] = torch.zeros(C.cuda_ifa_merge_groups, dtype=torch.int32, device=dev)
+    return buf.data_ptr()
+
+
 @functools.lru_cache(maxsize=1024)
 def _plan_bytes(plan: IfaPlan) -> bytes:
     return plan.pack().numpy().tobytes()
@@ -147,6 +162,7 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
     o_acc = torch.empty(n_o, dtype=torch.float32, device=dev) if n_o else None
     l_acc = torch.empty(n_l, dtype=torch.float32, device=dev) if n_l else None
     ms, ps = _strides4(atten_mask), _strides4(pse_shift)
+    stream = torch.cuda.current_stream(dev)
     params = pack_ifa_params(
         q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=out.data_ptr(),
         lse=lse.data_ptr(), kv_lens=kv_lens.data_ptr(), block_table=_ptr(block_table),
@@ -154,6 +170,7 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
         k_scale=_ptr(scales[0]) if quant else 0, v_scale=_ptr(scales[1]) if quant else 0,
         k_offset=_ptr(scales[2]) if quant else 0, v_offset=_ptr(scales[3]) if quant else 0,
         o_accum=_ptr(o_acc), lse_accum=_ptr(l_acc),
+        merge_counters=_merge_counters(C, dev, stream) if plan.num_splits > 1 else 0,
         q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
         k_stride_0=k_cache.stride(0), k_stride_1=k_cache.stride(1), k_stride_2=k_cache.stride(2),
         v_stride_0=v_cache.stride(0), v_stride_1=v_cache.stride(1), v_stride_2=v_cache.stride(2),
@@ -164,5 +181,5 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
         num_blocks=int(k_cache.shape[0]) if block_table is not None else 0,
         softmax_scale=float(softmax_scale), causal=int(bool(causal)),
         q_dtype=schema.dtype_code(q.dtype), kv_dtype=schema.dtype_code(k_cache.dtype))
-    C.cuda_incre_flash_attention(params, _plan_bytes(plan), torch.cuda.current_stream(dev).cuda_stream)
+    C.cuda_incre_flash_attention(params, _plan_bytes(plan), stream.cuda_stream)
     return out, lse

@@ -33,7 +33,10 @@ CUDA_STAGES = 2              # K/V tiles in flight in shared memory
 CUDA_KV_TILE_MAX = 128
 CUDA_KV_TILE_PREF = 64       # below this the per-tile sync overhead dominates
 CUDA_Q_TILE_MAX = 64         # rows of one CTA's q tile (mma M granule 16)
-CUDA_MIN_SPLIT = 256         # keys per split: a few kv tiles, so the prologue is amortized
+CUDA_MIN_SPLIT = 128         # keys per split. Measured on H200 (BENCHMARKS.md, v6): while the
+                             # grid leaves SMs idle, more and shorter splits win down to one
+                             # 16-key chunk per warp (b1 h8/1 s1k: 8 splits 9.2 us, 4 splits 10.5;
+                             # s8k: 64 splits 10.5 us, 32 splits 12.4)
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
 
 # --- Ascend choices -------------------------------------------------------------------------
