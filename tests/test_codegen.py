@@ -12,9 +12,8 @@ from dualops import codegen, schema
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_committed_headers_are_up_to_date():
-    for name, text in codegen.headers().items():
-        path = codegen.include_dir(ROOT) / name
+def test_committed_generated_files_are_up_to_date():
+    for path, text in codegen.generated(ROOT).items():
         assert path.read_text() == text, f"{path} is stale: run python -m dualops.codegen"
     assert codegen.main(["--check", "--root", str(ROOT)]) == 0
 
@@ -46,3 +45,12 @@ def test_params_struct_matches_pack_params(tmp_path):
         assert got[(op, "sizeof")] == schema.params_size(op)
     for op, cls in codegen.plan_classes().items():
         assert got[(op, "tiling")] == 4 * len(cls.FIELDS)
+
+
+def test_op_docs_come_from_the_schema():
+    text = codegen.ops_markdown()
+    for op in schema.OPS:
+        assert f"## {op}" in text
+        for a in schema.load(op).args:
+            assert f"`{a.name}`" in text, (op, a.name)
+    assert "| cuda | any | any | any | [64, 128, 256]" in text  # the IFA capability row
