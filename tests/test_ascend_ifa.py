@@ -8,7 +8,6 @@ Most cases run on 2-4 simulated AI cores (real per-core capacities) to stay fast
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch

@@ -4,7 +4,6 @@ import importlib
 import json
 import shlex
 
-import pytest
 
 import dualops
 from dualops import cli

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from . import backends as _backends
-from . import dispatch, schema
+from . import schema
 from . import ops as _ops  # noqa: F401  (registers torch.ops.dualops.*)
 
 _VALIDATE = {True: "basic", "basic": "basic", "full": "full"}

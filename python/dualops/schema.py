@@ -27,7 +27,6 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 

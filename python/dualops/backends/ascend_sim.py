@@ -20,7 +20,7 @@ import threading
 import torch
 
 from .. import ascend_cost_model, devices, native, schema
-from ..tiling import IfaPlan, plan_incre_flash_attention
+from ..tiling.incre_flash_attention import check_plan_for_tensors, plan_for_tensors
 
 NAME = "ascend_sim"
 
@@ -159,26 +159,6 @@ class _Regions:
         return [tuple(i) for i in out]
 
 
-def _plan_for(q, k_cache, block_table, profile) -> IfaPlan:
-    B, S_q, H_q, D = q.shape
-    paged = block_table is not None
-    bs = int(k_cache.shape[1]) if paged else 0
-    max_kv = int(block_table.shape[1]) * bs if paged else int(k_cache.shape[1])
-    return plan_incre_flash_attention(
-        batch=B, s_q=S_q, h_q=H_q, h_kv=int(k_cache.shape[2]), head_dim=D, max_kv_len=max_kv,
-        block_size=bs, kv_dtype_bytes=k_cache.element_size(), q_dtype_bytes=q.element_size(),
-        device=profile)
-
-
-def _check_plan(plan, q, k_cache, block_table):
-    ref = dict(batch=q.shape[0], s_q=q.shape[1], h_q=q.shape[2], h_kv=int(k_cache.shape[2]),
-               head_dim=q.shape[3], kv_dtype_bytes=k_cache.element_size(),
-               block_size=int(k_cache.shape[1]) if block_table is not None else 0)
-    for k, v in ref.items():
-        if getattr(plan, k) != v:
-            raise ValueError(f"plan was made for {k}={getattr(plan, k)}, but the call has {k}={v}")
-
-
 def _last_dim_unit(t, name):
     """Masks / biases are read a row of keys at a time: the key stride must be 0 or 1."""
     if t is None or t.stride(-1) in (0, 1):
@@ -212,9 +192,9 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
         raise TypeError(f"ascend_sim: k_cache dtype must be one of {_KV_DTYPES}, got {k_cache.dtype}")
     B, S_q, H_q, D = q.shape
     if plan is None:
-        plan = _plan_for(q, k_cache, block_table, prof)
+        plan = plan_for_tensors(q, k_cache, block_table, prof)
     else:
-        _check_plan(plan, q, k_cache, block_table)
+        check_plan_for_tensors(plan, q, k_cache, block_table)
     tiling = plan.pack().numpy().tobytes()
     why = C.ascend_ifa_check_tiling(tiling)
     if why is not None:

@@ -14,7 +14,7 @@ import torch
 
 from .. import native, schema
 from ..devices import detect
-from ..tiling import IfaPlan, plan_incre_flash_attention
+from ..tiling.incre_flash_attention import IfaPlan, check_plan_for_tensors, plan_for_tensors
 
 NAME = "cuda"
 
@@ -93,27 +93,7 @@ def _strides4(t):
 
 def make_ifa_plan(q, k_cache, block_table):
     """The plan for these shapes on q's device (cached by the planner)."""
-    B, S_q, H_q, D = q.shape
-    paged = block_table is not None
-    bs = int(k_cache.shape[1]) if paged else 0
-    max_kv = int(block_table.shape[1]) * bs if paged else int(k_cache.shape[1])
-    return plan_incre_flash_attention(
-        batch=B, s_q=S_q, h_q=H_q, h_kv=int(k_cache.shape[2]), head_dim=D, max_kv_len=max_kv,
-        block_size=bs, kv_dtype_bytes=k_cache.element_size(), q_dtype_bytes=q.element_size(),
-        device=detect(q.device))
-
-
-def _check_plan(plan, q, k_cache, block_table):
-    B, S_q, H_q, D = q.shape
-    paged = block_table is not None
-    bs = int(k_cache.shape[1]) if paged else 0
-    max_kv = int(block_table.shape[1]) * bs if paged else int(k_cache.shape[1])
-    got = dict(batch=B, s_q=S_q, h_q=H_q, h_kv=int(k_cache.shape[2]), head_dim=D,
-               max_kv_len=max_kv, block_size=bs, kv_dtype_bytes=k_cache.element_size())
-    for k, v in got.items():
-        if getattr(plan, k) != v:
-            raise ValueError(f"plan was made for {k}={getattr(plan, k)}, but the call has {k}={v}; "
-                             f"make the plan for this step's shapes")
+    return plan_for_tensors(q, k_cache, block_table, detect(q.device))
 
 
 def _check_cache_layout(name, t):
@@ -137,7 +117,7 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
     if plan is None:
         plan = make_ifa_plan(q, k_cache, block_table)
     else:
-        _check_plan(plan, q, k_cache, block_table)
+        check_plan_for_tensors(plan, q, k_cache, block_table)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         _check_cache_layout(name, t)
     dev = q.device

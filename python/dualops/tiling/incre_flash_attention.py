@@ -290,3 +290,27 @@ def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, hea
         kv_dtype_bytes=kv_dtype_bytes)
     plan.pack()  # fails early, naming the field, if a value does not fit int32
     return plan
+
+
+def _tensor_shape_args(q, k_cache, block_table) -> dict:
+    """The planner's shape arguments read off a call's tensors (docs/internals.md: S_kv is the
+    contiguous cache length, or max_blocks_per_seq * block_size when paged)."""
+    B, S_q, H_q, D = (int(x) for x in q.shape)
+    bs = int(k_cache.shape[1]) if block_table is not None else 0
+    max_kv = int(block_table.shape[1]) * bs if block_table is not None else int(k_cache.shape[1])
+    return dict(batch=B, s_q=S_q, h_q=H_q, h_kv=int(k_cache.shape[2]), head_dim=D, max_kv_len=max_kv,
+                block_size=bs, kv_dtype_bytes=k_cache.element_size())
+
+
+def plan_for_tensors(q, k_cache, block_table, device: DeviceProfile) -> IfaPlan:
+    """The plan of one call's shapes (cached: made once per step, reused by every layer)."""
+    return plan_incre_flash_attention(**_tensor_shape_args(q, k_cache, block_table),
+                                      q_dtype_bytes=q.element_size(), device=device)
+
+
+def check_plan_for_tensors(plan: IfaPlan, q, k_cache, block_table) -> None:
+    """ValueError when ``plan`` was made for other shapes than this call's."""
+    for k, v in _tensor_shape_args(q, k_cache, block_table).items():
+        if getattr(plan, k) != v:
+            raise ValueError(f"plan was made for {k}={getattr(plan, k)}, but the call has {k}={v}; "
+                             f"make the plan for this step's shapes")
