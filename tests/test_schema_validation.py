@@ -175,3 +175,22 @@ def test_grouped_gemm_full_validation():
     xm = torch.randn(3, 4, 64, dtype=bf16)
     with pytest.raises(ValueError, match=r"masked_m\[2\] = 5"):
         dualops.grouped_gemm(xm, w, masked_m=torch.tensor([0, 4, 5], dtype=torch.int32), validate="full")
+
+
+def test_validation_cache_keeps_every_check():
+    """Structural results are cached by call signature; value checks (validate="full") and any
+    change of shape, dtype, layout or scalar still get their errors."""
+    q, k, v, kw = ifa_inputs(paged=True)
+    dualops.incre_flash_attention(q, k, v, **kw, validate="full")
+    bt = kw["block_table"].clone()
+    bt[0, 0] = -5  # same signature, bad value
+    with pytest.raises(ValueError, match=r"block_table\[0, 0\] = -5"):
+        dualops.incre_flash_attention(q, k, v, block_table=bt, kv_lens=kw["kv_lens"], validate="full")
+    with pytest.raises(ValueError, match="softmax_scale"):
+        dualops.incre_flash_attention(q, k, v, **kw, softmax_scale=-1.0)
+    with pytest.raises(TypeError, match="q dtype"):
+        dualops.incre_flash_attention(q.half().float(), k, v, **kw)
+    from dualops import schema
+    a = schema.validate("incre_flash_attention", dict(q=q, k_cache=k, v_cache=v, **kw))
+    b = schema.validate("incre_flash_attention", dict(q=q.clone(), k_cache=k, v_cache=v, **kw))
+    assert a.dims == b.dims and b.args["q"] is not a.args["q"] and b.args["softmax_scale"] == 64 ** -0.5

@@ -12,11 +12,14 @@ from . import ops as _ops  # noqa: F401  (registers torch.ops.dualops.*)
 _VALIDATE = {True: "basic", "basic": "basic", "full": "full"}
 
 
-def _precheck(op: str, values: dict) -> None:
-    # Eager calls: argument kinds before the dispatcher sees them (it would only say "expected
-    # Tensor"). Under torch.compile the op's fake implementation validates everything.
-    if not torch.compiler.is_compiling():
-        schema.check_kinds(op, values)
+def _call(op: str, *args):
+    """torch.compile tracing: the custom op ``torch.ops.dualops.<op>`` (whose fake implementation
+    validates); eager: its implementation directly — same code, no dispatcher overhead, and an
+    argument of the wrong kind gets the schema's error naming it (the dispatcher would only say
+    "expected Tensor ...")."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.dualops, op)(*args)
+    return getattr(_ops, f"{op}_impl")(*args)
 
 
 def _mode(validate) -> str:
@@ -38,11 +41,8 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     ``validate="full"`` also checks kv_lens and block ids against the cache (a device sync)."""
     if not isinstance(return_lse, bool):
         raise TypeError(f"incre_flash_attention: return_lse must be a bool, got {type(return_lse).__name__}")
-    _precheck("incre_flash_attention", dict(
-        q=q, k_cache=k_cache, v_cache=v_cache, kv_lens=kv_lens, block_table=block_table,
-        softmax_scale=softmax_scale, causal=causal, atten_mask=atten_mask, pse_shift=pse_shift,
-        k_scale=k_scale, v_scale=v_scale, k_offset=k_offset, v_offset=v_offset))
-    out, lse = torch.ops.dualops.incre_flash_attention(
+    out, lse = _call(
+        "incre_flash_attention",
         q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
         k_scale, v_scale, k_offset, v_offset, backend or "", _mode(validate))
     return (out, lse) if return_lse else out
@@ -80,13 +80,8 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
             if not hasattr(plan, "pack"):
                 raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
             packed = plan.pack()
-    _precheck("mla_decode", dict(
-        q=q, kv_cache=kv_cache, block_table=block_table, cache_seqlens=cache_seqlens,
-        head_dim_v=head_dim_v, softmax_scale=softmax_scale, causal=causal, kv_format=kv_format,
-        indices=indices, topk_length=topk_length, attn_sink=attn_sink,
-        extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
-        extra_topk_length=extra_topk_length))
-    return torch.ops.dualops.mla_decode(
+    return _call(
+        "mla_decode",
         q, kv_cache, block_table, cache_seqlens, head_dim_v, packed, softmax_scale, causal,
         kv_format, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
         extra_topk_length, backend or "", _mode(validate))
@@ -97,11 +92,9 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     """Grouped GEMM, NT layout: y[rows of group g] = x[rows of group g] @ w[g].T.
     Contiguous layout (x [M, K] + group_offsets [G+1]) or masked (x [G, M_max, K] + masked_m [G]).
     See ``ops/grouped_gemm.yaml``."""
-    _precheck("grouped_gemm", dict(x=x, w=w, group_offsets=group_offsets, masked_m=masked_m,
-                                   scale_mode=scale_mode, x_scale=x_scale, w_scale=w_scale,
-                                   out_dtype=out_dtype))
-    return torch.ops.dualops.grouped_gemm(x, w, group_offsets, masked_m, scale_mode, x_scale,
-                                          w_scale, out_dtype, backend or "", _mode(validate))
+    return _call("grouped_gemm",
+                 x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype,
+                 backend or "", _mode(validate))
 
 
 def supports(op: str, backend: str, **variant) -> bool:

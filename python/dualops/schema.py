@@ -128,12 +128,20 @@ def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+_EVAL_ENV = {"__builtins__": {}, "cdiv": lambda a, b: -(-a // b), "isfinite": math.isfinite,
+             "min": min, "max": max, "abs": abs, "len": len}
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(expr: str):
+    return compile(expr, f"<schema expr {expr!r}>", "eval")
+
+
 def _safe_eval(expr, ns: dict):
     if isinstance(expr, (int, float, bool)) or expr is None:
         return expr
-    env = {"__builtins__": {}, "cdiv": lambda a, b: -(-a // b), "isfinite": math.isfinite,
-           "min": min, "max": max, "abs": abs, "len": len}
-    return eval(str(expr), env, ns)  # noqa: S307 - expressions come from our own schema files
+    # Expressions come from our own schema files; compiled once, evaluated per call.
+    return eval(_compiled(str(expr)), _EVAL_ENV, ns)  # noqa: S307
 
 
 def _select(spec, modes: dict):
@@ -234,12 +242,60 @@ def check_kinds(op: str, values: dict) -> None:
             _check_kind(op, spec, values[spec.name])
 
 
+# Structural validation results by call signature (shapes, dtypes, devices, layouts, scalar
+# values): a decode loop calls each op with the same signature every layer and step, so the
+# checks run once and later calls only rebuild the signature (a few microseconds).
+_VALIDATED: dict = {}
+_VALIDATED_MAX = 512
+
+
+def _signature(op: str, values: dict):
+    import torch
+
+    sig = [op]
+    for name, v in values.items():
+        if isinstance(v, torch.Tensor):
+            sig += (name, v.shape, v.dtype, v.device, v.stride())
+        elif v is None or isinstance(v, (bool, int, float, str, torch.dtype)):
+            sig += (name, type(v), v)
+        else:
+            return None
+    try:
+        hash(tuple(sig))
+    except TypeError:  # symbolic shapes under torch.compile: no caching
+        return None
+    return tuple(sig)
+
+
 def validate(op: str, values: dict, *, full: bool = False) -> Validated:
     """Check one call's arguments against the schema; return them with defaults filled.
 
     Raises TypeError (wrong kind or dtype) or ValueError (shape, range, consistency) naming the
     argument, what was expected and what was given. ``full=True`` also runs the schema's
-    ``full_checks`` that read tensor values (a device sync)."""
+    ``full_checks`` that read tensor values (a device sync); those are never cached."""
+    sig = _signature(op, values)
+    hit = _VALIDATED.get(sig) if sig is not None else None
+    if hit is not None:
+        filled, dims, modes, features = hit
+        args = {a.name: values.get(a.name) for a in load(op).args}
+        args.update(filled)
+        out = Validated(op, args, dims, modes, features)
+    else:
+        out = _validate(op, values)
+        if sig is not None:
+            if len(_VALIDATED) >= _VALIDATED_MAX:
+                _VALIDATED.clear()
+            filled = {k: v for k, v in out.args.items() if values.get(k) is None and v is not None}
+            _VALIDATED[sig] = (filled, out.dims, out.modes, out.features)
+    if full:
+        from . import full_checks
+
+        for check in load(op).raw.get("full_checks", []):
+            getattr(full_checks, check)(out)
+    return out
+
+
+def _validate(op: str, values: dict) -> Validated:
     schema = load(op)
     unknown = set(values) - {a.name for a in schema.args}
     if unknown:
@@ -354,13 +410,7 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
     for c in schema.raw.get("constraints", []) or []:
         if not _safe_eval(c["expr"], ns):
             raise ValueError(f"{op}: " + c["message"].format(**ns))
-    out = Validated(op, args, dims, modes, features)
-    if full:
-        from . import full_checks
-
-        for check in schema.raw.get("full_checks", []):
-            getattr(full_checks, check)(out)
-    return out
+    return Validated(op, args, dims, modes, features)
 
 
 def _check_presence(op, spec: ArgSpec, value, ns):
@@ -388,6 +438,18 @@ def _feature_ok(rule, value) -> bool:
 
 
 def support_reason(op: str, backend: str, **variant) -> str | None:
+    try:
+        return _support_reason_cached(op, backend, tuple(variant.items()))
+    except TypeError:  # an unhashable feature value
+        return _support_reason(op, backend, **variant)
+
+
+@functools.lru_cache(maxsize=4096)
+def _support_reason_cached(op: str, backend: str, variant: tuple) -> str | None:
+    return _support_reason(op, backend, **dict(variant))
+
+
+def _support_reason(op: str, backend: str, **variant) -> str | None:
     """None when ``backend`` implements ``op`` for this variant, else the reason why not."""
     schema = load(op)
     caps = schema.capabilities

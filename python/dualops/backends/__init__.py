@@ -5,6 +5,7 @@ This package is also the public ``dualops.backends()``: calling it lists every b
 whether it runs here and why (so ``dualops.backends.cuda`` stays importable as a module)."""
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import types
@@ -12,6 +13,7 @@ import types
 NAMES = ("reference", "cuda", "ascend_sim", "npu")
 
 
+@functools.lru_cache(maxsize=None)
 def module(name: str):
     if name not in NAMES:
         raise ValueError(f"backend: expected one of {NAMES}, got {name!r}")

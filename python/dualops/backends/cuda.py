@@ -24,7 +24,9 @@ _QUANT = (torch.int8, torch.float8_e4m3fn)
 _ARCH = (9, 0)
 
 
+@functools.lru_cache(maxsize=1)
 def status():
+    """Read once per process (every dispatch asks): the GPU and the build do not change."""
     if not torch.cuda.is_available():
         return False, "torch.cuda is not available (no CUDA device, or a CPU build of torch)"
     mod, reason = native.load()
