@@ -118,11 +118,17 @@ def test_from_cuda_properties_known_and_generic():
 
 
 def test_detect_cuda_reads_device_properties(monkeypatch):
+    from dualops import devices
+
+    # detect() reads a GPU's properties once per device index; clear that cache around the fakes.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: _props("NVIDIA H200", 132))
+    devices._cuda_profile.cache_clear()
     assert detect(torch.device("cuda", 0)) is H200
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: _props("NVIDIA L40S", 142))
+    devices._cuda_profile.cache_clear()
     p = detect("cuda:0")
+    devices._cuda_profile.cache_clear()
     assert isinstance(p, DeviceProfile) and p.num_cores == 142 and "L40S" in p.name
 
 

@@ -8,6 +8,8 @@ so tools that print them (``python -m dualops info``) can say so.
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 from dataclasses import dataclass
 
@@ -206,6 +208,14 @@ def from_cuda_properties(props) -> DeviceProfile:
         cube_fractal=16, assumptions=tuple(assumed))
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_profile(index: int) -> DeviceProfile:
+    """A GPU's profile, read once (every kernel call asks)."""
+    import torch
+
+    return from_cuda_properties(torch.cuda.get_device_properties(index))
+
+
 def detect(device=None) -> DeviceProfile:
     """Profile for a device: a torch.device, a device string ("cuda:0", "npu", "cpu",
     "ascend_sim"), a tensor (its device), a profile name ("h200") or a DeviceProfile.
@@ -238,7 +248,7 @@ def detect(device=None) -> DeviceProfile:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"detect: device {device} is CUDA but torch.cuda is not available here")
-        return from_cuda_properties(torch.cuda.get_device_properties(device))
+        return _cuda_profile(device.index if device.index is not None else torch.cuda.current_device())
     if device.type == "cpu":
         return profile(DEFAULT_CPU_PROFILE)
     # "npu" (PrivateUse1 under torch_npu) and anything else.

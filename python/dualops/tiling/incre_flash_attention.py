@@ -302,10 +302,21 @@ def _tensor_shape_args(q, k_cache, block_table) -> dict:
                 block_size=bs, kv_dtype_bytes=k_cache.element_size())
 
 
+_PLANS_BY_SHAPE: dict = {}
+
+
 def plan_for_tensors(q, k_cache, block_table, device: DeviceProfile) -> IfaPlan:
-    """The plan of one call's shapes (cached: made once per step, reused by every layer)."""
-    return plan_incre_flash_attention(**_tensor_shape_args(q, k_cache, block_table),
-                                      q_dtype_bytes=q.element_size(), device=device)
+    """The plan of one call's shapes: made once per shape and device, then one dict look-up
+    (every layer of every decode step asks)."""
+    shape = _tensor_shape_args(q, k_cache, block_table)
+    key = (*shape.values(), q.element_size(), device)
+    plan = _PLANS_BY_SHAPE.get(key)
+    if plan is None:
+        if len(_PLANS_BY_SHAPE) > 4096:
+            _PLANS_BY_SHAPE.clear()
+        plan = _PLANS_BY_SHAPE[key] = plan_incre_flash_attention(
+            **shape, q_dtype_bytes=q.element_size(), device=device)
+    return plan
 
 
 def check_plan_for_tensors(plan: IfaPlan, q, k_cache, block_table) -> None:
