@@ -286,6 +286,27 @@ def _backend_kwargs(q, k, kw):
     return full
 
 
+def _capture_and_check_replays(q, k, v, kw, plan, bk, step_lens):
+    """Capture one call in a CUDA graph (on a side stream), then per step write fresh q (and the
+    step's kv_lens, when given) in place, replay, and check against the reference."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+    torch.cuda.current_stream().wait_stream(s)
+    for step, lens in enumerate(step_lens):
+        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
+        if lens is not None:
+            kw["kv_lens"].copy_(torch.tensor(lens, dtype=torch.int32))
+        g.replay()
+        torch.cuda.synchronize()
+        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+        assert_close_parity(out, ref_out, name=f"replay {step} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"replay {step} lse")
+
+
 @needs_cuda
 @pytest.mark.parametrize("split_len,num_splits", [(16, 40), (48, 9), (112, 5), (640, 1)])
 def test_forced_split_plans(split_len, num_splits):
@@ -319,20 +340,7 @@ def test_split_merge_repeats_and_graph_replays(num_splits):
         assert_close_parity(out, ref_out, name=f"repeat {rep} out")
         assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"repeat {rep} lse")
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g):
-            out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
-    torch.cuda.current_stream().wait_stream(s)
-    for step in range(3):
-        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
-        g.replay()
-        torch.cuda.synchronize()
-        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
-        assert_close_parity(out, ref_out, name=f"replay {step} out")
-        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"replay {step} lse")
+    _capture_and_check_replays(q, k, v, kw, plan, bk, [None] * 3)
 
 
 @needs_cuda
@@ -375,21 +383,7 @@ def test_cuda_graph_decode_step(page):
     bk = _backend_kwargs(q, k, kw)
     cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)  # warm-up outside capture
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g):
-            out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
-    torch.cuda.current_stream().wait_stream(s)
-    for step, lens in enumerate(([2999, 1], [1500, 2100], [0, 2048])):
-        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
-        kw["kv_lens"].copy_(torch.tensor(lens, dtype=torch.int32))
-        g.replay()
-        torch.cuda.synchronize()
-        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
-        assert_close_parity(out, ref_out, name=f"graph step {step} out")
-        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"graph step {step} lse")
+    _capture_and_check_replays(q, k, v, kw, plan, bk, ([2999, 1], [1500, 2100], [0, 2048]))
 
 
 # ----------------------------------------------------------------------------- errors

@@ -110,24 +110,31 @@ int64_t TaskRation() {
   return c.kind == CoreKind::AIV ? c.launch->AivPerBlock() : 1;
 }
 
-void SetEventFlag(const char* api, AscendC::HardEvent evt, int32_t id) {
+// The checks SetFlag and WaitFlag share; returns the core's counter of that event and id. The
+// "<api><event>" name is only built when a check fails (this runs on every flag).
+static uint16_t& EventCounter(const char* api, AscendC::HardEvent evt, int32_t id, EventPipes& ep) {
   Enter();
-  const EventPipes ep = PipesOf(evt);
-  RequirePipe(Str(api, "<", ep.name, ">").c_str(), ep.src);
-  RequirePipe(Str(api, "<", ep.name, ">").c_str(), ep.dst);
+  ep = PipesOf(evt);
+  const CoreContext& c = Cur();
+  if (!CoreHasPipe(c.kind, ep.src) || !CoreHasPipe(c.kind, ep.dst)) {
+    const std::string name = Str(api, "<", ep.name, ">");
+    RequirePipe(name.c_str(), ep.src);
+    RequirePipe(name.c_str(), ep.dst);
+  }
   if (id < 0 || id > 7) Fault(api, Str("event id ", id, " is outside [0, 7]"));
-  uint16_t& n = Cur().events[static_cast<int>(evt)][id];
+  return Cur().events[static_cast<int>(evt)][id];
+}
+
+void SetEventFlag(const char* api, AscendC::HardEvent evt, int32_t id) {
+  EventPipes ep;
+  uint16_t& n = EventCounter(api, evt, id, ep);
   if (n >= 1) Fault(Str(api, "<", ep.name, ">").c_str(), Str("event id ", id, " is already set and not waited for"));
   ++n;
 }
 
 void WaitEventFlag(const char* api, AscendC::HardEvent evt, int32_t id) {
-  Enter();
-  const EventPipes ep = PipesOf(evt);
-  RequirePipe(Str(api, "<", ep.name, ">").c_str(), ep.src);
-  RequirePipe(Str(api, "<", ep.name, ">").c_str(), ep.dst);
-  if (id < 0 || id > 7) Fault(api, Str("event id ", id, " is outside [0, 7]"));
-  uint16_t& n = Cur().events[static_cast<int>(evt)][id];
+  EventPipes ep;
+  uint16_t& n = EventCounter(api, evt, id, ep);
   if (n == 0) {
     Fault(Str(api, "<", ep.name, ">").c_str(),
           Str("event id ", id, " was never set by SetFlag on this core: the ", PipeName(ep.dst), " pipe would wait forever"));
