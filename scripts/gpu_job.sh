@@ -2,12 +2,13 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate]
 #   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
 #   --full` on every backend here, cuda vs ascend_sim pairs included
 #   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
 #   and without PDL, other split counts, SDPA; SMALL_ONLY_AUTO=1: the default build only);
-#   splits: split counts around the plan's; durations: Nsight Compute kernel durations
+#   splits: split counts around the plan's; durations: Nsight Compute kernel durations;
+#   ablate: the split kernel with parts of its per-chunk math compiled out (ABLATE_SET)
 #   (default: build test bench sanitize; SANITIZE_TOOLS="memcheck racecheck" by default)
 #
 # Logs and JSON go to $OUT (default ./gpu_out). Extra pytest arguments: $PYTEST_ARGS.
@@ -83,6 +84,13 @@ if has sanitize; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
+if has ablate; then
+  # The real split kernel with parts of its per-chunk math removed (benchmarks/cuda, BENCHMARKS.md
+  # v9): ABLATE_SET picks the DUALOPS_IFA_ABLATE builds.
+  echo "== ablate"
+  OUT="$OUT" bash benchmarks/cuda/run_kernel_ablate.sh ${ABLATE_SET:-0 7 0} 2>&1 | grep -E "ablate=[0-9]+ +[0-9]" | sort -s -k1,3
+fi
+
 if has shapes; then
   # CTA-shape experiment (BENCHMARKS.md notes): the same calls under each DUALOPS_IFA_CTA_SHAPE,
   # plus the name of the kernel torch's SDPA runs.

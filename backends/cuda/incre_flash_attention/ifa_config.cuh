@@ -18,7 +18,18 @@
 
 #include <type_traits>
 
+// Measurement builds only (benchmarks/cuda/ifa_kernel_ablate.cu): each bit removes one part of
+// the per-chunk math so its cost can be timed (results are wrong then). 1: q.k^T mma, 2: online
+// softmax, 4: p.v mma, 8: bf16 p as one part instead of hi + lo, 16: q fragments in registers,
+// 64: copies without the src-size operand (every row read), 128: copies without the L2
+// evict-first hint. 0 in every real build.
+#ifndef DUALOPS_IFA_ABLATE
+#define DUALOPS_IFA_ABLATE 0
+#endif
+
 namespace dualops::cuda::ifa {
+
+constexpr int kAblate = DUALOPS_IFA_ABLATE;
 
 constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 
@@ -37,15 +48,30 @@ struct Cfg {
   // exactly, and fp16 keeps 3 more mantissa bits of the scaled q and of P).
   using MT = std::conditional_t<std::is_same_v<KVT, __nv_bfloat16>, __nv_bfloat16, __half>;
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(KVT));
-  // Row pitches in shared memory (padding spreads the rows a fragment builder reads together
-  // over distinct banks, with plain address arithmetic instead of an XOR swizzle):
-  //  16-bit: ldmatrix reads one 16-B chunk of 8 consecutive rows -> pitch = 16 mod 128.
-  //  8-bit K: a quarter-warp reads 64 B of 2 adjacent rows -> pitch = 64 mod 128.
-  //  8-bit V: a quarter-warp (half-warp for D = 64) reads rows 0, 2, 4, 6 -> pitch = 16 mod 64.
-  static constexpr int kKPitch = !kQuant ? kRowBytes + 16 : kRowBytes + (192 - kRowBytes % 128) % 128;
-  static constexpr int kVPitch = kRowBytes + 16;
-  static constexpr int kTensorBytesK = kChunkKeys * kKPitch;
-  static constexpr int kStageBytes = kChunkKeys * (kKPitch + kVPitch);  // K rows then V rows
+  // Shared rows are unpadded (row r at r * kRowBytes, so every cp.async destination row is
+  // 128-B aligned); the 16-B chunks of a row are XOR-permuted so the fragment builders read
+  // without bank conflicts. Rows padded by 16 B (the v4 layout) cost 7 % of the DRAM stream:
+  // a K/V chunk's copies land misaligned and the stream ran at ~4.1 instead of ~4.5 TB/s
+  // (BENCHMARKS.md, v9).
+  //  16-bit K and V: ldmatrix reads one 16-B chunk of 8 consecutive rows -> chunk ^ (row & 7).
+  //  8-bit K: a quarter-warp reads 4 chunks of 2 adjacent rows -> chunk ^ 4 on odd rows
+  //    (64-B rows already sit in different bank halves).
+  //  8-bit V: a quarter-warp (half-warp for D = 64) reads one chunk of rows 0, 2, 4, 6 ->
+  //    chunk ^ 2 * ((row / 2) % 4) (D = 64: 64-B rows hold 4 chunks, 2-way conflicts remain).
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+  static __host__ __device__ __forceinline__ int k_swz(int row) {
+    if constexpr (!kQuant) return row & 7;
+    else return kRowBytes >= 128 ? (row & 1) << 2 : 0;
+  }
+  static __host__ __device__ __forceinline__ int v_swz(int row) {
+    if constexpr (!kQuant) return row & 7;
+    else return kRowBytes >= 128 ? ((row >> 1) & 3) << 1 : ((row >> 1) & 1) << 1;
+  }
+  // Byte offset of 16-B chunk c of row r in a stage's K / V rows.
+  static __host__ __device__ __forceinline__ int k_at(int r, int c) { return r * kRowBytes + ((c ^ k_swz(r)) << 4); }
+  static __host__ __device__ __forceinline__ int v_at(int r, int c) { return r * kRowBytes + ((c ^ v_swz(r)) << 4); }
+  static constexpr int kTensorBytesK = kChunkKeys * kRowBytes;
+  static constexpr int kStageBytes = 2 * kChunkKeys * kRowBytes;  // K rows then V rows
   static constexpr int kWarps = SHAPE == kWide ? ((!kQuant && D == 256) ? 4 : 8) : 4;
   static constexpr int kCtasPerSm = SHAPE == kNarrow ? 2 : 1;
   // K/V pipeline bytes per CTA: wide CTAs take most of an SM, narrow ones a bit under half.
@@ -58,7 +84,7 @@ struct Cfg {
   static constexpr int kVW = (D / 8) < 16 ? (D / 8) : 16;
   // p.v takes p as hi + lo parts when the operand type is bf16 (8 mantissa bits are not enough
   // for the parity budget); fp16 p is exact to 11 bits and goes in one part.
-  static constexpr int kPParts = std::is_same_v<MT, __nv_bfloat16> ? 2 : 1;
+  static constexpr int kPParts = (std::is_same_v<MT, __nv_bfloat16> && !(kAblate & 8)) ? 2 : 1;
 
   // Head-dim position of k-index k (0..15) of q.k^T k-step ks. 16-bit caches: natural order
   // (ldmatrix). 8-bit: a lane reads 16 consecutive bytes of its key row, bytes 4s..4s+3 feed

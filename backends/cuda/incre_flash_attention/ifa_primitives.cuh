@@ -23,6 +23,16 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   return pol;
 }
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+#if DUALOPS_IFA_ABLATE & 64
+  if constexpr (true) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+    return;
+  }
+#endif
+#if DUALOPS_IFA_ABLATE & 128
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+  return;
+#endif
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes), "l"(evict_first_policy())
                : "memory");

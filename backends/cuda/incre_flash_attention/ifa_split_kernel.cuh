@@ -252,9 +252,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   }
   uint32_t bad_blocks = 0;  // bit (j % 32): chunk j's block id is out of range (its keys are hidden)
 
-  // cp.async 16 B per lane and copy: a round of 32 lanes covers kRows rows (lane -> row
+  // cp.async 16 B per lane and copy: a round of 32 lanes covers kRows whole rows (lane -> row
   // lane / kCpr, 16-B column lane % kCpr); rows advance by kRows per copy. Everything but the
-  // chunk's base address is fixed per lane, so a copy costs a 64-bit add.
+  // chunk's base address is fixed per lane, so a copy costs a 64-bit add. The destination
+  // column is XOR-swizzled by row (Cfg::k_at / v_at), which repeats every kSwzPeriod copies:
+  // those few offsets are computed once.
   constexpr int kCpr = C::kRowBytes / 16, kRows = 32 / kCpr, kCopies = kChunkKeys / kRows;
   static_assert(32 % kCpr == 0 && kChunkKeys % kRows == 0, "whole copy rounds");
   const int lrow = lane / kCpr, lcol = lane % kCpr;
@@ -262,8 +264,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const char* k_lane = static_cast<const char*>(p.k) + ((kvh * p.k_stride_2 + lrow * p.k_stride_1) * elt + lcol * 16);
   const char* v_lane = static_cast<const char*>(p.v) + ((kvh * p.v_stride_2 + lrow * p.v_stride_1) * elt + lcol * 16);
   const int64_t k_step = kRows * p.k_stride_1 * elt, v_step = kRows * p.v_stride_1 * elt;
-  const uint32_t dst_k = smem_addr(wbase) + lrow * C::kKPitch + lcol * 16;
-  const uint32_t dst_v = smem_addr(wbase) + C::kTensorBytesK + lrow * C::kVPitch + lcol * 16;
+  constexpr int kSwzPeriod = kRows >= 8 ? 1 : 8 / kRows;
+  constexpr int kSwzN = kSwzPeriod < kCopies ? kSwzPeriod : kCopies;
+  uint32_t dst_k[kSwzN], dst_v[kSwzN];
+#pragma unroll
+  for (int i = 0; i < kSwzN; ++i) {
+    dst_k[i] = smem_addr(wbase) + C::k_at(lrow + i * kRows, lcol);
+    dst_v[i] = smem_addr(wbase) + C::kTensorBytesK + C::v_at(lrow + i * kRows, lcol);
+  }
   if (block_size == 0) {
     k_lane += b * p.k_stride_0 * elt;
     v_lane += b * p.v_stride_0 * elt;
@@ -297,8 +305,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     for (int i = 0; i < kCopies; ++i) {
       // Rows past the keys: src-size 0, nothing is read and the destination is zero-filled.
       const uint32_t n = lrow + i * kRows < valid ? 16u : 0u;
-      cp_async_16(dst_k + so + i * kRows * C::kKPitch, kp, n);
-      cp_async_16(dst_v + so + i * kRows * C::kVPitch, vp, n);
+      const uint32_t ro = so + (i / kSwzN) * kSwzN * kRows * C::kRowBytes;  // whole swizzle periods
+      cp_async_16(dst_k[i % kSwzN] + ro, kp, n);
+      cp_async_16(dst_v[i % kSwzN] + ro, vp, n);
       kp += k_step;
       vp += v_step;
     }
@@ -398,6 +407,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const uint8_t* mask = static_cast<const uint8_t*>(p.atten_mask);
   const float* pse = static_cast<const float*>(p.pse_shift);
   const bool has_bias = mask != nullptr || pse != nullptr;
+  constexpr int kQRegs = (!C::kQuant && (kAblate & 16) != 0 && MTILES * KSTEPS <= 8) ? MTILES * KSTEPS : 0;
+  uint4 qreg[kQRegs > 0 ? kQRegs : 1];
+#pragma unroll
+  for (int i = 0; i < kQRegs; ++i) qreg[i] = qfrag[i * 32 + lane];
 
   int stage = 0;
   for (int j = 0; j < my_chunks; ++j) {
@@ -420,15 +433,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-    if constexpr (!C::kQuant) {
+    if constexpr ((kAblate & 1) != 0) {
+      // measurement build: no q.k^T
+    } else if constexpr (!C::kQuant) {
       const int mi = lane >> 3, key = ((mi >> 1) << 3) + (lane & 7);
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
         uint32_t b00, b01, b10, b11;
-        ldmatrix_x4(smem_addr(sk + key * C::kKPitch + (2 * ks + (mi & 1)) * 16), b00, b01, b10, b11);
+        ldmatrix_x4(smem_addr(sk + C::k_at(key, 2 * ks + (mi & 1))), b00, b01, b10, b11);
 #pragma unroll
         for (int mt = 0; mt < MTILES; ++mt) {
-          const uint4 a4 = qfrag[(mt * KSTEPS + ks) * 32 + lane];
+          const uint4 a4 = kQRegs > 0 ? qreg[(mt * KSTEPS + ks) % (kQRegs > 0 ? kQRegs : 1)]
+                                      : qfrag[(mt * KSTEPS + ks) * 32 + lane];
           const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
           mma_16816<MT>(s[mt][0], a, b00, b01);
           mma_16816<MT>(s[mt][1], a, b10, b11);
@@ -441,7 +457,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         uint4 w[2];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          w[nt] = *reinterpret_cast<const uint4*>(sk + (nt * 8 + g) * C::kKPitch + (4 * h + tq) * 16);
+          w[nt] = *reinterpret_cast<const uint4*>(sk + C::k_at(nt * 8 + g, 4 * h + tq));
         }
 #pragma unroll
         for (int s4 = 0; s4 < 4; ++s4) {
@@ -472,7 +488,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt) {
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
+      for (int hf = 0; hf < 2 && (kAblate & 2) == 0; ++hf) {
         const int rr = mt * 16 + g + 8 * hf;
         float mx = -INFINITY;
 #pragma unroll
@@ -538,12 +554,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     }
 
     // O += p . v (hi and lo parts of p against the same v fragments)
-    if constexpr (!C::kQuant) {
+    if constexpr ((kAblate & 4) != 0) {
+      acc[0][0][0] += __uint_as_float(pa[0][0][0] ^ pa[MTILES - 1][PP - 1][3]);  // measurement build: no p.v
+    } else if constexpr (!C::kQuant) {
       const int mi = lane >> 3, key = ((mi & 1) << 3) + (lane & 7);
 #pragma unroll
       for (int jn = 0; jn < NTILES; jn += 2) {
         uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(smem_addr(sv + key * C::kVPitch + (jn + (mi >> 1)) * 16), b0, b1, b2, b3);
+        ldmatrix_x4_trans(smem_addr(sv + C::v_at(key, jn + (mi >> 1))), b0, b1, b2, b3);
 #pragma unroll
         for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
@@ -562,7 +580,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         for (int rk = 0; rk < 4; ++rk) {
           const int vrow = 2 * tq + (rk & 1) + 8 * (rk >> 1);
           const int byte = uu * 8 * W + g * W;
-          const uint8_t* src = sv + vrow * C::kVPitch + byte;
+          const uint8_t* src = sv + C::v_at(vrow, byte >> 4) + (byte & 15);
           if constexpr (W == 16) {
             const uint4 v4 = *reinterpret_cast<const uint4*>(src);
             const uint32_t vw[4] = {v4.x, v4.y, v4.z, v4.w};

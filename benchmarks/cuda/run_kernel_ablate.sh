@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build ifa_kernel_ablate.cu once per DUALOPS_IFA_ABLATE value (in parallel) and run each on a
+# Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0)
+# The N = 0 build runs first and last: the two show the run-to-run spread.
+# ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${OUT:-/tmp}"
+ns=${*:-0 1 2 4 8 16 7 0}
+for n in $(echo $ns | tr ' ' '\n' | sort -un); do
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$n \
+    -I "$root/ops/include" -I "$root/backends/cuda/incre_flash_attention" \
+    -o "$out/ifa_kernel_ablate_$n" "$here/ifa_kernel_ablate.cu" 2> "$out/ptxas_ablate_$n.txt" &
+done
+wait
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
+for n in $ns; do "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"; done
+if [ "${ABLATE_SASS:-0}" = 1 ]; then cuobjdump --dump-sass "$out/ifa_kernel_ablate_0" > "$out/ifa_kernel_0.sass"; fi
+if [ "${ABLATE_NCU:-0}" = 1 ]; then
+  timeout 300 ncu --set full -k regex:ifa_split_kernel -c 2 -s 6 --import-source yes -o "$out/ifa_kernel_0" \
+    "$out/ifa_kernel_ablate_0" > "$out/ncu_log.txt" 2>&1
+  ncu --import "$out/ifa_kernel_0.ncu-rep" --page details > "$out/ncu_details.txt" 2>&1
+  ncu --import "$out/ifa_kernel_0.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1
+  grep -E "Duration|DRAM Throughput|Issue Slots|Warp Cycles Per Issued|Stall|No Eligible|Active Warps" "$out/ncu_details.txt" | head -40
+fi
+rm -f "$out"/ifa_kernel_ablate_[0-9]*
