@@ -1,4 +1,5 @@
-// Times the real IFA split kernel (backends/cuda/incre_flash_attention) on bf16 caches, d 128,
+// Times the real IFA split kernel (backends/cuda/incre_flash_attention) on bf16 caches (int8
+// with -DABLATE_KV_INT8=1), d 128, bf16 q,
 // built with DUALOPS_IFA_ABLATE = N (see ifa_config.cuh): each bit removes one part of the
 // per-chunk math, so the time a part costs is the difference to the N = 0 build. Results are
 // wrong in the ablated builds; only the time is read. run_kernel_ablate.sh builds every N.
@@ -8,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -27,6 +29,14 @@ using namespace dualops;
 using namespace dualops::cuda::ifa;
 using BF = __nv_bfloat16;
 constexpr int D = 128;
+#ifndef ABLATE_TAG
+#define ABLATE_TAG "?"
+#endif
+#ifndef ABLATE_KV_INT8
+#define ABLATE_KV_INT8 0
+#endif
+using KV = std::conditional_t<ABLATE_KV_INT8 != 0, int8_t, BF>;
+constexpr int kKvBytes = sizeof(KV);
 
 __global__ void k_spin(long long cycles) {
   const long long t0 = clock64();
@@ -44,6 +54,10 @@ __global__ void k_fill(uint32_t* p, int64_t n, uint32_t seed) {
     p[i] = (x & 0x807f807fu) | 0x3c003c00u;
   }
 }
+__global__ void k_fill_f32(float* p, int n, float lo, float hi) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    p[i] = lo + (hi - lo) * ((i * 2654435761u >> 8) & 0xffff) / 65535.f;
+}
 
 struct Shape {
   const char* name;
@@ -58,17 +72,17 @@ int main() {
   };
   constexpr int kWarm = 3, kRuns = 25;
   constexpr int64_t kL2x3 = 180ll << 20;
-  std::printf("ablate=%d\n", DUALOPS_IFA_ABLATE);
+  std::printf("ablate=%d cache=%s\n", DUALOPS_IFA_ABLATE, ABLATE_KV_INT8 ? "int8" : "bf16");
   for (const Shape& sh : shapes) {
     const int64_t kv_elems = static_cast<int64_t>(sh.B) * sh.S * sh.HKV * D;
-    const int64_t kv_bytes = 2 * kv_elems * 2;
+    const int64_t kv_bytes = 2 * kv_elems * kKvBytes;
     const int sets = static_cast<int>(std::max<int64_t>(1, (kL2x3 + kv_bytes - 1) / kv_bytes));
     const int q_rows = sh.HQ / sh.HKV;
     IncreFlashAttentionTiling t{};
     t.version = 1, t.batch = sh.B, t.s_q = 1, t.h_q = sh.HQ, t.h_kv = sh.HKV, t.group = q_rows;
     t.head_dim = D, t.max_kv_len = sh.S, t.block_size = 0, t.kv_tile = 16, t.num_splits = sh.NS;
     t.split_len = ((sh.S + sh.NS - 1) / sh.NS + 15) / 16 * 16, t.num_units = sh.B * sh.HKV * sh.NS;
-    t.num_cores = 132, t.q_rows = q_rows, t.q_tile_rows = 16, t.kv_dtype_bytes = 2;
+    t.num_cores = 132, t.q_rows = q_rows, t.q_tile_rows = 16, t.kv_dtype_bytes = kKvBytes;
     std::vector<IncreFlashAttentionParams> ps(sets);
     std::vector<void*> allocs;
     auto alloc = [&](int64_t bytes) {
@@ -82,8 +96,16 @@ int main() {
       IncreFlashAttentionParams& p = ps[s];
       p = IncreFlashAttentionParams{};
       p.q = alloc(static_cast<int64_t>(sh.B) * sh.HQ * D * 2);
-      p.k = alloc(kv_elems * 2);
-      p.v = alloc(kv_elems * 2);
+      p.k = alloc(kv_elems * kKvBytes);
+      p.v = alloc(kv_elems * kKvBytes);
+      if (ABLATE_KV_INT8) {
+        p.k_scale = alloc(sh.HKV * D * 4), p.v_scale = alloc(sh.HKV * D * 4);
+        p.k_offset = alloc(sh.HKV * D * 4), p.v_offset = alloc(sh.HKV * D * 4);
+        k_fill_f32<<<8, 256>>>(static_cast<float*>(p.k_scale), sh.HKV * D, 0.005f, 0.02f);
+        k_fill_f32<<<8, 256>>>(static_cast<float*>(p.v_scale), sh.HKV * D, 0.005f, 0.02f);
+        k_fill_f32<<<8, 256>>>(static_cast<float*>(p.k_offset), sh.HKV * D, -3.f, 3.f);
+        k_fill_f32<<<8, 256>>>(static_cast<float*>(p.v_offset), sh.HKV * D, -3.f, 3.f);
+      }
       p.out = alloc(static_cast<int64_t>(sh.B) * sh.HQ * D * 2);
       p.lse = alloc(static_cast<int64_t>(sh.B) * sh.HQ * 4);
       p.kv_lens = alloc(sh.B * 4);
@@ -93,8 +115,8 @@ int main() {
         p.lse_accum = alloc(static_cast<int64_t>(t.num_units) * q_rows * 4);
       }
       k_fill<<<1024, 256>>>(static_cast<uint32_t*>(p.q), static_cast<int64_t>(sh.B) * sh.HQ * D / 2, 1 + s);
-      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems / 2, 7 + s);
-      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems / 2, 13 + s);
+      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems * kKvBytes / 4, 7 + s);
+      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems * kKvBytes / 4, 13 + s);
       CK(cudaGetLastError());
       p.q_stride_b = static_cast<int64_t>(sh.HQ) * D, p.q_stride_s = static_cast<int64_t>(sh.HQ) * D, p.q_stride_h = D;
       p.k_stride_0 = p.v_stride_0 = static_cast<int64_t>(sh.S) * sh.HKV * D;
@@ -102,10 +124,11 @@ int main() {
       p.k_stride_2 = p.v_stride_2 = D;
       p.out_stride_b = p.out_stride_s = static_cast<int64_t>(sh.HQ) * D, p.out_stride_h = D;
       p.softmax_scale = 0.08838834764831845f;
-      p.q_dtype = static_cast<int>(DType::kBfloat16), p.kv_dtype = static_cast<int>(DType::kBfloat16);
+      p.q_dtype = static_cast<int>(DType::kBfloat16);
+      p.kv_dtype = static_cast<int>(ABLATE_KV_INT8 ? DType::kInt8 : DType::kBfloat16);
     }
     auto call = [&](int s) {
-      const cudaError_t e = launch_variant<BF, BF, D, 16, kWide>(ps[s], t, 0);
+      const cudaError_t e = launch_variant<BF, KV, D, 16, kWide>(ps[s], t, 0);
       CK(e);
     };
     cudaEvent_t e0, e1;
@@ -125,8 +148,9 @@ int main() {
     }
     std::sort(ts.begin(), ts.end());
     const float med = ts[ts.size() / 2];
-    std::printf("%-18s ablate=%-3d %9.1f us %7.0f GB/s  (sets %d, splits %d)\n", sh.name, DUALOPS_IFA_ABLATE, med,
-                kv_bytes / (med * 1e3), sets, sh.NS);
+    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us %7.0f GB/s  (sets %d, splits %d)\n", sh.name,
+                ABLATE_KV_INT8 ? "int8" : "bf16", DUALOPS_IFA_ABLATE, ABLATE_TAG, med, kv_bytes / (med * 1e3), sets,
+                sh.NS);
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     for (void* a : allocs) CK(cudaFree(a));

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build ifa_kernel_ablate.cu once per DUALOPS_IFA_ABLATE value (in parallel) and run each on a
-# Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0)
+# Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0);
+# iN = the same on an int8 cache; +s1 / +s2 force 1 / 2 chunks per main-loop step, +wN N warps per
+# wide CTA (e.g. 0+s2+w6).
 # The N = 0 build runs first and last: the two show the run-to-run spread.
 # ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
 set -uo pipefail
@@ -8,8 +10,14 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${OUT:-/tmp}"
 ns=${*:-0 1 2 4 8 16 7 0}
-for n in $(echo $ns | tr ' ' '\n' | sort -un); do
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$n \
+for n in $(echo $ns | tr ' ' '\n' | sort -u); do
+  kv=0; a=${n%%+*}; extra=""
+  if [[ $a == i* ]]; then kv=1; a=${a#i}; fi
+  [[ $n == *+s2* ]] && extra+=" -DDUALOPS_IFA_SUB=2"
+  [[ $n == *+s1* ]] && extra+=" -DDUALOPS_IFA_SUB=1"
+  [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \
+    -DABLATE_TAG="\"$n\"" $extra \
     -I "$root/ops/include" -I "$root/backends/cuda/incre_flash_attention" \
     -o "$out/ifa_kernel_ablate_$n" "$here/ifa_kernel_ablate.cu" 2> "$out/ptxas_ablate_$n.txt" &
 done
@@ -24,4 +32,4 @@ if [ "${ABLATE_NCU:-0}" = 1 ]; then
   ncu --import "$out/ifa_kernel_0.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1
   grep -E "Duration|DRAM Throughput|Issue Slots|Warp Cycles Per Issued|Stall|No Eligible|Active Warps" "$out/ncu_details.txt" | head -40
 fi
-rm -f "$out"/ifa_kernel_ablate_[0-9]*
+rm -f "$out"/ifa_kernel_ablate_[0-9i]*

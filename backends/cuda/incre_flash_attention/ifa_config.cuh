@@ -22,7 +22,8 @@
 // the per-chunk math so its cost can be timed (results are wrong then). 1: q.k^T mma, 2: online
 // softmax, 4: p.v mma, 8: bf16 p as one part instead of hi + lo, 16: q fragments in registers,
 // 64: copies without the src-size operand (every row read), 128: copies without the L2
-// evict-first hint. 0 in every real build.
+// evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo).
+// 0 in every real build.
 #ifndef DUALOPS_IFA_ABLATE
 #define DUALOPS_IFA_ABLATE 0
 #endif
@@ -72,12 +73,25 @@ struct Cfg {
   static __host__ __device__ __forceinline__ int v_at(int r, int c) { return r * kRowBytes + ((c ^ v_swz(r)) << 4); }
   static constexpr int kTensorBytesK = kChunkKeys * kRowBytes;
   static constexpr int kStageBytes = 2 * kChunkKeys * kRowBytes;  // K rows then V rows
+#ifdef DUALOPS_IFA_WIDE_WARPS  // measurement builds: another warp count for wide CTAs
+  static constexpr int kWarps = SHAPE == kWide ? ((!kQuant && D == 256) ? 4 : DUALOPS_IFA_WIDE_WARPS) : 4;
+#else
   static constexpr int kWarps = SHAPE == kWide ? ((!kQuant && D == 256) ? 4 : 8) : 4;
+#endif
   static constexpr int kCtasPerSm = SHAPE == kNarrow ? 2 : 1;
   // K/V pipeline bytes per CTA: wide CTAs take most of an SM, narrow ones a bit under half.
   static constexpr int kSmemBudget = (SHAPE == kNarrow ? (kQuant ? 96 : 105) : (kQuant ? 200 : 210)) * 1024;
   static constexpr int kStagesFit = kSmemBudget / (kWarps * kStageBytes);
   static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 8 ? 8 : kStagesFit);
+  // 16-key chunks per main-loop step: 2 where the pipeline keeps >= 4 chunks in flight while a
+  // step computes (halves the per-key softmax, shuffle and loop work; 8-bit caches and D = 64),
+  // else 1. DUALOPS_IFA_SUB forces one (measurement builds).
+#ifdef DUALOPS_IFA_SUB
+  static constexpr int kSub = DUALOPS_IFA_SUB;
+#else
+  static constexpr int kSub = kStages >= 6 ? 2 : 1;
+#endif
+  static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
   static constexpr int kKSteps = D / 16;  // q.k^T k-steps
   static constexpr int kNTiles = D / 8;   // p.v output n-tiles
   // 8-bit V: each lane reads kVW bytes of a row per load (see pv_d).
@@ -111,7 +125,7 @@ struct Cfg {
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 struct SmemLayout {
   using C = Cfg<QT, KVT, D, SHAPE>;
-  static constexpr int kQParts = C::kQuant ? 2 : 1;
+  static constexpr int kQParts = (C::kQuant && !(kAblate & 256)) ? 2 : 1;
   static constexpr int kKv = C::kWarps * C::kStages * C::kStageBytes;
   static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
   static constexpr int kRowInfo = M_TILE * (4 + 8 + 8);  // row_add f32, mask / pse offsets i64

@@ -208,8 +208,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // together with the kv_lens load, instead of one dependent round trip per loop iteration
   // (those cost ~0.7 us each: 4 of them for a bf16 tile, 12 for an 8-bit cache's) -----------
   // Thread tid holds pairs idx = tid + it * NT of the A-fragment order: (mt, ks, lane, reg).
-  constexpr int kQPairs = MTILES * KSTEPS * 32 * 4, QIT = kQPairs / NT;
-  static_assert(kQPairs % NT == 0, "whole q rounds");
+  constexpr int kQPairs = MTILES * KSTEPS * 32 * 4, QIT = (kQPairs + NT - 1) / NT;
   uint32_t qraw[QIT];                          // two raw 16-bit q values (d, d + 1)
   float ksc[C::kQuant ? QIT : 1][2];           // key scales of d, d + 1
 #pragma unroll
@@ -218,13 +217,17 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
     const int r = row0 + mt * 16 + (ln >> 2) + 8 * (reg & 1);
     const int d = C::qk_d(ks, 2 * (ln & 3) + 8 * (reg >> 1));  // d + 1 is the pair's second
+    const bool in_tile = kQPairs % NT == 0 || idx < kQPairs;    // the last round may be partial
     uint32_t raw = 0;
-    if (r < q_rows) {
+    if (in_tile && r < q_rows) {
       const uint16_t* src = reinterpret_cast<const uint16_t*>(q + q_index(r, d));
       raw = static_cast<uint32_t>(__ldg(src)) | (static_cast<uint32_t>(__ldg(src + 1)) << 16);
     }
     qraw[it] = raw;
-    if constexpr (C::kQuant) ksc[it][0] = __ldg(k_scale + d), ksc[it][1] = __ldg(k_scale + d + 1);
+    if constexpr (C::kQuant) {
+      ksc[it][0] = in_tile ? __ldg(k_scale + d) : 0.f;
+      ksc[it][1] = in_tile ? __ldg(k_scale + d + 1) : 0.f;
+    }
   }
   const int kv_len = min(max(kv_len_raw, 0), t.max_kv_len);
   const int k_begin = split * t.split_len;
@@ -313,16 +316,23 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     }
   };
 
+  // Each main-loop step consumes SUB of this warp's chunks (Cfg::kSub): its chunk count is
+  // rounded up to whole steps, and the chunk past its keys is "issued" with no rows (nothing
+  // read, the stage zero-filled) and masked like any key past kv_len.
+  constexpr int SUB = MTILES <= 2 ? C::kSub : 1;  // 4 m-tiles x 2 chunks of scores would spill
+  const int my_steps = (my_chunks + SUB - 1) / SUB, my_issued = my_steps * SUB;
 #pragma unroll
-  for (int j = 0; j < STAGES - 1; ++j) {
-    if (j < my_chunks) issue(j);
+  for (int j = 0; j < STAGES - SUB; ++j) {
+    if (j < my_issued) issue(j);
     cp_async_commit();
   }
 
   // ---- q tile -> A fragments in shared memory -------------------------------------------
   // 8-bit caches fold the key scale into q (score = sum q_d s_d x_d + sum q_d s_d o_d); the
   // scaled q is kept as hi + lo fp16 parts (two mma) after a power-of-two normalization, so
-  // the folding costs no precision whatever the scales' magnitude.
+  // the folding costs no precision whatever the scales' magnitude. One fp16 part is 5 %
+  // faster on bandwidth-bound calls but puts the lse 2.7e-4 off (bound 1e-4; out is fine):
+  // measured in BENCHMARKS.md v10, DUALOPS_IFA_ABLATE bit 256.
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
@@ -344,11 +354,12 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
     const int idx = tid + it * NT;
+    if (kQPairs % NT != 0 && idx >= kQPairs) break;
     const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
     float v[2] = {bits_to_f32<QT>(qraw[it] & 0xffffu), bits_to_f32<QT>(qraw[it] >> 16)};
     if constexpr (C::kQuant) v[0] *= ksc[it][0] * qmul, v[1] *= ksc[it][1] * qmul;
     uint32_t* dst = reinterpret_cast<uint32_t*>(qfrag + ((mt * KSTEPS + ks) * QP) * 32 + ln) + reg;
-    if constexpr (C::kQuant) {
+    if constexpr (QP == 2) {
       uint32_t hi, lo;
       split2<MT>(v[0], v[1], hi, lo);
       dst[0] = hi;
@@ -412,25 +423,38 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
   for (int i = 0; i < kQRegs; ++i) qreg[i] = qfrag[i * 32 + lane];
 
-  int stage = 0;
-  for (int j = 0; j < my_chunks; ++j) {
-    // Read chunk j's block flag before issuing chunk j + STAGES - 1 (a different bit).
-    const bool blk_ok = ((bad_blocks >> (j & 31)) & 1u) == 0;
-    if (j + STAGES - 1 < my_chunks) issue(j + STAGES - 1);
-    cp_async_commit();
-    cp_async_wait<STAGES - 1>();
+  int stage = 0;  // stage of this step's first chunk
+  for (int st = 0; st < my_steps; ++st) {
+    const int j0 = st * SUB;
+    // Read this step's block flags before issuing the next chunks (different bits).
+    bool blk_ok[SUB];
+#pragma unroll
+    for (int t = 0; t < SUB; ++t) blk_ok[t] = ((bad_blocks >> ((j0 + t) & 31)) & 1u) == 0;
+#pragma unroll
+    for (int t = 0; t < SUB; ++t) {
+      if (j0 + STAGES - SUB + t < my_issued) issue(j0 + STAGES - SUB + t);
+      cp_async_commit();
+    }
+    cp_async_wait<STAGES - SUB>();
     __syncwarp();
 
-    const int kc = first_key + j * kStepKeys;
-    const uint8_t* sk = wbase + stage * C::kStageBytes;
-    const uint8_t* sv = sk + C::kTensorBytesK;
+    int kc[SUB];
+    const uint8_t* sk[SUB];
+    const uint8_t* sv[SUB];
+#pragma unroll
+    for (int t = 0; t < SUB; ++t) {
+      kc[t] = first_key + (j0 + t) * kStepKeys;
+      const int stg = stage + t < STAGES ? stage + t : stage + t - STAGES;
+      sk[t] = wbase + stg * C::kStageBytes;
+      sv[t] = sk[t] + C::kTensorBytesK;
+    }
 
-    // S = q . k^T for 16 keys: two n-tiles of 8 keys.
-    float s[MTILES][2][4];
+    // S = q . k^T for SUB x 16 keys: n-tile nt holds keys 8 * (nt % 2) .. + 7 of chunk nt / 2.
+    float s[MTILES][2 * SUB][4];
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
     if constexpr ((kAblate & 1) != 0) {
@@ -439,31 +463,36 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int mi = lane >> 3, key = ((mi >> 1) << 3) + (lane & 7);
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
-        uint32_t b00, b01, b10, b11;
-        ldmatrix_x4(smem_addr(sk + C::k_at(key, 2 * ks + (mi & 1))), b00, b01, b10, b11);
+        uint32_t bk[SUB][4];
+#pragma unroll
+        for (int t = 0; t < SUB; ++t)
+          ldmatrix_x4(smem_addr(sk[t] + C::k_at(key, 2 * ks + (mi & 1))), bk[t][0], bk[t][1], bk[t][2], bk[t][3]);
 #pragma unroll
         for (int mt = 0; mt < MTILES; ++mt) {
           const uint4 a4 = kQRegs > 0 ? qreg[(mt * KSTEPS + ks) % (kQRegs > 0 ? kQRegs : 1)]
                                       : qfrag[(mt * KSTEPS + ks) * 32 + lane];
           const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
-          mma_16816<MT>(s[mt][0], a, b00, b01);
-          mma_16816<MT>(s[mt][1], a, b10, b11);
+#pragma unroll
+          for (int t = 0; t < SUB; ++t) {
+            mma_16816<MT>(s[mt][2 * t], a, bk[t][0], bk[t][1]);
+            mma_16816<MT>(s[mt][2 * t + 1], a, bk[t][2], bk[t][3]);
+          }
         }
       }
     } else {
       using Cvt = typename CvtOf<KVT>::type;
 #pragma unroll
       for (int h = 0; h < D / 64; ++h) {
-        uint4 w[2];
+        uint4 w[2 * SUB];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          w[nt] = *reinterpret_cast<const uint4*>(sk + C::k_at(nt * 8 + g, 4 * h + tq));
+        for (int nt = 0; nt < 2 * SUB; ++nt) {
+          w[nt] = *reinterpret_cast<const uint4*>(sk[nt / 2] + C::k_at((nt % 2) * 8 + g, 4 * h + tq));
         }
 #pragma unroll
         for (int s4 = 0; s4 < 4; ++s4) {
-          uint32_t bk[2][2];
+          uint32_t bk[2 * SUB][2];
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
+          for (int nt = 0; nt < 2 * SUB; ++nt) {
             const uint32_t word = Cvt::prep(s4 == 0 ? w[nt].x : s4 == 1 ? w[nt].y : s4 == 2 ? w[nt].z : w[nt].w);
             bk[nt][0] = Cvt::lo(word);
             bk[nt][1] = Cvt::hi(word);
@@ -474,8 +503,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
             for (int part = 0; part < QP; ++part) {
               const uint4 a4 = qfrag[((mt * KSTEPS + 4 * h + s4) * QP + part) * 32 + lane];
               const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
-              mma_16816<MT>(s[mt][0], a, bk[0][0], bk[0][1]);
-              mma_16816<MT>(s[mt][1], a, bk[1][0], bk[1][1]);
+#pragma unroll
+              for (int nt = 0; nt < 2 * SUB; ++nt) mma_16816<MT>(s[mt][nt], a, bk[nt][0], bk[nt][1]);
             }
           }
         }
@@ -484,7 +513,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
     // Scale, bias, mask (log2 domain), online softmax. Keys at/after a row's limit, in an
     // invalid block, or masked, become -inf before anything else can touch them.
-    uint32_t pa[MTILES][PP][4];  // p (bf16: as hi + lo parts)
+    uint32_t pa[MTILES][PP][SUB][4];  // p (bf16: as hi + lo parts), one A fragment per chunk
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt) {
 #pragma unroll
@@ -492,19 +521,19 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         const int rr = mt * 16 + g + 8 * hf;
         float mx = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int key = kc + nt * 8 + 2 * tq + e;
+            const int key = kc[nt / 2] + (nt % 2) * 8 + 2 * tq + e;
             const float x = s[mt][nt][2 * hf + e] * score_mul + radd[mt][hf];
-            s[mt][nt][2 * hf + e] = (key >= lim[mt][hf] || !blk_ok) ? -INFINITY : x;
+            s[mt][nt][2 * hf + e] = (key >= lim[mt][hf] || !blk_ok[nt / 2]) ? -INFINITY : x;
           }
         if (has_bias) {  // a real branch: predicated loads would cost issue slots on every chunk
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
+          for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int key = kc + nt * 8 + 2 * tq + e;
+              const int key = kc[nt / 2] + (nt % 2) * 8 + 2 * tq + e;
               float& x = s[mt][nt][2 * hf + e];
               if (x == -INFINITY) continue;
               if (mask != nullptr && mask[mask_row[rr] + key * p.mask_stride_k] != 0) x = -INFINITY;
@@ -512,7 +541,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
             }
         }
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hf + e]);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -523,7 +552,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         m_run[mt][hf] = m_new;
         float lsum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const float pv = exp2f(s[mt][nt][2 * hf + e] - m_use);
@@ -539,81 +568,92 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
           }
         }
       }
-      // C fragments of the two key n-tiles are the A fragment of p for the 16-key k-step.
-      if constexpr (PP == 2) {
-        split2<MT>(s[mt][0][0], s[mt][0][1], pa[mt][0][0], pa[mt][PP - 1][0]);
-        split2<MT>(s[mt][0][2], s[mt][0][3], pa[mt][0][1], pa[mt][PP - 1][1]);
-        split2<MT>(s[mt][1][0], s[mt][1][1], pa[mt][0][2], pa[mt][PP - 1][2]);
-        split2<MT>(s[mt][1][2], s[mt][1][3], pa[mt][0][3], pa[mt][PP - 1][3]);
-      } else {
-        pa[mt][0][0] = pack2<MT>(s[mt][0][0], s[mt][0][1]);
-        pa[mt][0][1] = pack2<MT>(s[mt][0][2], s[mt][0][3]);
-        pa[mt][0][2] = pack2<MT>(s[mt][1][0], s[mt][1][1]);
-        pa[mt][0][3] = pack2<MT>(s[mt][1][2], s[mt][1][3]);
+      // C fragments of a chunk's two key n-tiles are the A fragment of p for its 16-key k-step.
+#pragma unroll
+      for (int t = 0; t < SUB; ++t) {
+        const float(&s0)[4] = s[mt][2 * t];
+        const float(&s1)[4] = s[mt][2 * t + 1];
+        if constexpr (PP == 2) {
+          split2<MT>(s0[0], s0[1], pa[mt][0][t][0], pa[mt][PP - 1][t][0]);
+          split2<MT>(s0[2], s0[3], pa[mt][0][t][1], pa[mt][PP - 1][t][1]);
+          split2<MT>(s1[0], s1[1], pa[mt][0][t][2], pa[mt][PP - 1][t][2]);
+          split2<MT>(s1[2], s1[3], pa[mt][0][t][3], pa[mt][PP - 1][t][3]);
+        } else {
+          pa[mt][0][t][0] = pack2<MT>(s0[0], s0[1]);
+          pa[mt][0][t][1] = pack2<MT>(s0[2], s0[3]);
+          pa[mt][0][t][2] = pack2<MT>(s1[0], s1[1]);
+          pa[mt][0][t][3] = pack2<MT>(s1[2], s1[3]);
+        }
       }
     }
 
-    // O += p . v (hi and lo parts of p against the same v fragments)
+    // O += p . v (hi and lo parts of p against the same v fragments), one k-step per chunk
     if constexpr ((kAblate & 4) != 0) {
-      acc[0][0][0] += __uint_as_float(pa[0][0][0] ^ pa[MTILES - 1][PP - 1][3]);  // measurement build: no p.v
+      acc[0][0][0] += __uint_as_float(pa[0][0][0][0] ^ pa[MTILES - 1][PP - 1][SUB - 1][3]);  // measurement build: no p.v
     } else if constexpr (!C::kQuant) {
       const int mi = lane >> 3, key = ((mi & 1) << 3) + (lane & 7);
 #pragma unroll
       for (int jn = 0; jn < NTILES; jn += 2) {
-        uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(smem_addr(sv + C::v_at(key, jn + (mi >> 1))), b0, b1, b2, b3);
 #pragma unroll
-        for (int mt = 0; mt < MTILES; ++mt)
+        for (int t = 0; t < SUB; ++t) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(smem_addr(sv[t] + C::v_at(key, jn + (mi >> 1))), b0, b1, b2, b3);
 #pragma unroll
-          for (int part = 0; part < PP; ++part) {
-            mma_16816<MT>(acc[mt][jn], pa[mt][part], b0, b1);
-            mma_16816<MT>(acc[mt][jn + 1], pa[mt][part], b2, b3);
-          }
+          for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+            for (int part = 0; part < PP; ++part) {
+              mma_16816<MT>(acc[mt][jn], pa[mt][part][t], b0, b1);
+              mma_16816<MT>(acc[mt][jn + 1], pa[mt][part][t], b2, b3);
+            }
+        }
       }
     } else {
       using Cvt = typename CvtOf<KVT>::type;
       constexpr int W = C::kVW, WORDS = W / 4;
 #pragma unroll
-      for (int uu = 0; uu < D / (8 * W); ++uu) {
-        uint32_t wr[4][WORDS];  // rows 2t, 2t+1, 2t+8, 2t+9
+      for (int t = 0; t < SUB; ++t)
 #pragma unroll
-        for (int rk = 0; rk < 4; ++rk) {
-          const int vrow = 2 * tq + (rk & 1) + 8 * (rk >> 1);
-          const int byte = uu * 8 * W + g * W;
-          const uint8_t* src = sv + C::v_at(vrow, byte >> 4) + (byte & 15);
-          if constexpr (W == 16) {
-            const uint4 v4 = *reinterpret_cast<const uint4*>(src);
-            const uint32_t vw[4] = {v4.x, v4.y, v4.z, v4.w};
+        for (int uu = 0; uu < D / (8 * W); ++uu) {
+          uint32_t wr[4][WORDS];  // rows 2t, 2t+1, 2t+8, 2t+9
 #pragma unroll
-            for (int qw = 0; qw < WORDS; ++qw) wr[rk][qw] = Cvt::prep(vw[qw]);
-          } else {
-            const uint2 v2 = *reinterpret_cast<const uint2*>(src);
-            const uint32_t vw[2] = {v2.x, v2.y};
+          for (int rk = 0; rk < 4; ++rk) {
+            const int vrow = 2 * tq + (rk & 1) + 8 * (rk >> 1);
+            const int byte = uu * 8 * W + g * W;
+            const uint8_t* src = sv[t] + C::v_at(vrow, byte >> 4) + (byte & 15);
+            if constexpr (W == 16) {
+              const uint4 v4 = *reinterpret_cast<const uint4*>(src);
+              const uint32_t vw[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
-            for (int qw = 0; qw < WORDS; ++qw) wr[rk][qw] = Cvt::prep(vw[qw]);
+              for (int qw = 0; qw < WORDS; ++qw) wr[rk][qw] = Cvt::prep(vw[qw]);
+            } else {
+              const uint2 v2 = *reinterpret_cast<const uint2*>(src);
+              const uint32_t vw[2] = {v2.x, v2.y};
+#pragma unroll
+              for (int qw = 0; qw < WORDS; ++qw) wr[rk][qw] = Cvt::prep(vw[qw]);
+            }
+          }
+#pragma unroll
+          for (int qw = 0; qw < WORDS; ++qw) {
+            const uint32_t ab_lo = prmt(wr[0][qw], wr[1][qw], 0x5140), ab_hi = prmt(wr[0][qw], wr[1][qw], 0x7362);
+            const uint32_t cd_lo = prmt(wr[2][qw], wr[3][qw], 0x5140), cd_hi = prmt(wr[2][qw], wr[3][qw], 0x7362);
+            const uint32_t bv[4][2] = {{Cvt::lo(ab_lo), Cvt::lo(cd_lo)},
+                                       {Cvt::hi(ab_lo), Cvt::hi(cd_lo)},
+                                       {Cvt::lo(ab_hi), Cvt::lo(cd_hi)},
+                                       {Cvt::hi(ab_hi), Cvt::hi(cd_hi)}};
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+              const int jn = uu * W + 4 * qw + jj;
+#pragma unroll
+              for (int mt = 0; mt < MTILES; ++mt)
+#pragma unroll
+                for (int part = 0; part < PP; ++part)
+                  mma_16816<MT>(acc[mt][jn], pa[mt][part][t], bv[jj][0], bv[jj][1]);
+            }
           }
         }
-#pragma unroll
-        for (int qw = 0; qw < WORDS; ++qw) {
-          const uint32_t ab_lo = prmt(wr[0][qw], wr[1][qw], 0x5140), ab_hi = prmt(wr[0][qw], wr[1][qw], 0x7362);
-          const uint32_t cd_lo = prmt(wr[2][qw], wr[3][qw], 0x5140), cd_hi = prmt(wr[2][qw], wr[3][qw], 0x7362);
-          const uint32_t bv[4][2] = {{Cvt::lo(ab_lo), Cvt::lo(cd_lo)},
-                                     {Cvt::hi(ab_lo), Cvt::hi(cd_lo)},
-                                     {Cvt::lo(ab_hi), Cvt::lo(cd_hi)},
-                                     {Cvt::hi(ab_hi), Cvt::hi(cd_hi)}};
-#pragma unroll
-          for (int jj = 0; jj < 4; ++jj) {
-            const int jn = uu * W + 4 * qw + jj;
-#pragma unroll
-            for (int mt = 0; mt < MTILES; ++mt)
-#pragma unroll
-              for (int part = 0; part < PP; ++part) mma_16816<MT>(acc[mt][jn], pa[mt][part], bv[jj][0], bv[jj][1]);
-          }
-        }
-      }
     }
-    __syncwarp();  // the stage is refilled next
-    if (++stage == STAGES) stage = 0;
+    __syncwarp();  // the stages are refilled next
+    stage = stage + SUB < STAGES ? stage + SUB : stage + SUB - STAGES;
   }
   cp_async_wait<0>();
 
