@@ -22,7 +22,8 @@
 // the per-chunk math so its cost can be timed (results are wrong then). 1: q.k^T mma, 2: online
 // softmax, 4: p.v mma, 8: bf16 p as one part instead of hi + lo, 16: q fragments in registers,
 // 64: copies without the src-size operand (every row read), 128: copies without the L2
-// evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo).
+// evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo), 512:
+// int8 keys converted exactly (x, not 1152 + x with the bias folded into the row constant).
 // 0 in every real build.
 #ifndef DUALOPS_IFA_ABLATE
 #define DUALOPS_IFA_ABLATE 0

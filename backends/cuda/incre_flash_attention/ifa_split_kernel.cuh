@@ -166,6 +166,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
   constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
   constexpr int PP = C::kPParts;
+  // int8 keys enter the mma as 1152 + x (one PRMT per two values, no subtraction); the
+  // 1152 * sum(q) that adds to every score of a row is taken off the row's score constant.
+  // Measured -5 % on bandwidth-bound int8 calls (BENCHMARKS.md v10); bit 512 turns it off.
+  // One m-tile only: with two, the row sums tip the narrow D = 128 kernel into spilling.
+  constexpr bool kFoldK = std::is_same_v<KVT, int8_t> && QP == 2 && MTILES == 1 && (kAblate & 512) == 0;
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* kv_smem = smem;
@@ -178,6 +183,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float* fin_m = warp_l + NW * M_TILE;   // [M_TILE]
   float* fin_l = fin_m + M_TILE;         // [M_TILE]
   int* scratch = reinterpret_cast<int*>(fin_l + M_TILE);
+  float* qsum = warp_m;  // [M_TILE], before the epilogue needs warp_m: sum of a row's scaled q
   float4* ebuf = reinterpret_cast<float4*>(kv_smem);  // [NW][MTILES][NTILES][32], after the main loop
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -336,6 +342,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
+    if (kFoldK && tid < M_TILE) qsum[tid] = 0.f;
     float amax = 0.f;  // over the tile's rows (rows past q_rows hold 0)
 #pragma unroll
     for (int it = 0; it < QIT; ++it) {
@@ -351,6 +358,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     e = min(max(e, -100), 100);
     qmul = ldexpf(1.f, e);
   }
+  // kFoldK: with one m-tile and NT a multiple of 128, a thread's pairs all lie in one row,
+  // (lane / 16) + 8 * (lane % 2) of the warp's rows, shared with the lanes that differ in bits
+  // 1..3: a local sum, three shuffles, one shared atomic per row and warp.
+  static_assert(!kFoldK || (MTILES == 1 && NT % 128 == 0), "one q row per thread");
+  float qpart = 0.f;
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
     const int idx = tid + it * NT;
@@ -364,9 +376,19 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       split2<MT>(v[0], v[1], hi, lo);
       dst[0] = hi;
       dst[32 * 4] = lo;
+      if constexpr (kFoldK) {  // the row's sum of q as the mma sees it (hi + lo)
+        const float2 h2 = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+        const float2 l2 = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+        qpart += (h2.x + l2.x) + (h2.y + l2.y);
+      }
     } else {
       dst[0] = pack2<MT>(v[0], v[1]);
     }
+  }
+  if constexpr (kFoldK) {
+#pragma unroll
+    for (int o = 2; o <= 8; o <<= 1) qpart += __shfl_xor_sync(0xffffffffu, qpart, o);
+    if ((lane & 14) == 0) atomicAdd(&qsum[(((tid >> 2) & 31) >> 2) + 8 * (lane & 1)], qpart);
   }
   // Per-row constants: log2-domain score offset of an int8 key offset, mask / pse row bases.
   const float score_mul = p.softmax_scale * kLog2e / qmul;
@@ -397,7 +419,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int rr = mt * 16 + g + 8 * hf;
       const int r = min(row0 + rr, q_rows - 1);
       const int i = r % s_q;
-      radd[mt][hf] = row_add[rr];
+      radd[mt][hf] = kFoldK ? row_add[rr] - Int8Cvt::kBias * qsum[rr] * score_mul : row_add[rr];
       lim[mt][hf] = p.causal ? min(k_end, kv_len - s_q + i + 1) : k_end;
     }
 
@@ -418,7 +440,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const uint8_t* mask = static_cast<const uint8_t*>(p.atten_mask);
   const float* pse = static_cast<const float*>(p.pse_shift);
   const bool has_bias = mask != nullptr || pse != nullptr;
-  constexpr int kQRegs = (!C::kQuant && (kAblate & 16) != 0 && MTILES * KSTEPS <= 8) ? MTILES * KSTEPS : 0;
+  constexpr int kQRegs = ((kAblate & 16) != 0 && MTILES * KSTEPS * QP <= 16) ? MTILES * KSTEPS * QP : 0;
   uint4 qreg[kQRegs > 0 ? kQRegs : 1];
 #pragma unroll
   for (int i = 0; i < kQRegs; ++i) qreg[i] = qfrag[i * 32 + lane];
@@ -494,14 +516,20 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
           for (int nt = 0; nt < 2 * SUB; ++nt) {
             const uint32_t word = Cvt::prep(s4 == 0 ? w[nt].x : s4 == 1 ? w[nt].y : s4 == 2 ? w[nt].z : w[nt].w);
-            bk[nt][0] = Cvt::lo(word);
-            bk[nt][1] = Cvt::hi(word);
+            if constexpr (kFoldK) {
+              bk[nt][0] = Int8Cvt::lo_biased(word);
+              bk[nt][1] = Int8Cvt::hi_biased(word);
+            } else {
+              bk[nt][0] = Cvt::lo(word);
+              bk[nt][1] = Cvt::hi(word);
+            }
           }
 #pragma unroll
           for (int mt = 0; mt < MTILES; ++mt) {
 #pragma unroll
             for (int part = 0; part < QP; ++part) {
-              const uint4 a4 = qfrag[((mt * KSTEPS + 4 * h + s4) * QP + part) * 32 + lane];
+              const int qi = (mt * KSTEPS + 4 * h + s4) * QP + part;
+              const uint4 a4 = kQRegs > 0 ? qreg[qi % (kQRegs > 0 ? kQRegs : 1)] : qfrag[qi * 32 + lane];
               const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
               for (int nt = 0; nt < 2 * SUB; ++nt) mma_16816<MT>(s[mt][nt], a, bk[nt][0], bk[nt][1]);

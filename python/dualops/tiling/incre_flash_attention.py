@@ -37,6 +37,9 @@ CUDA_MIN_SPLIT = 128         # keys per split. Measured on H200 (BENCHMARKS.md, 
                              # grid leaves SMs idle, more and shorter splits win down to one
                              # 16-key chunk per warp (b1 h8/1 s1k: 8 splits 9.2 us, 4 splits 10.5;
                              # s8k: 64 splits 10.5 us, 32 splits 12.4)
+CUDA_MIN_SPLIT_8BIT = 256    # int8 / fp8 caches: the kernel consumes two 16-key chunks per warp
+                             # and step (BENCHMARKS.md, v10), so a 128-key split leaves every
+                             # warp half a step of zero-filled keys
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
 
 # --- Ascend choices -------------------------------------------------------------------------
@@ -222,7 +225,8 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     waves x (split_len + per-unit overhead) + the combine pass (its partial traffic spread
     over all cores, plus one more per-unit overhead for its launch). Ties go to fewer splits."""
     if device.is_cuda:
-        min_split, overhead = CUDA_MIN_SPLIT, CUDA_UNIT_OVERHEAD
+        min_split = CUDA_MIN_SPLIT if kv_dtype_bytes == 2 else CUDA_MIN_SPLIT_8BIT
+        overhead = CUDA_UNIT_OVERHEAD
     else:
         min_split, overhead = ASCEND_MIN_SPLIT, ASCEND_UNIT_OVERHEAD
     cores = device.num_cores
