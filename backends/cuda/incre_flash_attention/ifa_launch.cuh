@@ -44,13 +44,15 @@ inline int shape_override() {
   return v;
 }
 
-// Wide CTAs (one per SM) while the grid fits on the SMs at once; narrow ones (two per SM) for
-// bigger grids, where per-CTA start-up and merge would otherwise leave the SM's memory pipe idle.
+// Wide CTAs (one per SM) for every grid. Narrow ones (two per SM, one's start-up and merge
+// hidden under the other's streaming) won multi-wave grids with the padded v8 layout; with the
+// swizzled one wide CTAs are level or ahead everywhere measured (BENCHMARKS.md v11: b128 h32/8
+// s1k 131.8 vs 137.2 us, b128 h8/1 s32k 538.1 vs 545.5, b1 h8/1 s8k 8.3 vs 9.8). Narrow stays
+// selectable with DUALOPS_IFA_CTA_SHAPE=narrow.
 inline int pick_shape(const IncreFlashAttentionTiling& t, int m_tile) {
   const int o = shape_override();
-  if (o >= 0) return o;
-  const int64_t ctas = static_cast<int64_t>(t.num_units) * ((t.q_rows + m_tile - 1) / m_tile);
-  return ctas <= sm_count() ? kWide : kNarrow;
+  (void)t, (void)m_tile;
+  return o >= 0 ? o : kWide;
 }
 
 // DUALOPS_IFA_MERGE = kernel forces the separate combine kernel for every split-KV call (for
