@@ -88,7 +88,7 @@ if has ablate; then
   # The real split kernel with parts of its per-chunk math removed (benchmarks/cuda, BENCHMARKS.md
   # v9): ABLATE_SET picks the DUALOPS_IFA_ABLATE builds.
   echo "== ablate"
-  OUT="$OUT" bash benchmarks/cuda/run_kernel_ablate.sh ${ABLATE_SET:-0 7 0} 2>&1 | grep -E "ablate=[0-9]+ +[0-9]" | sort -s -k1,3
+  OUT="$OUT" bash benchmarks/cuda/run_kernel_ablate.sh ${ABLATE_SET:-0 7 0} 2>&1 | grep -E "ablate=[0-9]+ " | sort -s -k1,3
 fi
 
 if has shapes; then

@@ -61,7 +61,6 @@ struct Cfg {
   //    (64-B rows already sit in different bank halves).
   //  8-bit V: a quarter-warp (half-warp for D = 64) reads one chunk of rows 0, 2, 4, 6 ->
   //    chunk ^ 2 * ((row / 2) % 4) (D = 64: 64-B rows hold 4 chunks, 2-way conflicts remain).
-  static constexpr int kChunksPerRow = kRowBytes / 16;
   static __host__ __device__ __forceinline__ int k_swz(int row) {
     if constexpr (!kQuant) return row & 7;
     else return kRowBytes >= 128 ? (row & 1) << 2 : 0;
