@@ -2,13 +2,16 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [placement]
 #   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
 #   --full` on every backend here, cuda vs ascend_sim pairs included
 #   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
 #   and without PDL, other split counts, SDPA; SMALL_ONLY_AUTO=1: the default build only);
 #   splits: split counts around the plan's; durations: Nsight Compute kernel durations;
 #   ablate: the split kernel with parts of its per-chunk math compiled out (ABLATE_SET)
+#   trace: where a call's time goes, phase by phase, in the split kernel (DUALOPS_IFA_TRACE
+#   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
+#   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py)
 #   (default: build test bench sanitize; SANITIZE_TOOLS="memcheck racecheck" by default)
 #
 # Logs and JSON go to $OUT (default ./gpu_out). Extra pytest arguments: $PYTEST_ARGS.
@@ -89,6 +92,16 @@ if has ablate; then
   # v9): ABLATE_SET picks the DUALOPS_IFA_ABLATE builds.
   echo "== ablate"
   OUT="$OUT" bash benchmarks/cuda/run_kernel_ablate.sh ${ABLATE_SET:-0 7 0} 2>&1 | grep -E "ablate=[0-9]+ " | sort -s -k1,3
+fi
+
+if has trace; then
+  echo "== trace"
+  ABLATE_SHAPES="${TRACE_SHAPES:-b1 s16,h8/1 b1 s1k,h8/1 b1 s8k,h8/1 b1 s128k,h32/8 b16 s1k}" OUT="$OUT" \
+    bash benchmarks/cuda/run_kernel_ablate.sh 0+t 2>&1 | grep -v "^ptxas" | tee "$OUT/trace.txt" | tail -80
+fi
+if has placement; then
+  echo "== placement"
+  timeout 400 $PY benchmarks/cuda/ifa_placement.py 2>&1 | tee "$OUT/placement.log"
 fi
 
 if has shapes; then

@@ -213,3 +213,24 @@ def test_plot_series_group_by_impl_and_varying_keys():
     s = plots.series(rows, "m", "tflops")
     assert set(s) == {f"{i} n={n}" for i in ("reference", "torch._grouped_mm") for n in (1, 2)}
     assert [p[0] for p in s["reference n=1"]] == [8, 16, 32]
+
+
+def test_ifa_sweep_summary_reads_both_sdpa_ratios():
+    """The IFA sweep's table and target summary (CPU: synthetic rows): SDPA is compared on each
+    side's faster layout and on the same BSHD memory; paged / 8-bit ratios and the b1 s128k line."""
+    from dualops.bench import incre_flash_attention as bi
+
+    base = dict(h_q=8, h_kv=1, b=1, d=128, n_sets=3, p10_us=1.0, p90_us=1.0, splits=64, units=64)
+    rows = [dict(variant="contiguous", s_kv=131072, us=24.0, best_us=23.0, sdpa_us=28.0, vs_sdpa=28.0 / 23.0,
+                 vs_sdpa_same=0.95, kv_gbs=2800.0, pct_copy=65.0, layout="bhsd", sdpa_layout="bshd", **base),
+            dict(variant="paged64", s_kv=131072, us=24.5, contig_over_paged=24.0 / 24.5, kv_gbs=2700.0,
+                 pct_copy=64.0, **base),
+            dict(variant="int8", s_kv=131072, us=14.0, vs_bf16=14.0 / 24.0, kv_gbs=2400.0, pct_copy=56.0, **base)]
+    text = bi.summarize({"rows": rows})
+    assert "each on its faster layout): min 1.217x" in text and "1/1 >= 1.0x" in text
+    assert "same BSHD memory): min 0.950x" in text and "0/1 >= 1.0x" in text
+    assert "paged64 / contiguous speed: min 0.980 (1/1 >= 0.95)" in text
+    assert "int8 time / bf16: max 0.583 (1/1 <= 0.6)" in text
+    assert "b1 s131072 h8/1: 2800 GB/s = 65.0% of copy (64 splits)" in text
+    table = bi.format_rows(rows)
+    assert "xSDPAmem" in table.splitlines()[0] and "0.950" in table.splitlines()[1]

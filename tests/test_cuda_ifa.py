@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -341,6 +344,23 @@ def test_split_merge_repeats_and_graph_replays(num_splits):
         assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"repeat {rep} lse")
     torch.cuda.synchronize()
     _capture_and_check_replays(q, k, v, kw, plan, bk, [None] * 3)
+
+
+@needs_cuda
+@pytest.mark.skipif(os.environ.get("DUALOPS_IFA_MERGE") is not None, reason="runs in the subprocess itself")
+@pytest.mark.parametrize("mode", ["kernel", "counter", "cluster"])
+def test_every_merge_mode(mode):
+    """The split tests again with one merge of the partials forced (DUALOPS_IFA_MERGE, read once per
+    process: a subprocess): the combine kernel, the last-CTA merge behind arrival counters, and the
+    cluster merge through distributed shared memory must each give the reference's results (by
+    default the launcher picks one per call, so each path is otherwise covered only by the split
+    counts that select it)."""
+    env = dict(os.environ, DUALOPS_IFA_MERGE=mode)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+                        "-k", "forced_split_plans or split_merge_repeats or concurrent_streams or graph_decode_step"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout
 
 
 @needs_cuda

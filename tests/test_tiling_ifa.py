@@ -6,6 +6,7 @@ import torch
 
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
+from dualops.tiling.incre_flash_attention import CUDA_MAX_SPLITS
 
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
@@ -135,8 +136,12 @@ def test_split_kv_engages_for_long_single_requests():
         for h_kv in (1, 8):
             p = plan(dev, batch=1, h_q=4 * h_kv, h_kv=h_kv, max_kv_len=131072)
             assert p.num_splits > 1, p.describe()
-            # roughly fills the machine: at least 3/4 of the cores get a unit
-            assert p.num_units >= 0.75 * dev.num_cores, p.describe()
+            # roughly fills the machine: at least 3/4 of the cores get a unit -- on CUDA at least
+            # CUDA_MAX_SPLITS units: 64 SMs with their K/V pipelines full saturate HBM, and more
+            # splits measured slower (BENCHMARKS.md v12: b1 h8/1 s128k 64 splits 24.6 us vs 128:
+            # 25.2), so a single-head request stops at 64
+            need = min(0.75 * dev.num_cores, CUDA_MAX_SPLITS) if dev.is_cuda else 0.75 * dev.num_cores
+            assert p.num_units >= need, p.describe()
             assert p.split_len >= (512 if dev.is_ascend else 256)
             w_o, w_lse = p.workspace_floats()
             assert w_lse == p.batch * p.h_kv * p.num_splits * p.q_rows

@@ -1,17 +1,25 @@
 // Times the real IFA split kernel (backends/cuda/incre_flash_attention) on bf16 caches (int8
-// with -DABLATE_KV_INT8=1), d 128, bf16 q,
+// with -DABLATE_KV_INT8=1, fp8 e4m3 with -DABLATE_KV_INT8=2), d 128, bf16 q,
 // built with DUALOPS_IFA_ABLATE = N (see ifa_config.cuh): each bit removes one part of the
 // per-chunk math, so the time a part costs is the difference to the N = 0 build. Results are
 // wrong in the ablated builds; only the time is read. run_kernel_ablate.sh builds every N.
 //
 // Method as ifa_stream_read.cu: one run = one call on every input set (sets rotated so a run
 // streams >= 3x L2), started behind a ~100 us GPU spin; median of 25 runs after 3 warm-ups.
+// Each shape is timed twice: eager launches ("eager") and one CUDA-graph replay of the same
+// calls ("graph", as the sweep times them: no host launch cost between calls).
+// ABLATE_SHAPES=a,b,... keeps the shapes whose name contains one of the strings.
+// With -DDUALOPS_IFA_TRACE=1 (token "+t" of run_kernel_ablate.sh) it also prints where the time
+// of two consecutive calls goes: per phase of the kernel (ifa_trace.cuh), the median and max
+// over CTAs, and when the calls' CTAs start and end.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ifa_launch.cuh"
@@ -35,7 +43,8 @@ constexpr int D = 128;
 #ifndef ABLATE_KV_INT8
 #define ABLATE_KV_INT8 0
 #endif
-using KV = std::conditional_t<ABLATE_KV_INT8 != 0, int8_t, BF>;
+using KV = std::conditional_t<ABLATE_KV_INT8 == 1, int8_t, std::conditional_t<ABLATE_KV_INT8 == 2, __nv_fp8_e4m3, BF>>;
+constexpr const char* kKvName = ABLATE_KV_INT8 == 1 ? "int8" : ABLATE_KV_INT8 == 2 ? "fp8" : "bf16";
 constexpr int kKvBytes = sizeof(KV);
 
 __global__ void k_spin(long long cycles) {
@@ -43,15 +52,16 @@ __global__ void k_spin(long long cycles) {
   while (clock64() - t0 < cycles) {
   }
 }
-// bf16 values of moderate magnitude (never NaN / zero): real data, not zeros (METHOD.md)
-__global__ void k_fill(uint32_t* p, int64_t n, uint32_t seed) {
+// bf16 values of moderate magnitude (never NaN / zero): real data, not zeros (METHOD.md);
+// with fp8 = true, e4m3 bytes of moderate magnitude (never NaN)
+__global__ void k_fill(uint32_t* p, int64_t n, uint32_t seed, bool fp8 = false) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed * 40503u ^ static_cast<uint32_t>(i >> 32);
     x ^= x >> 15;
     x *= 2246822519u;
     x ^= x >> 13;
-    p[i] = (x & 0x807f807fu) | 0x3c003c00u;
+    p[i] = fp8 ? (x & 0xb7b7b7b7u) | 0x08080808u : (x & 0x807f807fu) | 0x3c003c00u;
   }
 }
 __global__ void k_fill_f32(float* p, int n, float lo, float hi) {
@@ -64,6 +74,81 @@ struct Shape {
   int B, HQ, HKV, S, NS;
 };
 
+bool shape_selected(const char* name) {
+  const char* e = std::getenv("ABLATE_SHAPES");
+  if (e == nullptr || *e == 0) return true;
+  std::string list(e);
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, comma - pos);
+    if (!item.empty() && std::strstr(name, item.c_str()) != nullptr) return true;
+    pos = comma + 1;
+  }
+  return false;
+}
+
+float median_of(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+#if DUALOPS_IFA_TRACE
+// Phases of two consecutive calls (sets a and a + 1) from the CTAs' marks.
+void print_trace(const Shape& sh, int ctas) {
+  static unsigned long long tr[2][kTraceCtas][kTrMarks];
+  CK(cudaMemcpyFromSymbol(tr, g_ifa_trace, sizeof(tr)));
+  ctas = std::min(ctas, kTraceCtas);
+  // clock64 cycles per ns, from the longest CTA of the first call
+  double rate = 0;
+  long long best = 0;
+  for (int c = 0; c < ctas; ++c) {
+    const unsigned long long* r = tr[0][c];
+    unsigned long long last = 0;
+    for (int m = 0; m < kTrGlobalEntry; ++m) last = std::max(last, r[m]);
+    const long long ns = static_cast<long long>(r[kTrGlobalExit] - r[kTrGlobalEntry]);
+    if (ns > best && last > r[kTrEntry]) best = ns, rate = static_cast<double>(last - r[kTrEntry]) / ns;
+  }
+  if (rate <= 0) rate = 1.7;
+  static const char* names[kTrGlobalEntry] = {"entry", "grid wait", "kv_lens", "first copies out", "q raw",
+                                              "q ready", "first chunk", "loop done (w0)", "all warps done",
+                                              "row stats", "out frags", "stored", "counter", "merged"};
+  std::printf("  trace %s: %d CTAs, clock %.2f GHz; phase = time from the previous mark (ns), median / max over CTAs\n",
+              sh.name, ctas, rate);
+  for (int m = 1; m < kTrGlobalEntry; ++m) {
+    std::vector<float> d;
+    for (int c = 0; c < ctas; ++c) {
+      const unsigned long long* r = tr[0][c];
+      if (r[m] == 0) continue;
+      int pm = m - 1;
+      while (pm > 0 && r[pm] == 0) --pm;
+      d.push_back(static_cast<float>((r[m] - r[pm]) / rate));
+    }
+    if (d.empty()) continue;
+    const float mx = *std::max_element(d.begin(), d.end());
+    std::printf("    %-18s %7.0f %7.0f  (%zu CTAs)\n", names[m], median_of(d), mx, d.size());
+  }
+  // Calls on one time line (globaltimer, ns from call A's first entry)
+  unsigned long long a_in0 = ~0ull, a_in1 = 0, a_out0 = ~0ull, a_out1 = 0, b_in0 = ~0ull, b_in1 = 0, b_out1 = 0;
+  std::vector<float> dur;
+  for (int c = 0; c < ctas; ++c) {
+    const unsigned long long* a = tr[0][c];
+    const unsigned long long* b = tr[1][c];
+    a_in0 = std::min(a_in0, a[kTrGlobalEntry]), a_in1 = std::max(a_in1, a[kTrGlobalEntry]);
+    a_out0 = std::min(a_out0, a[kTrGlobalExit]), a_out1 = std::max(a_out1, a[kTrGlobalExit]);
+    b_in0 = std::min(b_in0, b[kTrGlobalEntry]), b_in1 = std::max(b_in1, b[kTrGlobalEntry]);
+    b_out1 = std::max(b_out1, b[kTrGlobalExit]);
+    dur.push_back(static_cast<float>(a[kTrGlobalExit] - a[kTrGlobalEntry]));
+  }
+  auto rel = [&](unsigned long long x) { return static_cast<double>(static_cast<long long>(x - a_in0)); };
+  std::printf("    CTA entry->exit (globaltimer) median %.0f max %.0f ns\n", median_of(dur),
+              *std::max_element(dur.begin(), dur.end()));
+  std::printf("    call A: entries 0..%.0f, exits %.0f..%.0f; call B: entries %.0f..%.0f, last exit %.0f "
+              "(period %.0f ns)\n",
+              rel(a_in1), rel(a_out0), rel(a_out1), rel(b_in0), rel(b_in1), rel(b_out1), rel(b_out1) - rel(a_out1));
+}
+#endif
+
 int main() {
   const Shape shapes[] = {
       {"h32/8 b16 s32k", 16, 32, 8, 32768, 1},   {"h8/1 b16 s128k", 16, 8, 1, 131072, 8},
@@ -72,11 +157,18 @@ int main() {
       {"h8/1 b1 s16", 1, 8, 1, 16, 1},              {"h8/1 b1 s1k", 1, 8, 1, 1024, 8},
       {"h32/8 b16 s1k", 16, 32, 8, 1024, 1},       {"h32/8 b128 s1k", 128, 32, 8, 1024, 1},
       {"h128/128 b16 s1k", 16, 128, 128, 1024, 1}, {"h8/1 b16 s1k", 16, 8, 1, 1024, 8},
+      {"h8/1 b1 s8k", 1, 8, 1, 8192, 64},          {"h8/1 b1 s32k", 1, 8, 1, 32768, 128},
+      {"h32/8 b1 s8k", 1, 32, 8, 8192, 16},
+      // other split counts than the plan's (planner checks)
+      {"h8/1 b1 s1k ns4", 1, 8, 1, 1024, 4},        {"h8/1 b1 s8k ns32", 1, 8, 1, 8192, 32},
+      {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},
+      {"h8/1 b16 s1k ns4", 16, 8, 1, 1024, 4},      {"h32/8 b1 s8k ns8", 1, 32, 8, 8192, 8},
   };
   constexpr int kWarm = 3, kRuns = 25;
   constexpr int64_t kL2x3 = 180ll << 20;
-  std::printf("ablate=%d cache=%s\n", DUALOPS_IFA_ABLATE, ABLATE_KV_INT8 ? "int8" : "bf16");
+  std::printf("ablate=%d cache=%s\n", DUALOPS_IFA_ABLATE, kKvName);
   for (const Shape& sh : shapes) {
+    if (!shape_selected(sh.name)) continue;
     const int64_t kv_elems = static_cast<int64_t>(sh.B) * sh.S * sh.HKV * D;
     const int64_t kv_bytes = 2 * kv_elems * kKvBytes;
     // (tiny calls: 64 sets at most; they time the fixed cost, not the stream)
@@ -96,6 +188,10 @@ int main() {
       return ptr;
     };
     std::vector<int> lens(sh.B, sh.S);
+    // merge counters as the library keeps them (one zeroed buffer per stream): split calls with
+    // few enough partials merge in the kernel, the rest run the combine kernel
+    void* counters = alloc(kMaxMergeGroups * 4);
+    CK(cudaMemset(counters, 0, kMaxMergeGroups * 4));
     for (int s = 0; s < sets; ++s) {
       IncreFlashAttentionParams& p = ps[s];
       p = IncreFlashAttentionParams{};
@@ -104,23 +200,26 @@ int main() {
       p.v = alloc(kv_elems * kKvBytes);
       if (ABLATE_KV_INT8) {
         p.k_scale = alloc(sh.HKV * D * 4), p.v_scale = alloc(sh.HKV * D * 4);
-        p.k_offset = alloc(sh.HKV * D * 4), p.v_offset = alloc(sh.HKV * D * 4);
         k_fill_f32<<<8, 256>>>(static_cast<float*>(p.k_scale), sh.HKV * D, 0.005f, 0.02f);
         k_fill_f32<<<8, 256>>>(static_cast<float*>(p.v_scale), sh.HKV * D, 0.005f, 0.02f);
-        k_fill_f32<<<8, 256>>>(static_cast<float*>(p.k_offset), sh.HKV * D, -3.f, 3.f);
-        k_fill_f32<<<8, 256>>>(static_cast<float*>(p.v_offset), sh.HKV * D, -3.f, 3.f);
+        if (ABLATE_KV_INT8 == 1) {  // int8: per-channel offsets too (fp8: scales only)
+          p.k_offset = alloc(sh.HKV * D * 4), p.v_offset = alloc(sh.HKV * D * 4);
+          k_fill_f32<<<8, 256>>>(static_cast<float*>(p.k_offset), sh.HKV * D, -3.f, 3.f);
+          k_fill_f32<<<8, 256>>>(static_cast<float*>(p.v_offset), sh.HKV * D, -3.f, 3.f);
+        }
       }
       p.out = alloc(static_cast<int64_t>(sh.B) * sh.HQ * D * 2);
       p.lse = alloc(static_cast<int64_t>(sh.B) * sh.HQ * 4);
       p.kv_lens = alloc(sh.B * 4);
       CK(cudaMemcpy(p.kv_lens, lens.data(), sh.B * 4, cudaMemcpyHostToDevice));
+      p.merge_counters = counters;
       if (sh.NS > 1) {
         p.o_accum = alloc(static_cast<int64_t>(t.num_units) * q_rows * D * 4);
         p.lse_accum = alloc(static_cast<int64_t>(t.num_units) * q_rows * 4);
       }
       k_fill<<<1024, 256>>>(static_cast<uint32_t*>(p.q), static_cast<int64_t>(sh.B) * sh.HQ * D / 2, 1 + s);
-      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems * kKvBytes / 4, 7 + s);
-      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems * kKvBytes / 4, 13 + s);
+      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems * kKvBytes / 4, 7 + s, ABLATE_KV_INT8 == 2);
+      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems * kKvBytes / 4, 13 + s, ABLATE_KV_INT8 == 2);
       CK(cudaGetLastError());
       p.q_stride_b = static_cast<int64_t>(sh.HQ) * D, p.q_stride_s = static_cast<int64_t>(sh.HQ) * D, p.q_stride_h = D;
       p.k_stride_0 = p.v_stride_0 = static_cast<int64_t>(sh.S) * sh.HKV * D;
@@ -129,32 +228,68 @@ int main() {
       p.out_stride_b = p.out_stride_s = static_cast<int64_t>(sh.HQ) * D, p.out_stride_h = D;
       p.softmax_scale = 0.08838834764831845f;
       p.q_dtype = static_cast<int>(DType::kBfloat16);
-      p.kv_dtype = static_cast<int>(ABLATE_KV_INT8 ? DType::kInt8 : DType::kBfloat16);
+      p.kv_dtype = static_cast<int>(ABLATE_KV_INT8 == 1 ? DType::kInt8 : ABLATE_KV_INT8 == 2 ? DType::kFloat8E4m3fn : DType::kBfloat16);
     }
-    auto call = [&](int s) {
-      const cudaError_t e = launch_variant<BF, KV, D, 16, kWide>(ps[s], t, 0);
-      CK(e);
-    };
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    auto call_on = [&](int s, cudaStream_t stream) { CK((launch_variant<BF, KV, D, 16, kWide>(ps[s], t, stream))); };
+    // eager launches
     std::vector<float> ts;
     for (int r = 0; r < kWarm + kRuns; ++r) {
-      k_spin<<<1, 1>>>(200000);
-      CK(cudaEventRecord(e0));
-      for (int s = 0; s < sets; ++s) call(s);
-      CK(cudaEventRecord(e1));
+      k_spin<<<1, 1, 0, st>>>(200000);
+      CK(cudaEventRecord(e0, st));
+      for (int s = 0; s < sets; ++s) call_on(s, st);
+      CK(cudaEventRecord(e1, st));
       CK(cudaEventSynchronize(e1));
       CK(cudaGetLastError());
       float ms;
       CK(cudaEventElapsedTime(&ms, e0, e1));
       if (r >= kWarm) ts.push_back(ms * 1000.f / sets);
     }
-    std::sort(ts.begin(), ts.end());
-    const float med = ts[ts.size() / 2];
-    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us %7.0f GB/s  (sets %d, splits %d)\n", sh.name,
-                ABLATE_KV_INT8 ? "int8" : "bf16", DUALOPS_IFA_ABLATE, ABLATE_TAG, med, kv_bytes / (med * 1e3), sets,
-                sh.NS);
+    const float med = median_of(ts);
+    // one graph of the same calls
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int s = 0; s < sets; ++s) call_on(s, st);
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<float> tg;
+    for (int r = 0; r < kWarm + kRuns; ++r) {
+      k_spin<<<1, 1, 0, st>>>(200000);
+      CK(cudaEventRecord(e0, st));
+      CK(cudaGraphLaunch(exec, st));
+      CK(cudaEventRecord(e1, st));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      if (r >= kWarm) tg.push_back(ms * 1000.f / sets);
+    }
+    const float medg = median_of(tg);
+    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d)\n",
+                sh.name, kKvName, DUALOPS_IFA_ABLATE, ABLATE_TAG, med, medg,
+                kv_bytes / (medg * 1e3), sets, sh.NS);
+#if DUALOPS_IFA_TRACE
+    {
+      const int a = sets / 2, bset = sets > 1 ? a + 1 : a;
+      const void* outs[2] = {ps[a].out, ps[bset].out};
+      static unsigned long long zero[2][kTraceCtas][kTrMarks];
+      CK(cudaMemcpyToSymbol(g_ifa_trace, zero, sizeof(zero)));
+      CK(cudaMemcpyToSymbol(g_ifa_trace_out, outs, sizeof(outs)));
+      k_spin<<<1, 1, 0, st>>>(200000);
+      CK(cudaGraphLaunch(exec, st));
+      CK(cudaStreamSynchronize(st));
+      print_trace(sh, t.num_units * ((q_rows + 15) / 16));
+      const void* none[2] = {nullptr, nullptr};
+      CK(cudaMemcpyToSymbol(g_ifa_trace_out, none, sizeof(none)));
+    }
+#endif
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(st));
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     for (void* a : allocs) CK(cudaFree(a));

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build ifa_kernel_ablate.cu once per DUALOPS_IFA_ABLATE value (in parallel) and run each on a
 # Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0);
-# iN = the same on an int8 cache; +s1 / +s2 force 1 / 2 chunks per main-loop step, +wN N warps per
-# wide CTA (e.g. 0+s2+w6).
+# iN / fN = the same on an int8 / fp8 cache; +s1 / +s2 force 1 / 2 chunks per main-loop step, +wN N warps per
+# wide CTA (e.g. 0+s2+w6), +t the phase trace (DUALOPS_IFA_TRACE), +o the kernel headers in
+# $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
+# backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
+# (kernel | counter | cluster). ABLATE_SHAPES=a,b picks shapes.
 # The N = 0 build runs first and last: the two show the run-to-run spread.
 # ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
 set -uo pipefail
@@ -13,17 +16,25 @@ ns=${*:-0 1 2 4 8 16 7 0}
 for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   kv=0; a=${n%%+*}; extra=""
   if [[ $a == i* ]]; then kv=1; a=${a#i}; fi
+  if [[ $a == f* ]]; then kv=2; a=${a#f}; fi
   [[ $n == *+s2* ]] && extra+=" -DDUALOPS_IFA_SUB=2"
   [[ $n == *+s1* ]] && extra+=" -DDUALOPS_IFA_SUB=1"
+  [[ $n == *+t* ]] && extra+=" -DDUALOPS_IFA_TRACE=1"
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
+  kdir="$root/backends/cuda/incre_flash_attention"
+  [[ $n == *+o* ]] && kdir="$(cd "${ABLATE_OLD_DIR:?+o needs ABLATE_OLD_DIR}" && pwd)"
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \
     -DABLATE_TAG="\"$n\"" $extra \
-    -I "$root/ops/include" -I "$root/backends/cuda/incre_flash_attention" \
+    -I "$root/ops/include" -I "$kdir" \
     -o "$out/ifa_kernel_ablate_$n" "$here/ifa_kernel_ablate.cu" 2> "$out/ptxas_ablate_$n.txt" &
 done
 wait
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
-for n in $ns; do "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"; done
+for n in $ns; do
+  m=""
+  [[ $n =~ \+m([a-z]+) ]] && m=${BASH_REMATCH[1]}
+  DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+done
 if [ "${ABLATE_SASS:-0}" = 1 ]; then cuobjdump --dump-sass "$out/ifa_kernel_ablate_0" > "$out/ifa_kernel_0.sass"; fi
 if [ "${ABLATE_NCU:-0}" = 1 ]; then
   timeout 300 ncu --set full -k regex:ifa_split_kernel -c 2 -s 6 --import-source yes -o "$out/ifa_kernel_0" \
@@ -32,4 +43,4 @@ if [ "${ABLATE_NCU:-0}" = 1 ]; then
   ncu --import "$out/ifa_kernel_0.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1
   grep -E "Duration|DRAM Throughput|Issue Slots|Warp Cycles Per Issued|Stall|No Eligible|Active Warps" "$out/ncu_details.txt" | head -40
 fi
-rm -f "$out"/ifa_kernel_ablate_[0-9i]*
+rm -f "$out"/ifa_kernel_ablate_[0-9if]*

@@ -29,6 +29,11 @@
 #ifndef DUALOPS_IFA_ABLATE
 #define DUALOPS_IFA_ABLATE 0
 #endif
+// Measurement builds only (ifa_kernel_ablate.cu with -DDUALOPS_IFA_TRACE=1): thread 0 of each
+// CTA of two chosen calls records clock64 at the kernel's phase boundaries (ifa_trace.cuh).
+#ifndef DUALOPS_IFA_TRACE
+#define DUALOPS_IFA_TRACE 0
+#endif
 
 namespace dualops::cuda::ifa {
 
@@ -129,7 +134,7 @@ struct SmemLayout {
   static constexpr int kQParts = (C::kQuant && !(kAblate & 256)) ? 2 : 1;
   static constexpr int kKv = C::kWarps * C::kStages * C::kStageBytes;
   static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
-  static constexpr int kRowInfo = M_TILE * (4 + 8 + 8);  // row_add f32, mask / pse offsets i64
+  static constexpr int kRowInfo = M_TILE * (4 + 4 * 8);  // mask / pse / out / lse offsets i64, row_add f32
   static constexpr int kStats = (2 * C::kWarps + 3) * M_TILE * 4 + 16;  // warp m / l, final m / l, q sums
   static constexpr int kTotal = kKv + kQfrag + kRowInfo + kStats;
   static_assert(C::kWarps * M_TILE * D * 4 <= kKv, "output merge reuses the K/V stages");

@@ -55,12 +55,14 @@ inline int pick_shape(const IncreFlashAttentionTiling& t, int m_tile) {
   return o >= 0 ? o : kWide;
 }
 
-// DUALOPS_IFA_MERGE = kernel forces the separate combine kernel for every split-KV call (for
-// measurements), read once.
-inline bool merge_kernel_forced() {
-  static const bool v = [] {
+// DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
+// applies (for measurements; cluster falls back to counter, counter to kernel), read once.
+inline int merge_override() {
+  static const int v = [] {
     const char* e = std::getenv("DUALOPS_IFA_MERGE");
-    return e != nullptr && std::string(e) == "kernel";
+    if (!e) return -1;
+    const std::string s(e);
+    return s == "kernel" ? kMergeKernel : s == "counter" ? kMergeCounter : s == "cluster" ? kMergeCluster : -1;
   }();
   return v;
 }
@@ -79,14 +81,52 @@ inline bool split_pdl() {
 // the merge over many CTAs (b1 h8/1 s128k: 128 splits x 8 rows x 512 B = 512 KB per group).
 constexpr int64_t kMergeInKernelBytes = 128 * 1024;
 
+// Clusters of `size` split-kernel CTAs that fit the GPU at once (cudaOccupancyMaxActiveClusters:
+// one wide CTA per SM, and a cluster's CTAs on one GPC), asked once per variant and size.
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
-bool merge_in_kernel(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
-  if (t.num_splits == 1 || p.merge_counters == nullptr || merge_kernel_forced()) return false;
+int max_active_clusters(int size) {
+  static int cache[kMaxClusterSplits + 1] = {};  // 0: not asked yet; -1: none / error
+  if (size < 1 || size > kMaxClusterSplits) return -1;
+  if (cache[size] == 0) {
+    cudaLaunchAttribute a[1];
+    a[0].id = cudaLaunchAttributeClusterDimension;
+    a[0].val.clusterDim.x = static_cast<unsigned>(size);
+    a[0].val.clusterDim.y = a[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(size));
+    cfg.blockDim = dim3(Cfg<QT, KVT, D, SHAPE>::kWarps * 32);
+    cfg.dynamicSmemBytes = SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kTotal;
+    cfg.attrs = a;
+    cfg.numAttrs = 1;
+    int n = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, ifa_split_kernel<QT, KVT, D, M_TILE, SHAPE>, &cfg);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // no clusters then; clear the error
+    cache[size] = (e == cudaSuccess && n > 0) ? n : -1;
+  }
+  return cache[size];
+}
+
+// How a split-KV call merges its partials (MergeMode, ifa_split_kernel.cuh): up to 8 splits in
+// thread-block clusters when all of the grid's clusters fit at once (else clusters wait for a
+// second round: b16 h8/1 s1k, 16 clusters of 8, took 13.8 us against 9.0 with the counter
+// merge -- BENCHMARKS.md v12), else up to kMergeInKernelBytes of partials by the last CTA to
+// arrive, else the combine kernel.
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+int merge_mode(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
+  if (t.num_splits == 1) return kMergeKernel;
+  const int o = merge_override();
+  if (o == kMergeKernel) return kMergeKernel;
+  if (o != kMergeCounter && ClusterMergeLayout<QT, KVT, D, M_TILE, SHAPE>::kFits &&
+      t.num_splits <= kMaxClusterSplits) {
+    const int64_t clusters = static_cast<int64_t>(t.batch) * t.h_kv * ((t.q_rows + M_TILE - 1) / M_TILE);
+    if (clusters <= max_active_clusters<QT, KVT, D, M_TILE, SHAPE>(t.num_splits)) return kMergeCluster;
+  }
   const int64_t tiles = (t.q_rows + M_TILE - 1) / M_TILE;
   const int64_t rows = t.q_rows < M_TILE ? t.q_rows : M_TILE;
-  return static_cast<int64_t>(t.batch) * t.h_kv * tiles <= kMaxMergeGroups &&
-         static_cast<int64_t>(t.num_splits) * M_TILE * 4 <= SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kKv &&
-         static_cast<int64_t>(t.num_splits) * rows * D * 4 <= kMergeInKernelBytes;
+  if (p.merge_counters != nullptr && static_cast<int64_t>(t.batch) * t.h_kv * tiles <= kMaxMergeGroups &&
+      static_cast<int64_t>(t.num_splits) * rows * D * 4 <= kMergeInKernelBytes)
+    return kMergeCounter;
+  return kMergeKernel;
 }
 
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
@@ -106,27 +146,41 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
     return e;
   }();
   if (attr != cudaSuccess) return attr;
-  const int fused = merge_in_kernel<QT, KVT, D, M_TILE, SHAPE>(p, t) ? 1 : 0;
+  const int mode = merge_mode<QT, KVT, D, M_TILE, SHAPE>(p, t);
   // Both kernels go out as programmatic dependent launches: their CTAs are scheduled while the
   // kernel before them finishes (launch latency hidden) and wait in griddepcontrol.wait before
   // touching global memory. Works under stream capture too.
-  cudaLaunchAttribute la[1];
+  cudaLaunchAttribute la[2];
   la[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   la[0].val.programmaticStreamSerializationAllowed = 1;
+  // cluster merge: the num_splits consecutive units of a group form one cluster along x
+  la[1].id = cudaLaunchAttributeClusterDimension;
+  la[1].val.clusterDim.x = static_cast<unsigned>(t.num_splits);
+  la[1].val.clusterDim.y = 1;
+  la[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(t.num_units), static_cast<unsigned>((t.q_rows + M_TILE - 1) / M_TILE));
   cfg.blockDim = dim3(C::kWarps * 32);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
+  cudaLaunchAttribute* attrs = la;
+  unsigned n_attrs = 0;
+  if (mode == kMergeCluster) {
+    attrs = split_pdl() ? la : la + 1;
+    n_attrs = split_pdl() ? 2 : 1;
+  } else {
+    n_attrs = split_pdl() ? 1 : 0;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n_attrs;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode);
+  if (err != cudaSuccess || t.num_splits == 1 || mode != kMergeKernel) return err;
   cfg.attrs = la;
-  cfg.numAttrs = split_pdl() ? 1 : 0;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, fused);
-  if (err != cudaSuccess || t.num_splits == 1 || fused) return err;
   cfg.numAttrs = 1;
   cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(t.batch) * t.h_kv * t.q_rows),
                      static_cast<unsigned>(D / kCombineCols));
   cfg.blockDim = dim3(kCombineThreads);
-  cfg.dynamicSmemBytes = combine_smem_bytes(t.num_splits);
+  cfg.dynamicSmemBytes = 0;
   return cudaLaunchKernelEx(&cfg, ifa_combine_kernel<QT, D>, p, t);
 }
 

@@ -7,6 +7,22 @@
 
 namespace dualops::cuda::ifa {
 
+// Makes a value exist at this point of the program (an empty asm that takes it): the kernels
+// compute addresses before their grid-dependency wait and keep the compiler from sinking them.
+template <typename T>
+__device__ __forceinline__ void pin(const T* p) { asm volatile("" ::"l"(p)); }
+__device__ __forceinline__ void pin(uint32_t x) { asm volatile("" ::"r"(x)); }
+__device__ __forceinline__ void pin(int64_t x) { asm volatile("" ::"l"(x)); }
+
+// Atomic add at GPU scope with acquire-release semantics (the split merge's arrival counter:
+// after a CTA barrier, one thread's release publishes the whole CTA's partials, and its
+// acquire -- passed on by the next barrier -- lets the CTA read every other CTA's).
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -5,6 +5,7 @@
 // (batch, KV head, q tile) group merges in place when they are few (merge_splits), else the
 // combine kernel (ifa_combine_kernel.cuh) does.
 #pragma once
+#include <cooperative_groups.h>
 #include <dualops/params.h>
 
 #include <cfloat>
@@ -15,6 +16,7 @@
 #include "ifa_config.cuh"
 #include "ifa_primitives.cuh"
 #include "ifa_tiling.h"
+#include "ifa_trace.cuh"
 
 namespace dualops::cuda::ifa {
 
@@ -87,82 +89,120 @@ struct PageMath {
 // of a captured graph). The Python glue keeps one zeroed buffer per stream, so calls running
 // concurrently on different streams never share counters. Capacity: kMaxMergeGroups (ifa_tiling.h).
 
-// The last CTA of a split group merges the group's fp32 partials (rows row0 .. row0 + rows - 1
-// of units ubase .. ubase + ns - 1) into out / lse, as the combine kernel would. wts: ns x M_TILE
-// floats of shared memory; fin_m / fin_l: M_TILE floats each.
-template <typename QT, int D, int M_TILE, int NW>
-__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
-                                             int b, int kvh, int64_t ubase, int row0, float* wts, float* fin_m,
-                                             float* fin_l) {
-  constexpr int NT = NW * 32, C4 = D / 4;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int ns = t.num_splits, q_rows = t.q_rows, s_q = t.s_q;
-  const int rows = min(M_TILE, q_rows - row0);
-  const float* la = static_cast<const float*>(p.lse_accum) + ubase * q_rows + row0;  // split stride q_rows
-  for (int rr = warp; rr < rows; rr += NW) {  // a warp per row: max and weights over the splits
-    float mx = -INFINITY;
-    for (int s = lane; s < ns; s += 32) {
-      const float v = __ldcg(la + static_cast<int64_t>(s) * q_rows + rr);
-      wts[s * M_TILE + rr] = v;
-      mx = fmaxf(mx, v);
-    }
-    mx = warp_max(mx);
-    float l = 0.f;
-    for (int s = lane; s < ns; s += 32) {
-      const float w = mx == -INFINITY ? 0.f : __expf(wts[s * M_TILE + rr] - mx);
-      wts[s * M_TILE + rr] = w;
-      l += w;
-    }
-    l = warp_sum(l);
-    if (lane == 0) fin_m[rr] = mx, fin_l[rr] = l;
-  }
-  __syncthreads();
-  const float* oa = static_cast<const float*>(p.o_accum) + (ubase * q_rows + row0) * D;  // split stride q_rows * D
-  const int64_t sstride = static_cast<int64_t>(q_rows) * D;
-  for (int slot = tid; slot < rows * C4; slot += NT) {
-    const int rr = slot / C4, c = (slot % C4) * 4;
-    const float* src = oa + rr * D + c;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    int s = 0;
-    for (; s + 16 <= ns; s += 16) {  // sixteen splits' loads in flight per thread
-      float4 v[16];
+// Log-sum-exp merge of split partials, four output columns at a time: each split brings its
+// lse (natural log, -inf when it saw no key) and its normalized output; the state keeps the
+// running max m, the weight sum l (relative to m) and the weighted output sum.
+struct PartialMerge {
+  float m = -INFINITY, l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  // Splits s0, s0 + step, ... (< s_end) of one (row, 4 columns): all K loads of a round go out
+  // at once, so a round costs one memory round trip.
+  // load(s, lse, o) fetches split s.
+  template <int K, typename Load>
+  __device__ __forceinline__ void add_splits(int s0, int s_end, int step, Load&& load) {
+    for (; s0 < s_end; s0 += K * step) {
+      float lv[K];
+      float4 v[K];
 #pragma unroll
-      for (int k = 0; k < 16; ++k) v[k] = __ldcg(reinterpret_cast<const float4*>(src + (s + k) * sstride));
+      for (int k = 0; k < K; ++k) {
+        const int s = s0 + k * step;
+        lv[k] = -INFINITY, v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (s < s_end) load(s, lv[k], v[k]);
+      }
+      float mx = m;
 #pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const float w = wts[(s + k) * M_TILE + rr];
+      for (int k = 0; k < K; ++k) mx = fmaxf(mx, lv[k]);
+      if (mx == -INFINITY) continue;  // no key in any split so far
+      const float sc = __expf(m - mx);  // 0 while m is -inf
+      l *= sc, acc.x *= sc, acc.y *= sc, acc.z *= sc, acc.w *= sc;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const float w = __expf(lv[k] - mx);  // 0 for a split without keys
+        l += w;
         acc.x += w * v[k].x, acc.y += w * v[k].y, acc.z += w * v[k].z, acc.w += w * v[k].w;
       }
+      m = mx;
     }
-    for (; s < ns; ++s) {
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(src + s * sstride));
-      const float w = wts[s * M_TILE + rr];
-      acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
-    }
-    const float l = fin_l[rr];
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // no split saw a key: out 0
-    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
-    QT* dst = static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + (kvh * t.group + gh) * p.out_stride_h;
+  }
+  // Another state of the same row and columns.
+  __device__ __forceinline__ void merge(const PartialMerge& o) {
+    const float mx = fmaxf(m, o.m);
+    if (mx == -INFINITY) return;
+    const float a = __expf(m - mx), c = __expf(o.m - mx);
+    l = l * a + o.l * c;
+    acc.x = acc.x * a + o.acc.x * c, acc.y = acc.y * a + o.acc.y * c;
+    acc.z = acc.z * a + o.acc.z * c, acc.w = acc.w * a + o.acc.w * c;
+    m = mx;
+  }
+  // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then).
+  template <typename QT>
+  __device__ __forceinline__ void store(QT* dst, int c) const {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
     store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
     store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
   }
-  if (tid < rows) {
-    const int r = row0 + tid, gh = r / s_q, i = r - gh * s_q, h = kvh * t.group + gh;
-    const float l = fin_l[tid];
-    static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] =
-        l > 0.f ? fin_m[tid] + __logf(l) : INFINITY;
+  __device__ __forceinline__ float lse() const { return l > 0.f ? m + __logf(l) : INFINITY; }
+};
+
+// The last CTA of a split group merges the group's fp32 partials (rows row0 .. row0 + rows - 1
+// of units ubase .. ubase + ns - 1) into out / lse, as the combine kernel would: a thread per
+// (row, 4 columns), every split's lse and output loaded together (one L2 round trip per 8
+// splits; the first version loaded the lse values, reduced them through shared memory and only
+// then the outputs: two round trips and two barriers -- BENCHMARKS.md v12). Rounds of 16 took
+// the kernel from ~170 to 254 registers, and the fp8 main loop, compiled around them, ran 3 %
+// slower on bandwidth-bound calls (same-lease A/B, v12).
+template <typename QT, int D, int M_TILE, int NW>
+__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+                                             int b, int kvh, int64_t ubase, int row0) {
+  constexpr int NT = NW * 32, C4 = D / 4;
+  const int tid = threadIdx.x;
+  const int ns = t.num_splits, q_rows = t.q_rows, s_q = t.s_q;
+  const int rows = min(M_TILE, q_rows - row0);
+  const float* la = static_cast<const float*>(p.lse_accum) + ubase * q_rows + row0;       // split stride q_rows
+  const float* oa = static_cast<const float*>(p.o_accum) + (ubase * q_rows + row0) * D;  // split stride q_rows * D
+  for (int slot = tid; slot < rows * C4; slot += NT) {
+    const int rr = slot / C4, c = (slot % C4) * 4;
+    PartialMerge st;
+    // (partials of other CTAs of this grid: L2 loads, not L1)
+    st.add_splits<8>(0, ns, 1, [&](int s, float& lse, float4& o) {
+      lse = __ldcg(la + rr + static_cast<int64_t>(s) * q_rows);
+      o = __ldcg(reinterpret_cast<const float4*>(oa + rr * D + c + static_cast<int64_t>(s) * q_rows * D));
+    });
+    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q, h = kvh * t.group + gh;
+    st.store<QT>(static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h, c);
+    if (c == 0) static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] = st.lse();
   }
 }
 
-// merge_in_kernel: with split-KV, the last CTA of each group merges the partials (no combine
-// kernel); 0: the combine kernel follows.
+// How the split partials of a (batch, KV head, q tile) group are merged (merge_mode):
+//  kMergeKernel   the split kernel writes fp32 partials; the combine kernel follows;
+//  kMergeCounter  partials in global memory; the last CTA of the group to arrive (an arrival
+//                 counter) merges them (merge_splits);
+//  kMergeCluster  the group's CTAs are one thread-block cluster (launch_variant): each keeps
+//                 its partial in its own shared memory and, after a cluster barrier, merges a
+//                 slice of the rows x columns from every CTA's shared memory (no global round
+//                 trip, no atomic; BENCHMARKS.md v12).
+enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
+
+// Cluster merge: the partial output (M_TILE x D fp32) and lse (M_TILE) of a CTA sit in the K/V
+// stages after the warps' merge buffer.
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+struct ClusterMergeLayout {
+  using C = Cfg<QT, KVT, D, SHAPE>;
+  static constexpr int kOut = C::kWarps * M_TILE * D * 4;  // after ebuf
+  static constexpr int kLse = kOut + M_TILE * D * 4;
+  static constexpr bool kFits = kLse + M_TILE * 4 <= SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kKv;
+};
+constexpr int kMaxClusterSplits = 8;  // portable cluster size
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
-                     const __grid_constant__ IncreFlashAttentionTiling t, int merge_in_kernel) {
+                     const __grid_constant__ IncreFlashAttentionTiling t, int merge_mode) {
   using C = Cfg<QT, KVT, D, SHAPE>;
   using MT = typename C::MT;
   using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
+  using CML = ClusterMergeLayout<QT, KVT, D, M_TILE, SHAPE>;
+  constexpr bool kClusterMerge = CML::kFits;
   constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
   constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
   constexpr int PP = C::kPParts;
@@ -172,12 +212,15 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // One m-tile only: with two, the row sums tip the narrow D = 128 kernel into spilling.
   constexpr bool kFoldK = std::is_same_v<KVT, int8_t> && QP == 2 && MTILES == 1 && (kAblate & 512) == 0;
 
+  DUALOPS_IFA_TRACE_BEGIN(p.out);
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* kv_smem = smem;
   uint4* qfrag = reinterpret_cast<uint4*>(smem + L::kKv);  // [MTILES][KSTEPS][QP][32]
   int64_t* mask_row = reinterpret_cast<int64_t*>(smem + L::kKv + L::kQfrag);
   int64_t* pse_row = mask_row + M_TILE;
-  float* row_add = reinterpret_cast<float*>(pse_row + M_TILE);
+  int64_t* out_row = pse_row + M_TILE;  // row's element offset in out (no split) or o_accum
+  int64_t* lse_row = out_row + M_TILE;  // row's index in lse (no split) or lse_accum
+  float* row_add = reinterpret_cast<float*>(lse_row + M_TILE);
   float* warp_m = row_add + M_TILE;      // [NW][M_TILE]
   float* warp_l = warp_m + NW * M_TILE;  // [NW][M_TILE]
   float* fin_m = warp_l + NW * M_TILE;   // [M_TILE]
@@ -193,80 +236,71 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int split = u % ns, kvh = (u / ns) % t.h_kv, b = u / (ns * t.h_kv);
   const int row0 = blockIdx.y * M_TILE;
   const int q_rows = t.q_rows, s_q = t.s_q, group = t.group;
-  // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
-  // scheduled while that kernel was finishing; nothing in global memory is read or written
-  // before it has completed (its writes -- q, the caches, kv_lens -- are then visible).
-  // Let the next kernel (the combine, or the next call's split kernel) be scheduled now: it
-  // waits for this grid's completion before touching global memory.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  if constexpr ((kAblate & 1024) != 0) return;  // measurement build: launch and wait only
-  const int kv_len_raw = __ldg(static_cast<const int*>(p.kv_lens) + b);
 
+  // ---- before the grid-dependency wait: every address, from the parameters alone ------------
+  // A CTA sits in the wait while the kernel before it finishes (programmatic dependent launch),
+  // so what is computed here is off the call's critical path; after the wait, kv_lens, the q
+  // tile and the first K/V copies go out with little arithmetic in between (BENCHMARKS.md v12:
+  // ~600 instructions of index math sat between the wait and the first copy). pin() makes each
+  // value exist before the wait; nothing in global memory is touched before it.
   const QT* q = static_cast<const QT*>(p.q);
-  auto q_index = [&](int r, int d) -> int64_t {
-    const int gh = r / s_q, i = r - gh * s_q;
-    return b * p.q_stride_b + i * p.q_stride_s + (kvh * group + gh) * p.q_stride_h + d;
-  };
   const float* k_scale = C::kQuant ? static_cast<const float*>(p.k_scale) + kvh * D : nullptr;
   const float* k_offset = (C::kQuant && p.k_offset) ? static_cast<const float*>(p.k_offset) + kvh * D : nullptr;
-
-  // ---- q tile (and key scales) into registers: every load of the tile goes out at once,
-  // together with the kv_lens load, instead of one dependent round trip per loop iteration
-  // (those cost ~0.7 us each: 4 of them for a bf16 tile, 12 for an 8-bit cache's) -----------
-  // Thread tid holds pairs idx = tid + it * NT of the A-fragment order: (mt, ks, lane, reg).
+  // q tile: thread tid loads the pairs idx = tid + it * NT of the A-fragment order (mt, ks, lane,
+  // reg). NT is a multiple of 128, so its lane and reg -- its row within an m-tile and its
+  // column within a k-step -- are the same in every round: one row address per m-tile.
+  static_assert(NT % 128 == 0, "whole A-fragment rounds per thread");
   constexpr int kQPairs = MTILES * KSTEPS * 32 * 4, QIT = (kQPairs + NT - 1) / NT;
-  uint32_t qraw[QIT];                          // two raw 16-bit q values (d, d + 1)
-  float ksc[C::kQuant ? QIT : 1][2];           // key scales of d, d + 1
+  const int q_ln = (tid >> 2) & 31, q_reg = tid & 3;
+  const int q_rr = (q_ln >> 2) + 8 * (q_reg & 1);   // row within an m-tile
+  const int q_kk = 2 * (q_ln & 3) + 8 * (q_reg >> 1);  // k index of the pair's first value
+  const uint16_t* q_row[MTILES];  // row mt * 16 + q_rr of the tile; nullptr past q_rows
 #pragma unroll
-  for (int it = 0; it < QIT; ++it) {
-    const int idx = tid + it * NT;
-    const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
-    const int r = row0 + mt * 16 + (ln >> 2) + 8 * (reg & 1);
-    const int d = C::qk_d(ks, 2 * (ln & 3) + 8 * (reg >> 1));  // d + 1 is the pair's second
-    const bool in_tile = kQPairs % NT == 0 || idx < kQPairs;    // the last round may be partial
-    uint32_t raw = 0;
-    if (in_tile && r < q_rows) {
-      const uint16_t* src = reinterpret_cast<const uint16_t*>(q + q_index(r, d));
-      raw = static_cast<uint32_t>(__ldg(src)) | (static_cast<uint32_t>(__ldg(src + 1)) << 16);
-    }
-    qraw[it] = raw;
-    if constexpr (C::kQuant) {
-      ksc[it][0] = in_tile ? __ldg(k_scale + d) : 0.f;
-      ksc[it][1] = in_tile ? __ldg(k_scale + d + 1) : 0.f;
+  for (int mt = 0; mt < MTILES; ++mt) {
+    const int r = row0 + mt * 16 + q_rr, gh = r / s_q, i = r - gh * s_q;
+    q_row[mt] = r < q_rows ? reinterpret_cast<const uint16_t*>(q + b * p.q_stride_b + i * p.q_stride_s +
+                                                                (kvh * group + gh) * p.q_stride_h)
+                           : nullptr;
+    pin(q_row[mt]);
+  }
+  // a pair (d, d + 1) is one aligned 32-bit word when q and its strides allow (d is even)
+  const bool q_word = ((reinterpret_cast<uintptr_t>(p.q) | static_cast<uintptr_t>(p.q_stride_b | p.q_stride_s | p.q_stride_h) << 1) & 3) == 0;
+  // final output / lse positions of tile row rr
+  auto out_row_final = [&](int rr) -> int64_t {
+    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
+    return b * p.out_stride_b + i * p.out_stride_s + (kvh * group + gh) * p.out_stride_h;
+  };
+  auto lse_row_final = [&](int rr) -> int64_t {
+    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
+    return (static_cast<int64_t>(b) * t.h_q + kvh * group + gh) * s_q + i;
+  };
+  // per-row mask / pse / output offsets (shared memory, read after the q barrier)
+  for (int rr = warp; rr < M_TILE; rr += NW) {
+    if (lane == 0) {
+      const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
+      mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
+      pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
+      (void)h;
+      out_row[rr] = ns == 1 ? out_row_final(r - row0) : (static_cast<int64_t>(u) * q_rows + r) * D;
+      lse_row[rr] = ns == 1 ? lse_row_final(r - row0) : static_cast<int64_t>(u) * q_rows + r;
     }
   }
-  const int kv_len = min(max(kv_len_raw, 0), t.max_kv_len);
-  const int k_begin = split * t.split_len;
-  const int k_end = min(k_begin + t.split_len, kv_len);
-  const int n_keys = max(k_end - k_begin, 0);
 
-  // ---- K/V pipeline: this warp's chunks, STAGES deep; the first copies go out before the q
-  // tile is prepared, so that work hides under their latency ----------------------------------
-  const int n_chunks = (n_keys + kChunkKeys - 1) / kChunkKeys;
-  const int my_chunks = n_chunks > warp ? (n_chunks - 1 - warp) / NW + 1 : 0;
+  // K/V copies: cp.async 16 B per lane and copy; a round of 32 lanes covers kRows whole rows
+  // (lane -> row lane / kCpr, 16-B column lane % kCpr); rows advance by kRows per copy.
+  // Everything but the chunk's base address is fixed per lane, so a copy costs a 64-bit add.
+  // The destination column is XOR-swizzled by row (Cfg::k_at / v_at), which repeats every
+  // kSwzPeriod copies: those few offsets are computed once.
   uint8_t* wbase = kv_smem + warp * STAGES * C::kStageBytes;
   const int block_size = t.block_size;
   const PageMath pm(block_size);
+  const int k_begin = split * t.split_len;
   const int first_key = k_begin + warp * kChunkKeys;  // key of this warp's chunk 0
   constexpr int kStepKeys = NW * kChunkKeys;         // keys between its consecutive chunks
+  // keys the plan allows this split (kv_lens[b] may cut it shorter): block ids below it are
+  // inside the block table, so they can be fetched before kv_lens arrives
+  const int k_cap = min(k_begin + t.split_len, t.max_kv_len);
   const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
-  auto window = [&](int j0) {  // block ids of chunks j0 .. j0 + 31, one per lane
-    const int kc = first_key + (j0 + lane) * kStepKeys;
-    return kc < k_end ? __ldg(bt_row + pm.block(kc)) : -1;
-  };
-  BlockWindow win;
-  if (block_size > 0) {
-    win.cur = window(0);
-    win.nxt = window(32);
-  }
-  uint32_t bad_blocks = 0;  // bit (j % 32): chunk j's block id is out of range (its keys are hidden)
-
-  // cp.async 16 B per lane and copy: a round of 32 lanes covers kRows whole rows (lane -> row
-  // lane / kCpr, 16-B column lane % kCpr); rows advance by kRows per copy. Everything but the
-  // chunk's base address is fixed per lane, so a copy costs a 64-bit add. The destination
-  // column is XOR-swizzled by row (Cfg::k_at / v_at), which repeats every kSwzPeriod copies:
-  // those few offsets are computed once.
   constexpr int kCpr = C::kRowBytes / 16, kRows = 32 / kCpr, kCopies = kChunkKeys / kRows;
   static_assert(32 % kCpr == 0 && kChunkKeys % kRows == 0, "whole copy rounds");
   const int lrow = lane / kCpr, lcol = lane % kCpr;
@@ -281,11 +315,81 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   for (int i = 0; i < kSwzN; ++i) {
     dst_k[i] = smem_addr(wbase) + C::k_at(lrow + i * kRows, lcol);
     dst_v[i] = smem_addr(wbase) + C::kTensorBytesK + C::v_at(lrow + i * kRows, lcol);
+    pin(dst_k[i]), pin(dst_v[i]);
   }
   if (block_size == 0) {
     k_lane += b * p.k_stride_0 * elt;
     v_lane += b * p.v_stride_0 * elt;
   }
+  pin(k_lane), pin(v_lane), pin(k_step), pin(v_step);
+  const int* kv_len_ptr = static_cast<const int*>(p.kv_lens) + b;
+  pin(kv_len_ptr);
+
+  // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
+  // scheduled while that kernel was finishing; nothing in global memory is read or written
+  // before it has completed (its writes -- q, the caches, kv_lens -- are then visible).
+  // Let the next kernel (the combine, or the next call's split kernel) be scheduled now: it
+  // waits for this grid's completion before touching global memory.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  DUALOPS_IFA_MARK(kTrWaited);
+  if constexpr ((kAblate & 1024) != 0) {  // measurement build: launch and wait only
+    DUALOPS_IFA_MARK_EXIT();
+    return;
+  }
+  // Loads of what earlier kernels write are plain loads from here on: an __ldg (ld.global.nc)
+  // counts as invariant, and the compiler was seen hoisting one above the wait.
+  const int kv_len_raw = *kv_len_ptr;
+  // Block ids of chunks j0 .. j0 + 31 of this warp, one per lane (paged caches).
+  auto window = [&](int j0) {
+    const int kc = first_key + (j0 + lane) * kStepKeys;
+    return kc < k_cap ? bt_row[pm.block(kc)] : -1;
+  };
+  BlockWindow win;
+  if (block_size > 0) {
+    win.cur = window(0);
+    win.nxt = window(32);
+  }
+
+  // ---- q tile (and key scales) into registers: every load goes out at once, with kv_lens ----
+  uint32_t qraw[QIT];                 // two raw 16-bit q values (d, d + 1)
+  float ksc[C::kQuant ? QIT : 1][2];  // key scales of d, d + 1
+#pragma unroll
+  for (int it = 0; it < QIT; ++it) {
+    const int kt = (tid >> 7) + it * (NT / 128);  // (mt, ks) of this round
+    const int ks = kt % KSTEPS, mt = kt / KSTEPS;
+    const int d = C::qk_d(ks, q_kk);  // d + 1 is the pair's second
+    const bool in_tile = kQPairs % NT == 0 || kt < MTILES * KSTEPS;  // the last round may be partial
+    const uint16_t* src = q_row[0];
+#pragma unroll
+    for (int m = 1; m < MTILES; ++m) src = mt == m ? q_row[m] : src;
+    uint32_t raw = 0;
+    if (in_tile && src != nullptr) {
+      raw = q_word ? *reinterpret_cast<const unsigned int*>(src + d)
+                   : static_cast<uint32_t>(src[d]) | (static_cast<uint32_t>(src[d + 1]) << 16);
+    }
+    qraw[it] = raw;
+    if constexpr (C::kQuant) {
+      ksc[it][0] = in_tile ? k_scale[d] : 0.f;
+      ksc[it][1] = in_tile ? k_scale[d + 1] : 0.f;
+    }
+  }
+#if DUALOPS_IFA_TRACE
+  {
+    int x = kv_len_raw;
+    DUALOPS_IFA_DEP(x);
+    DUALOPS_IFA_MARK(kTrKvLen);
+  }
+#endif
+  const int kv_len = min(max(kv_len_raw, 0), t.max_kv_len);
+  const int k_end = min(k_begin + t.split_len, kv_len);
+  const int n_keys = max(k_end - k_begin, 0);
+
+  // ---- K/V pipeline: this warp's chunks, STAGES deep; the first copies go out before the q
+  // tile is prepared, so that work hides under their latency ----------------------------------
+  const int n_chunks = (n_keys + kChunkKeys - 1) / kChunkKeys;
+  const int my_chunks = n_chunks > warp ? (n_chunks - 1 - warp) / NW + 1 : 0;
+  uint32_t bad_blocks = 0;  // bit (j % 32): chunk j's block id is out of range (its keys are hidden)
 
   auto issue = [&](int j) {
     const int kc = first_key + j * kStepKeys;
@@ -333,6 +437,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     if (j < my_issued) issue(j);
     cp_async_commit();
   }
+  DUALOPS_IFA_MARK(kTrIssued);
+#if DUALOPS_IFA_TRACE
+  {
+    uint32_t x = qraw[QIT - 1];
+    DUALOPS_IFA_DEP(x);
+    DUALOPS_IFA_MARK(kTrQRaw);
+  }
+#endif
 
   // ---- q tile -> A fragments in shared memory -------------------------------------------
   // 8-bit caches fold the key scale into q (score = sum q_d s_d x_d + sum q_d s_d o_d); the
@@ -394,19 +506,15 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // Per-row constants: log2-domain score offset of an int8 key offset, mask / pse row bases.
   const float score_mul = p.softmax_scale * kLog2e / qmul;
   for (int rr = warp; rr < M_TILE; rr += NW) {
-    const int r = min(row0 + rr, q_rows - 1);
     float acc = 0.f;
     if (k_offset != nullptr && row0 + rr < q_rows) {
+      const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
+      const QT* qr = q + b * p.q_stride_b + i * p.q_stride_s + (kvh * group + gh) * p.q_stride_h;
 #pragma unroll
-      for (int d = lane; d < D; d += 32) acc += to_f32(q[q_index(r, d)]) * __ldg(k_scale + d) * __ldg(k_offset + d);
+      for (int d = lane; d < D; d += 32) acc += to_f32(qr[d]) * __ldg(k_scale + d) * __ldg(k_offset + d);
       acc = warp_sum(acc);
     }
-    if (lane == 0) {
-      const int gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
-      row_add[rr] = acc * p.softmax_scale * kLog2e;
-      mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
-      pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
-    }
+    if (lane == 0) row_add[rr] = acc * p.softmax_scale * kLog2e;
   }
   __syncthreads();
 
@@ -423,6 +531,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       radd[mt][hf] = kFoldK ? row_add[rr] - Int8Cvt::kBias * qsum[rr] * score_mul : row_add[rr];
       lim[mt][hf] = p.causal ? min(k_end, kv_len - s_q + i + 1) : k_end;
     }
+  DUALOPS_IFA_MARK(kTrQReady);
 
   // ---- main loop --------------------------------------------------------------------------
   float acc[MTILES][NTILES][4];
@@ -460,6 +569,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     }
     cp_async_wait<STAGES - SUB>();
     __syncwarp();
+#if DUALOPS_IFA_TRACE
+    if (st == 0) DUALOPS_IFA_MARK(kTrFirstChunk);
+#endif
 
     int kc[SUB];
     const uint8_t* sk[SUB];
@@ -685,6 +797,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     stage = stage + SUB < STAGES ? stage + SUB : stage + SUB - STAGES;
   }
   cp_async_wait<0>();
+  DUALOPS_IFA_MARK(kTrLoopDone);
 
   // ---- merge the warps' partial softmax states, then write -------------------------------
 #pragma unroll
@@ -696,8 +809,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       l_run[mt][hf] = l;
     }
-  __syncthreads();  // every warp is done with its K/V stages (ebuf reuses them)
-  if (tq == 0) {
+  if (tq == 0) {  // (warp_m / warp_l are not in the K/V stages: written before the barrier)
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
@@ -707,26 +819,33 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         warp_l[warp * M_TILE + rr] = l_run[mt][hf];
       }
   }
-  __syncthreads();
+  __syncthreads();  // every warp is done with its K/V stages (ebuf reuses them)
+  DUALOPS_IFA_MARK(kTrAllDone);
+  // Warps past the unit's chunk count saw no key: their states are skipped (short units).
+  const int n_active = min(n_chunks, NW);
   if (tid < M_TILE) {
     float mx = -INFINITY;
-    for (int w = 0; w < NW; ++w) mx = fmaxf(mx, warp_m[w * M_TILE + tid]);
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+      if (w < n_active) mx = fmaxf(mx, warp_m[w * M_TILE + tid]);
     float l = 0.f;
     if (mx != -INFINITY)
+#pragma unroll
       for (int w = 0; w < NW; ++w) {
-        const float mw = warp_m[w * M_TILE + tid];
+        const float mw = w < n_active ? warp_m[w * M_TILE + tid] : -INFINITY;
         if (mw != -INFINITY) l += warp_l[w * M_TILE + tid] * exp2f(mw - mx);
       }
     fin_m[tid] = mx;
     fin_l[tid] = l;
   }
   __syncthreads();
+  DUALOPS_IFA_MARK(kTrStats);
   // Each warp stores its rescaled fragments in fragment order (16 B per lane, no bank
   // conflicts); then every thread sums one slot over the warps and writes it out.
   // (Merging the row states in every thread instead, one barrier less, measured +0.3 us on
   // small calls: BENCHMARKS.md v11.)
 #pragma unroll
-  for (int mt = 0; mt < MTILES; ++mt) {
+  for (int mt = 0; mt < MTILES && warp < n_active; ++mt) {
     float f[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -740,14 +859,16 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
           make_float4(acc[mt][jn][0] * f[0], acc[mt][jn][1] * f[0], acc[mt][jn][2] * f[1], acc[mt][jn][3] * f[1]);
   }
   __syncthreads();
+  DUALOPS_IFA_MARK(kTrEbuf);
 
   const float* v_scale = C::kQuant ? static_cast<const float*>(p.v_scale) + kvh * D : nullptr;
   const float* v_offset = (C::kQuant && p.v_offset) ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
   constexpr int kSlots = MTILES * NTILES * 32;
   for (int slot = tid; slot < kSlots; slot += NT) {
-    float4 o = ebuf[slot];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 1; w < NW; ++w) {
+    for (int w = 0; w < NW; ++w) {
+      if (w >= n_active) break;
       const float4 x = ebuf[w * kSlots + slot];
       o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
     }
@@ -767,43 +888,78 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
       if (ns == 1) {
-        const int gh = r / s_q, i = r - gh * s_q;
-        QT* dst = static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s +
-                  (kvh * group + gh) * p.out_stride_h;
-        store2<QT>(dst, d0, d1, v0, v1);
+        store2<QT>(static_cast<QT*>(p.out) + out_row[rr], d0, d1, v0, v1);
+      } else if (kClusterMerge && merge_mode == kMergeCluster) {
+        float* dst = reinterpret_cast<float*>(kv_smem + CML::kOut) + rr * D;
+        dst[d0] = v0;
+        dst[d1] = v1;
       } else {
-        float* dst = static_cast<float*>(p.o_accum) + (static_cast<int64_t>(u) * q_rows + r) * D;
+        float* dst = static_cast<float*>(p.o_accum) + out_row[rr];
         dst[d0] = v0;
         dst[d1] = v1;
       }
     }
   }
   if (tid < M_TILE && row0 + tid < q_rows) {
-    const int r = row0 + tid;
     const float lt = fin_l[tid];
-    if (ns == 1) {
-      const int gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
-      static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] =
-          lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : INFINITY;
-    } else {
-      static_cast<float*>(p.lse_accum)[static_cast<int64_t>(u) * q_rows + r] =
-          lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : -INFINITY;
+    // no key: lse +inf in the output, -inf in a partial (weight 0 in the merge)
+    const float lse = lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : (ns == 1 ? INFINITY : -INFINITY);
+    if (kClusterMerge && ns > 1 && merge_mode == kMergeCluster)
+      reinterpret_cast<float*>(kv_smem + CML::kLse)[tid] = lse;
+    else
+      static_cast<float*>(ns == 1 ? p.lse : p.lse_accum)[lse_row[tid]] = lse;
+  }
+  DUALOPS_IFA_MARK(kTrStored);
+  if constexpr (kClusterMerge) {
+    if (ns > 1 && merge_mode == kMergeCluster) {
+      // Every CTA of the cluster holds its partial in shared memory; after the barrier
+      // (release / acquire at cluster scope) CTA k merges slots [k * per, (k + 1) * per) of the
+      // rows x (D / 4) columns, reading all CTAs' partials through distributed shared memory;
+      // the second barrier keeps each CTA's shared memory alive until the others are done.
+      namespace cg = cooperative_groups;
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      constexpr int C4 = D / 4;
+      const int rows = min(M_TILE, q_rows - row0);
+      const int per = (rows * C4 + ns - 1) / ns;
+      const int slot = split * per + tid;
+      if (tid < per && slot < rows * C4) {
+        const int rr = slot / C4, c = (slot % C4) * 4;
+        float* my_out = reinterpret_cast<float*>(kv_smem + CML::kOut);
+        float* my_lse = reinterpret_cast<float*>(kv_smem + CML::kLse);
+        PartialMerge st;
+        st.add_splits<kMaxClusterSplits>(0, ns, 1, [&](int s, float& lse, float4& o) {
+          lse = *cluster.map_shared_rank(my_lse + rr, s);
+          o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(my_out + rr * D + c, s));
+        });
+        st.store<QT>(static_cast<QT*>(p.out) + out_row_final(rr), c);
+        if (c == 0) static_cast<float*>(p.lse)[lse_row_final(rr)] = st.lse();
+      }
+      cluster.sync();
+      DUALOPS_IFA_MARK(kTrMerged);
+      DUALOPS_IFA_MARK_EXIT();
+      return;
     }
   }
-  if (ns > 1 && merge_in_kernel) {
-    // Publish this CTA's partials, then count it in; the CTA that brings the count to ns saw
-    // every other CTA's fence-ordered writes (threadfence-reduction pattern) and merges.
-    __threadfence();
+  if (ns > 1 && merge_mode == kMergeCounter) {
+    // Publish this CTA's partials and count it in: after the barrier, thread 0's acq_rel atomic
+    // releases every thread's partials (cumulativity through the barrier) and acquires the
+    // other CTAs'; the CTA that brings the count to ns merges. (Two __threadfence() -- a
+    // fence.sc per thread before, one after -- cost ~0.5 us more: BENCHMARKS.md v12.)
     __syncthreads();
     int* ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(b) * t.h_kv + kvh) * gridDim.y + blockIdx.y;
-    if (tid == 0) scratch[0] = atomicAdd(ctr, 1);
+    if (tid == 0) scratch[0] = atom_add_acq_rel_gpu(ctr, 1);
     __syncthreads();
-    if (scratch[0] != ns - 1) return;
-    __threadfence();
+    if (scratch[0] != ns - 1) {
+      DUALOPS_IFA_MARK_EXIT();
+      return;
+    }
+    DUALOPS_IFA_MARK(kTrCounted);
     if (tid == 0) *ctr = 0;  // every CTA of the group has counted: ready for the next call
-    merge_splits<QT, D, M_TILE, NW>(p, t, b, kvh, static_cast<int64_t>(u - split), row0,
-                                    reinterpret_cast<float*>(kv_smem), fin_m, fin_l);
+    merge_splits<QT, D, M_TILE, NW>(p, t, b, kvh, static_cast<int64_t>(u - split), row0);
+    DUALOPS_IFA_MARK(kTrMerged);
   }
+  DUALOPS_IFA_MARK_EXIT();
 }
 
 }  // namespace dualops::cuda::ifa

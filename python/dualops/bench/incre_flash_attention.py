@@ -93,24 +93,35 @@ def _bench_config(hq, hkv, b, s, *, copy_gbs, l2, graph, runs, gen, quant, paged
     t_ours = time_cuda(lambda i: ours(qs[i], ks[i], vs[i]), n_sets, graph=graph, runs=runs)
 
     # SDPA on the same storage seen as [b, h, s, d] (flash attention's own BSHD layout) and on a
-    # contiguous BHSD copy; the faster of the two is the figure to beat.
+    # contiguous BHSD copy; the faster of the two is the figure to beat. Ours runs on both as well
+    # (a BHSD cache is a strided [b, s, h, d] view to it): where the tensors sit in DRAM moves some
+    # multi-wave calls by up to 10 % (BENCHMARKS.md v12), so each side is compared on its faster
+    # layout ("vs_sdpa"), and on the very same memory ("vs_sdpa_same": BSHD, both).
     def sdpa(qq, kk, vv):
         return F.scaled_dot_product_attention(qq.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2),
                                               enable_gqa=True)
 
     t_view = time_cuda(lambda i: sdpa(qs[i], ks[i], vs[i]), n_sets, graph=graph, runs=runs)
-    t_sdpa, layout = t_view, "bshd-view"
+    t_sdpa, layout = t_view, "bshd"
+    t_best, our_layout = t_ours, "bshd"
     if kv_bytes * n_sets * 2 <= 2 * KV_CAP_BYTES:
         kc = [x.transpose(1, 2).contiguous() for x in ks]
         vc = [x.transpose(1, 2).contiguous() for x in vs]
         qc = [x.transpose(1, 2).contiguous() for x in qs]
         t_c = time_cuda(lambda i: F.scaled_dot_product_attention(qc[i], kc[i], vc[i], enable_gqa=True), n_sets,
                         graph=graph, runs=runs)
-        del kc, vc, qc
         if t_c.median_us < t_sdpa.median_us:
             t_sdpa, layout = t_c, "bhsd"
+        kt = [x.transpose(1, 2) for x in kc]  # [b, s, h, d] views of the BHSD copies
+        vt = [x.transpose(1, 2) for x in vc]
+        _, ours_t = _ours(qs[0], kt[0], vt[0], lens)
+        t_oc = time_cuda(lambda i: ours_t(qs[i], kt[i], vt[i]), n_sets, graph=graph, runs=runs)
+        if t_oc.median_us < t_best.median_us:
+            t_best, our_layout = t_oc, "bhsd"
+        del kc, vc, qc, kt, vt
     contig = row("contiguous", t_ours, kv_bytes, plan, sdpa_us=t_sdpa.median_us, sdpa_layout=layout,
-                 vs_sdpa=t_sdpa.median_us / t_ours.median_us)
+                 best_us=t_best.median_us, layout=our_layout, vs_sdpa=t_sdpa.median_us / t_best.median_us,
+                 vs_sdpa_same=t_view.median_us / t_ours.median_us)
 
     if quant and s >= QUANT_MIN_S:
         for name, make in (("int8", lambda x: torch.randint(-128, 128, x.shape, dtype=torch.int8, device=dev)),
@@ -168,10 +179,10 @@ def sweep(*, quick: bool = False, heads=HEADS, graph: bool = True, runs: int = 3
 
 
 def format_rows(rows, header: bool = True) -> str:
-    cols = ("variant", "h_q", "h_kv", "b", "s_kv", "splits", "us", "sdpa_us", "vs_sdpa", "kv_gbs", "pct_copy",
-            "vs_bf16", "contig_over_paged")
-    heads = ("variant", "hq", "hkv", "b", "s_kv", "spl", "us", "sdpa_us", "xSDPA", "GB/s", "%copy", "q/bf16",
-             "c/paged")
+    cols = ("variant", "h_q", "h_kv", "b", "s_kv", "splits", "us", "best_us", "sdpa_us", "vs_sdpa", "vs_sdpa_same",
+            "kv_gbs", "pct_copy", "vs_bf16", "contig_over_paged")
+    heads = ("variant", "hq", "hkv", "b", "s_kv", "spl", "us", "best_us", "sdpa_us", "xSDPA", "xSDPAmem", "GB/s",
+             "%copy", "q/bf16", "c/paged")
     out = []
     if header:
         out.append(" ".join(f"{h:>10}" for h in heads))
@@ -193,8 +204,13 @@ def summarize(result: dict) -> str:
     con = [r for r in rows if r["variant"] == "contiguous"]
     if con:
         worst = min(con, key=lambda r: r["vs_sdpa"])
-        lines.append(f"contiguous vs SDPA: min {worst['vs_sdpa']:.3f}x (h{worst['h_q']}/{worst['h_kv']} "
-                     f"b{worst['b']} s{worst['s_kv']}), {sum(r['vs_sdpa'] >= 1.0 for r in con)}/{len(con)} >= 1.0x")
+        lines.append(f"contiguous vs SDPA (each on its faster layout): min {worst['vs_sdpa']:.3f}x "
+                     f"(h{worst['h_q']}/{worst['h_kv']} b{worst['b']} s{worst['s_kv']}), "
+                     f"{sum(r['vs_sdpa'] >= 1.0 for r in con)}/{len(con)} >= 1.0x")
+        same = min(con, key=lambda r: r["vs_sdpa_same"])
+        lines.append(f"contiguous vs SDPA (same BSHD memory): min {same['vs_sdpa_same']:.3f}x "
+                     f"(h{same['h_q']}/{same['h_kv']} b{same['b']} s{same['s_kv']}), "
+                     f"{sum(r['vs_sdpa_same'] >= 1.0 for r in con)}/{len(con)} >= 1.0x")
     for bs in PAGES:
         pg = [r for r in rows if r["variant"] == f"paged{bs}"]
         if pg:

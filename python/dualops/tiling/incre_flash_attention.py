@@ -41,6 +41,9 @@ CUDA_MIN_SPLIT_8BIT = 256    # int8 / fp8 caches: the kernel consumes two 16-key
                              # and step (BENCHMARKS.md, v10), so a 128-key split leaves every
                              # warp half a step of zero-filled keys
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
+CUDA_MAX_SPLITS = 64         # beyond 64 splits the partials go through the combine kernel and
+                             # more splits lost every measured case (H200, BENCHMARKS.md v12:
+                             # b1 h8/1 s32k 64 splits 11.5 us vs 128: 12.8; s128k 24.6 vs 25.2)
 
 # --- Ascend choices -------------------------------------------------------------------------
 ASCEND_KV_TILE_MAX = 2048
@@ -226,9 +229,10 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     over all cores, plus one more per-unit overhead for its launch). Ties go to fewer splits."""
     if device.is_cuda:
         min_split = CUDA_MIN_SPLIT if kv_dtype_bytes == 2 else CUDA_MIN_SPLIT_8BIT
-        overhead = CUDA_UNIT_OVERHEAD
+        overhead, split_cap = CUDA_UNIT_OVERHEAD, CUDA_MAX_SPLITS
     else:
         min_split, overhead = ASCEND_MIN_SPLIT, ASCEND_UNIT_OVERHEAD
+        split_cap = max_kv_len
     cores = device.num_cores
     whole = round_up(max(max_kv_len, 1), granule)
     max_splits = max_kv_len // round_up(min_split, granule)
@@ -238,7 +242,7 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     # traffic as this many keys of K+V (2 x head_dim x kv bytes each).
     combine_per_split = ceil_div(4 * q_rows, kv_dtype_bytes)
     best = None
-    for s in range(1, min(max_splits, ceil_div(2 * cores, units_base)) + 1):
+    for s in range(1, min(max_splits, ceil_div(2 * cores, units_base), split_cap) + 1):
         split_len = round_up(ceil_div(max_kv_len, s), granule)
         s_eff = ceil_div(max_kv_len, split_len)      # no split is empty at max_kv_len
         cost = ceil_div(units_base * s_eff, cores) * (split_len + overhead)

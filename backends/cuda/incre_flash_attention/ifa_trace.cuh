@@ -1,0 +1,87 @@
+// Phase timeline of the IFA split kernel, for measurement builds only (DUALOPS_IFA_TRACE = 1,
+// benchmarks/cuda/ifa_kernel_ablate.cu). In every real build the marks compile to nothing.
+//
+// The driver names up to two calls by their output pointer (g_ifa_trace_out); thread 0 of each
+// of their CTAs writes clock64 at the marks below into g_ifa_trace[call][cta][mark], with
+// %globaltimer (ns) at entry and exit so that CTAs and calls can be lined up.
+#pragma once
+#include <cstdint>
+
+#include "ifa_config.cuh"
+
+namespace dualops::cuda::ifa {
+
+enum TraceMark : int {
+  kTrEntry = 0,     // kernel entry (clock64)
+  kTrWaited,        // griddepcontrol.wait returned
+  kTrKvLen,         // kv_lens[b] arrived (the q loads are out too)
+  kTrIssued,        // the first K/V copies are out
+  kTrQRaw,          // the q tile's raw values arrived
+  kTrQReady,        // q fragments in shared memory (barrier passed)
+  kTrFirstChunk,    // warp 0: its first chunk landed
+  kTrLoopDone,      // warp 0: main loop done
+  kTrAllDone,       // every warp's main loop done (first epilogue barrier)
+  kTrStats,         // the rows' merged m / l (third barrier)
+  kTrEbuf,          // the warps' output fragments in shared memory (fourth barrier)
+  kTrStored,        // out / partials stored
+  kTrCounted,       // split merge: the arrival counter came back (last CTA only)
+  kTrMerged,        // split merge done
+  kTrGlobalEntry,   // %globaltimer at entry (ns)
+  kTrGlobalExit,    // %globaltimer at exit (ns)
+  kTrMarks
+};
+constexpr int kTraceCtas = 4096;
+
+#if DUALOPS_IFA_TRACE
+__device__ unsigned long long g_ifa_trace[2][kTraceCtas][kTrMarks];
+__device__ const void* g_ifa_trace_out[2];
+
+__device__ __forceinline__ unsigned long long trace_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned long long trace_clock() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+// Forces the value to have arrived before the next mark (a register move that must read it).
+__device__ __forceinline__ void trace_dep(uint32_t& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
+__device__ __forceinline__ void trace_dep(int& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
+
+// This CTA's row, or nullptr when the call is not traced or this is not thread 0.
+__device__ __forceinline__ unsigned long long* trace_row(const void* out) {
+  if (threadIdx.x != 0) return nullptr;
+  const int cta = blockIdx.x + blockIdx.y * gridDim.x;
+  if (cta >= kTraceCtas) return nullptr;
+  for (int k = 0; k < 2; ++k)
+    if (out == g_ifa_trace_out[k]) return g_ifa_trace[k][cta];
+  return nullptr;
+}
+#define DUALOPS_IFA_TRACE_BEGIN(out)                                   \
+  const unsigned long long tr_c0_ = ::dualops::cuda::ifa::trace_clock(); \
+  const unsigned long long tr_g0_ = ::dualops::cuda::ifa::trace_globaltimer(); \
+  unsigned long long* const tr_row_ = ::dualops::cuda::ifa::trace_row(out); \
+  if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrEntry] = tr_c0_, tr_row_[::dualops::cuda::ifa::kTrGlobalEntry] = tr_g0_
+#define DUALOPS_IFA_MARK(m) \
+  do { if (tr_row_) tr_row_[::dualops::cuda::ifa::m] = ::dualops::cuda::ifa::trace_clock(); } while (0)
+#define DUALOPS_IFA_MARK_EXIT() \
+  do { if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrGlobalExit] = ::dualops::cuda::ifa::trace_globaltimer(); } while (0)
+#define DUALOPS_IFA_DEP(x) ::dualops::cuda::ifa::trace_dep(x)
+#else
+#define DUALOPS_IFA_TRACE_BEGIN(out) \
+  do {                               \
+  } while (0)
+#define DUALOPS_IFA_MARK(m) \
+  do {                      \
+  } while (0)
+#define DUALOPS_IFA_MARK_EXIT() \
+  do {                          \
+  } while (0)
+#define DUALOPS_IFA_DEP(x) \
+  do {                     \
+  } while (0)
+#endif
+
+}  // namespace dualops::cuda::ifa
