@@ -46,6 +46,11 @@ constexpr int D = 128;
 using KV = std::conditional_t<ABLATE_KV_INT8 == 1, int8_t, std::conditional_t<ABLATE_KV_INT8 == 2, __nv_fp8_e4m3, BF>>;
 constexpr const char* kKvName = ABLATE_KV_INT8 == 1 ? "int8" : ABLATE_KV_INT8 == 2 ? "fp8" : "bf16";
 constexpr int kKvBytes = sizeof(KV);
+#ifdef ABLATE_NARROW  // token "+n": narrow CTAs (4 warps, two per SM) instead of wide ones
+constexpr int kAblateShape = kNarrow;
+#else
+constexpr int kAblateShape = kWide;
+#endif
 
 __global__ void k_spin(long long cycles) {
   const long long t0 = clock64();
@@ -163,6 +168,8 @@ int main() {
       {"h8/1 b1 s1k ns4", 1, 8, 1, 1024, 4},        {"h8/1 b1 s8k ns32", 1, 8, 1, 8192, 32},
       {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},
       {"h8/1 b16 s1k ns4", 16, 8, 1, 1024, 4},      {"h32/8 b1 s8k ns8", 1, 32, 8, 8192, 8},
+      {"h64/8 b128 s1k", 128, 64, 8, 1024, 1},     {"h8/1 b128 s1k", 128, 8, 1, 1024, 1},
+      {"h128/128 b1 s1k", 1, 128, 128, 1024, 1},   {"h32/8 b128 s8k", 128, 32, 8, 8192, 1},
   };
   constexpr int kWarm = 3, kRuns = 25;
   constexpr int64_t kL2x3 = 180ll << 20;
@@ -235,7 +242,7 @@ int main() {
     CK(cudaEventCreate(&e1));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    auto call_on = [&](int s, cudaStream_t stream) { CK((launch_variant<BF, KV, D, 16, kWide>(ps[s], t, stream))); };
+    auto call_on = [&](int s, cudaStream_t stream) { CK((launch_variant<BF, KV, D, 16, kAblateShape>(ps[s], t, stream))); };
     // eager launches
     std::vector<float> ts;
     for (int r = 0; r < kWarm + kRuns; ++r) {
