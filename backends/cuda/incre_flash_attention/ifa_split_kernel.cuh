@@ -228,6 +228,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   int* scratch = reinterpret_cast<int*>(fin_l + 2 * M_TILE);
   float* qsum = fin_l + M_TILE;  // [M_TILE] sum of a row's scaled q (int8 keys, kFoldK)
   float4* ebuf = reinterpret_cast<float4*>(kv_smem);  // [NW][MTILES][NTILES][32], after the main loop
+  float* clu_out = reinterpret_cast<float*>(kv_smem + CML::kOut);  // cluster merge: this CTA's partial
+  float* clu_lse = reinterpret_cast<float*>(kv_smem + CML::kLse);  //   [M_TILE][D] and [M_TILE]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -280,7 +282,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
       mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
       pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
-      (void)h;
       out_row[rr] = ns == 1 ? out_row_final(r - row0) : (static_cast<int64_t>(u) * q_rows + r) * D;
       lse_row[rr] = ns == 1 ? lse_row_final(r - row0) : static_cast<int64_t>(u) * q_rows + r;
     }
@@ -890,7 +891,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       if (ns == 1) {
         store2<QT>(static_cast<QT*>(p.out) + out_row[rr], d0, d1, v0, v1);
       } else if (kClusterMerge && merge_mode == kMergeCluster) {
-        float* dst = reinterpret_cast<float*>(kv_smem + CML::kOut) + rr * D;
+        float* dst = clu_out + rr * D;
         dst[d0] = v0;
         dst[d1] = v1;
       } else {
@@ -905,7 +906,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     // no key: lse +inf in the output, -inf in a partial (weight 0 in the merge)
     const float lse = lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : (ns == 1 ? INFINITY : -INFINITY);
     if (kClusterMerge && ns > 1 && merge_mode == kMergeCluster)
-      reinterpret_cast<float*>(kv_smem + CML::kLse)[tid] = lse;
+      clu_lse[tid] = lse;
     else
       static_cast<float*>(ns == 1 ? p.lse : p.lse_accum)[lse_row[tid]] = lse;
   }
@@ -925,12 +926,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int slot = split * per + tid;
       if (tid < per && slot < rows * C4) {
         const int rr = slot / C4, c = (slot % C4) * 4;
-        float* my_out = reinterpret_cast<float*>(kv_smem + CML::kOut);
-        float* my_lse = reinterpret_cast<float*>(kv_smem + CML::kLse);
         PartialMerge st;
         st.add_splits<kMaxClusterSplits>(0, ns, 1, [&](int s, float& lse, float4& o) {
-          lse = *cluster.map_shared_rank(my_lse + rr, s);
-          o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(my_out + rr * D + c, s));
+          lse = *cluster.map_shared_rank(clu_lse + rr, s);
+          o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(clu_out + rr * D + c, s));
         });
         st.store<QT>(static_cast<QT*>(p.out) + out_row_final(rr), c);
         if (c == 0) static_cast<float*>(p.lse)[lse_row_final(rr)] = st.lse();
