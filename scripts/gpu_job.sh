@@ -213,32 +213,50 @@ PY
 fi
 
 if has splits; then
-  # Split counts around the planner's choice on single-wave calls (narrow CTAs above 132 units).
+  # Split counts around the planner's choice on single-wave calls, per cache dtype
+  # (SPLITS_KV="bf16 int8 fp8" by default): "ns<N>=<us>", the plan's count first.
   echo "== splits"
   cat > /tmp/ifa_splits.py <<'PY'
-import dataclasses, torch
+import dataclasses, sys, torch
+from dualops import quant
 from dualops.backends import cuda as cb
 from dualops.bench.timing import time_cuda, rotation_count, l2_bytes
-for hq, hkv, b, s, alts in ((8, 1, 1, 131072, (256, 132)), (8, 1, 1, 32768, (256,)), (32, 8, 1, 131072, (32, 33)),
-                            (8, 1, 16, 4096, (16,)), (32, 8, 16, 1024, (2,)), (8, 1, 1, 8192, (128,))):
-    n = rotation_count(b * s * hkv * 512, l2_bytes())
+kv = sys.argv[1]
+nbytes = 2 if kv == "bf16" else 1
+for hq, hkv, b, s, alts in ((8, 1, 1, 131072, (64, 128)), (8, 1, 1, 32768, (64, 128)), (8, 1, 1, 8192, (16, 32, 64)),
+                            (32, 8, 1, 32768, (16, 32)), (64, 8, 1, 32768, (16, 32)), (32, 8, 1, 8192, (8, 16, 32)),
+                            (8, 1, 16, 8192, (8, 16)), (8, 1, 16, 32768, (8, 16))):
+    n = rotation_count(b * s * hkv * 256 * nbytes, l2_bytes())
     qs = [torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-    ks = [torch.randn(b, s, hkv, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-    vs = [torch.randn_like(x) for x in ks]
+    ks, vs, extra = [], [], dict(k_scale=None, v_scale=None, k_offset=None, v_offset=None)
+    for _ in range(n):
+        k = torch.randn(b, s, hkv, 128, device="cuda")
+        v = torch.randn_like(k)
+        if kv == "bf16":
+            ks.append(k.bfloat16()); vs.append(v.bfloat16())
+        elif kv == "int8":
+            kq, kscale, koff = quant.quantize_kv_int8(k); vq, vscale, voff = quant.quantize_kv_int8(v)
+            ks.append(kq); vs.append(vq); extra = dict(k_scale=kscale, v_scale=vscale, k_offset=koff, v_offset=voff)
+        else:
+            kq, kscale = quant.quantize_kv_fp8(k); vq, vscale = quant.quantize_kv_fp8(v)
+            ks.append(kq); vs.append(vq); extra = dict(k_scale=kscale, v_scale=vscale, k_offset=None, v_offset=None)
+        del k, v
     lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
     base = cb.make_ifa_plan(qs[0], ks[0], None)
-    line = f"h{hq}/{hkv} b{b} s{s}:"
-    for ns in (base.num_splits,) + alts:
+    line = f"{kv} h{hq}/{hkv} b{b} s{s}:"
+    for ns in (base.num_splits,) + tuple(a for a in alts if a != base.num_splits):
         sl = 16 * -(-s // (16 * ns))
         plan = dataclasses.replace(base, num_splits=-(-s // sl), split_len=sl, num_units=b * hkv * -(-s // sl))
         kw = dict(kv_lens=lens, block_table=None, softmax_scale=0.088, causal=False, atten_mask=None,
-                  pse_shift=None, k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=plan)
+                  pse_shift=None, plan=plan, **extra)
         t = time_cuda(lambda i: cb.incre_flash_attention(qs[i], ks[i], vs[i], **kw), n)
         line += f"  ns{plan.num_splits}={t.median_us:.1f}"
     print(line, flush=True)
     del qs, ks, vs
 PY
-  timeout 120 $PY /tmp/ifa_splits.py 2>&1 | grep -v Warning | tee "$OUT/splits.log"
+  for kv in ${SPLITS_KV:-bf16 int8 fp8}; do
+    timeout 200 $PY /tmp/ifa_splits.py $kv 2>&1 | grep -v Warning
+  done | tee "$OUT/splits.log"
 fi
 
 if has layouts; then

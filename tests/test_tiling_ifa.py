@@ -6,7 +6,7 @@ import torch
 
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
-from dualops.tiling.incre_flash_attention import CUDA_MAX_SPLITS
+from dualops.tiling.incre_flash_attention import CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT
 
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
@@ -149,6 +149,20 @@ def test_split_kv_engages_for_long_single_requests():
     # H200, GQA 32/8: at least cores / h_kv splits
     assert plan(H200, batch=1, h_q=32, h_kv=8, max_kv_len=131072).num_splits >= 132 // 8
     assert plan(ASCEND_910B2, batch=1, h_q=32, h_kv=8, max_kv_len=131072).num_splits >= 24 // 8
+
+
+def test_split_cap_depends_on_cache_width():
+    """16-bit caches stop at CUDA_MAX_SPLITS splits, 8-bit ones at CUDA_MAX_SPLITS_8BIT: the 8-bit
+    kernel does more math per byte, so a single-head 128k request needs more SMs (BENCHMARKS.md
+    v13: b1 h8/1 s128k fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of the other
+    measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 32 for 8-bit)."""
+    for kv_bytes, cap in ((2, CUDA_MAX_SPLITS), (1, CUDA_MAX_SPLITS_8BIT)):
+        p = plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=131072, kv_dtype_bytes=kv_bytes)
+        assert p.num_splits == cap, p.describe()
+    assert CUDA_MAX_SPLITS_8BIT > CUDA_MAX_SPLITS
+    for kv_bytes in (1, 2):
+        assert plan(H200, batch=1, h_q=32, h_kv=8, max_kv_len=32768, kv_dtype_bytes=kv_bytes).num_splits == 16
+    assert plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=8192, kv_dtype_bytes=1).num_splits == 32
 
 
 def test_split_kv_stays_off_for_big_batches_and_short_caches():

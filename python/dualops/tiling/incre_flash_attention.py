@@ -41,9 +41,13 @@ CUDA_MIN_SPLIT_8BIT = 256    # int8 / fp8 caches: the kernel consumes two 16-key
                              # and step (BENCHMARKS.md, v10), so a 128-key split leaves every
                              # warp half a step of zero-filled keys
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
-CUDA_MAX_SPLITS = 64         # beyond 64 splits the partials go through the combine kernel and
-                             # more splits lost every measured case (H200, BENCHMARKS.md v12:
-                             # b1 h8/1 s32k 64 splits 11.5 us vs 128: 12.8; s128k 24.6 vs 25.2)
+CUDA_MAX_SPLITS = 64         # 16-bit caches: beyond 64 splits the partials go through the
+                             # combine kernel, and more splits lost or tied every measured case
+                             # (H200, BENCHMARKS.md v12: b1 h8/1 s32k 64 splits 11.5 us vs 128:
+                             # 12.8; s128k 24.6 vs 25.2; v13: s128k 23.8 vs 23.6)
+CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8 caches: a split costs the 8-bit kernel more math per
+                             # byte, so 64 SMs do not saturate HBM (v13, b1 h8/1 s128k: int8
+                             # 64 splits 24.3 us vs 128: 20.0, fp8 22.9 vs 17.7; s32k level)
 
 # --- Ascend choices -------------------------------------------------------------------------
 ASCEND_KV_TILE_MAX = 2048
@@ -229,7 +233,8 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     over all cores, plus one more per-unit overhead for its launch). Ties go to fewer splits."""
     if device.is_cuda:
         min_split = CUDA_MIN_SPLIT if kv_dtype_bytes == 2 else CUDA_MIN_SPLIT_8BIT
-        overhead, split_cap = CUDA_UNIT_OVERHEAD, CUDA_MAX_SPLITS
+        overhead = CUDA_UNIT_OVERHEAD
+        split_cap = CUDA_MAX_SPLITS if kv_dtype_bytes == 2 else CUDA_MAX_SPLITS_8BIT
     else:
         min_split, overhead = ASCEND_MIN_SPLIT, ASCEND_UNIT_OVERHEAD
         split_cap = max_kv_len
