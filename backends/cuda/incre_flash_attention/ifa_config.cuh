@@ -98,6 +98,11 @@ struct Cfg {
   static constexpr int kSub = kStages >= 6 ? 2 : 1;
 #endif
   static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
+  // int8 caches: the value scales / offsets go to shared memory with the first K/V copies, not
+  // loaded per column in the epilogue (same-lease A/B, v13: int8 small calls -0.3 to -0.4 us,
+  // large ones -2 to -4 %). Not for fp8: there it took small calls -0.2 us but large ones +4 %
+  // (h32/8 b16 s32k 257 -> 267 us, the same main-loop instructions scheduled otherwise).
+  static constexpr bool kVScalesInSmem = std::is_same_v<KVT, int8_t>;
   static constexpr int kKSteps = D / 16;  // q.k^T k-steps
   static constexpr int kNTiles = D / 8;   // p.v output n-tiles
   // 8-bit V: each lane reads kVW bytes of a row per load (see pv_d).
@@ -126,20 +131,21 @@ struct Cfg {
 };
 
 // Dynamic shared memory of the split kernel: K/V stages, q fragments (8-bit caches: a hi and
-// a lo fp16 part), row statistics. The warps' output fragments are merged through the K/V
-// stages once the main loop is done.
+// a lo fp16 part; int8: the KV head's value scales and offsets), row statistics. The warps'
+// output fragments are merged through the K/V stages once the main loop is done.
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 struct SmemLayout {
   using C = Cfg<QT, KVT, D, SHAPE>;
   static constexpr int kQParts = (C::kQuant && !(kAblate & 256)) ? 2 : 1;
   static constexpr int kKv = C::kWarps * C::kStages * C::kStageBytes;
   static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
+  static constexpr int kVScales = C::kVScalesInSmem ? 2 * D * 4 : 0;  // the head's value scales, offsets
   static constexpr int kRowInfo = M_TILE * (4 + 4 * 8);  // mask / pse / out / lse offsets i64, row_add f32
   static constexpr int kStats = (2 * C::kWarps + 3) * M_TILE * 4 + 16;  // warp m / l, final m / l, q sums
-  static constexpr int kTotal = kKv + kQfrag + kRowInfo + kStats;
+  static constexpr int kTotal = kKv + kQfrag + kVScales + kRowInfo + kStats;
   static_assert(C::kWarps * M_TILE * D * 4 <= kKv, "output merge reuses the K/V stages");
   static_assert(kTotal <= 227 * 1024, "fits one Hopper SM");
-  static_assert(kKv % 16 == 0 && kQfrag % 16 == 0, "16-B aligned regions");
+  static_assert(kKv % 16 == 0 && kQfrag % 16 == 0 && kVScales % 16 == 0, "16-B aligned regions");
 };
 
 }  // namespace dualops::cuda::ifa
