@@ -83,7 +83,7 @@ if has sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k smoke 2>&1 | tee "$OUT/$tool.log" | tail -12
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16)" 2>&1 | tee "$OUT/$tool.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi

@@ -324,6 +324,47 @@ def test_forced_split_plans(split_len, num_splits):
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
 
 
+# First-wave CTAs of 16-bit caches prefetch their split's first pipeline fill into L2 before the
+# grid-dependency wait, where the split is longer than the fill (128 keys at D 256, 256 at D 128,
+# 512 at D 64; paged: at least 4 fills): every layout it reads spans of, and one it skips.
+PREFETCH = [dict(dtype=BF16, D=D, layout=lay) for D in (64, 128, 256)
+            for lay in ("bshd", "bhsd", "fused", "page16", "page64")]
+PREFETCH += [dict(dtype=FP16, D=128, layout="bshd"), dict(dtype=FP16, D=128, layout="page16")]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", PREFETCH, ids=[_id(c) for c in PREFETCH])
+def test_first_fill_prefetch_layouts(case):
+    """Long splits (one per request, and two) on every layout the prefetch reads: a head's rows
+    dense (a BHSD tensor seen as [B, S, H, D]), heads packed in a row (BSHD), paged blocks -- the
+    fill spans several blocks of 16, and the table entries past a request hold -1 or ids past the
+    pool, which the prefetch reads before kv_lens and must ignore -- and k / v interleaved (not
+    prefetched). NaN in every unused slot, so a prefetch that leaked into the arithmetic fails."""
+    lay, D = case["layout"], case["D"]
+    page = {"page16": 16, "page64": 64}.get(lay, 0)
+    lens = [2200, 3, 1300, 0]  # one split of 2208 keys, or two of 1104: every fill rule engages
+    q, k, v, kw = make_case(B=4, h_q=8, h_kv=2, D=D, dtype=case["dtype"], lens=lens, page=page,
+                            fused_kv=lay == "fused", seed=zlib.crc32(_id(case).encode()) % 1000)
+    if lay == "bhsd":
+        k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (k, v))
+        assert k.stride(1) == D
+    if page:
+        table = kw["block_table"]
+        for b, n in enumerate(lens):
+            used = math.ceil(n / page)
+            past = torch.arange(table.shape[1] - used, device=table.device, dtype=torch.int32)
+            table[b, used:] = torch.where(past % 2 == 0, -1, k.shape[0] + 1000 * (past + 1))
+    base = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
+    for num_splits in (1, 2):
+        split_len = 16 * math.ceil(base.max_kv_len / (16 * num_splits))
+        plan = dataclasses.replace(base, num_splits=math.ceil(base.max_kv_len / split_len), split_len=split_len,
+                                   num_units=base.batch * base.h_kv * math.ceil(base.max_kv_len / split_len))
+        out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
+        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+        assert_close_parity(out, ref_out, name=f"{_id(case)} splits={num_splits} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} splits={num_splits} lse")
+
+
 @needs_cuda
 @pytest.mark.parametrize("num_splits", [3, 12, 70])
 def test_split_merge_repeats_and_graph_replays(num_splits):

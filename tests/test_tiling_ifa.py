@@ -6,7 +6,8 @@ import torch
 
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
-from dualops.tiling.incre_flash_attention import CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT
+from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT,
+                                                  CUDA_MAX_SPLITS_LONG)
 
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
@@ -138,8 +139,8 @@ def test_split_kv_engages_for_long_single_requests():
             assert p.num_splits > 1, p.describe()
             # roughly fills the machine: at least 3/4 of the cores get a unit -- on CUDA at least
             # CUDA_MAX_SPLITS units: 64 SMs with their K/V pipelines full saturate HBM, and more
-            # splits measured slower (BENCHMARKS.md v12: b1 h8/1 s128k 64 splits 24.6 us vs 128:
-            # 25.2), so a single-head request stops at 64
+            # splits of short ranges measured slower (BENCHMARKS.md v12), so a single-head
+            # request goes past 64 splits only with long ones (test_split_cap_...)
             need = min(0.75 * dev.num_cores, CUDA_MAX_SPLITS) if dev.is_cuda else 0.75 * dev.num_cores
             assert p.num_units >= need, p.describe()
             assert p.split_len >= (512 if dev.is_ascend else 256)
@@ -152,17 +153,27 @@ def test_split_kv_engages_for_long_single_requests():
 
 
 def test_split_cap_depends_on_cache_width():
-    """16-bit caches stop at CUDA_MAX_SPLITS splits, 8-bit ones at CUDA_MAX_SPLITS_8BIT: the 8-bit
-    kernel does more math per byte, so a single-head 128k request needs more SMs (BENCHMARKS.md
-    v13: b1 h8/1 s128k fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of the other
-    measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 32 for 8-bit)."""
-    for kv_bytes, cap in ((2, CUDA_MAX_SPLITS), (1, CUDA_MAX_SPLITS_8BIT)):
+    """16-bit caches stop at CUDA_MAX_SPLITS splits unless every split keeps CUDA_LONG_SPLIT keys
+    (then up to CUDA_MAX_SPLITS_LONG: a long split's first fill is prefetched into L2 under the
+    kernel ahead, BENCHMARKS.md v14: b1 h8/1 s128k 64 splits 23.9 us, 128 splits 22.2); 8-bit
+    ones at CUDA_MAX_SPLITS_8BIT: the 8-bit kernel does more math per byte, so a single-head
+    128k request needs more SMs (v13: fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of
+    the other measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 32 for
+    8-bit, b1 h8/1 s32k 64 for 16-bit)."""
+    for kv_bytes, cap in ((2, CUDA_MAX_SPLITS_LONG), (1, CUDA_MAX_SPLITS_8BIT)):
         p = plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=131072, kv_dtype_bytes=kv_bytes)
         assert p.num_splits == cap, p.describe()
-    assert CUDA_MAX_SPLITS_8BIT > CUDA_MAX_SPLITS
+    assert CUDA_MAX_SPLITS_LONG > CUDA_MAX_SPLITS and CUDA_MAX_SPLITS_8BIT > CUDA_MAX_SPLITS
     for kv_bytes in (1, 2):
         assert plan(H200, batch=1, h_q=32, h_kv=8, max_kv_len=32768, kv_dtype_bytes=kv_bytes).num_splits == 16
     assert plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=8192, kv_dtype_bytes=1).num_splits == 32
+    for dev in (H100, H200):
+        for max_len in (8192, 32768, 65536, 100000, 131072, 140000, 262144, 1 << 20):
+            p = plan(dev, batch=1, h_q=8, h_kv=1, max_kv_len=max_len)
+            assert p.num_splits <= CUDA_MAX_SPLITS_LONG, p.describe()
+            if p.num_splits > CUDA_MAX_SPLITS:
+                assert p.split_len >= CUDA_LONG_SPLIT, p.describe()
+        assert plan(dev, batch=1, h_q=8, h_kv=1, max_kv_len=32768).num_splits == CUDA_MAX_SPLITS
 
 
 def test_split_kv_stays_off_for_big_batches_and_short_caches():

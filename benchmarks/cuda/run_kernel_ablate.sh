@@ -5,7 +5,8 @@
 # wide CTA (e.g. 0+s2+w6), +t the phase trace (DUALOPS_IFA_TRACE), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
-# (kernel | counter | cluster), +n narrow CTAs. ABLATE_SHAPES=a,b picks shapes.
+# (kernel | counter | cluster), +n narrow CTAs, +PN N pipeline fills prefetched into L2 before the
+# grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none). ABLATE_SHAPES=a,b picks shapes.
 # The N = 0 build runs first and last: the two show the run-to-run spread.
 # ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
 set -uo pipefail
@@ -22,6 +23,7 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n == *+t* ]] && extra+=" -DDUALOPS_IFA_TRACE=1"
   [[ $n == *+n* ]] && extra+=" -DABLATE_NARROW=1"
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
+  [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   kdir="$root/backends/cuda/incre_flash_attention"
   [[ $n == *+o* ]] && kdir="$(cd "${ABLATE_OLD_DIR:?+o needs ABLATE_OLD_DIR}" && pwd)"
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \

@@ -51,6 +51,8 @@ enum CtaShape : int { kNarrow = 0, kWide = 1 };
 template <typename QT, typename KVT, int D, int SHAPE>
 struct Cfg {
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
+  using KV = KVT;
+  static constexpr int kD = D;
   static constexpr bool kQuant = sizeof(KVT) == 1;  // int8 / fp8 e4m3 cache
   // mma operand type: bf16 only for a bf16 cache; fp16 otherwise (8-bit values convert to fp16
   // exactly, and fp16 keeps 3 more mantissa bits of the scaled q and of P).
@@ -98,6 +100,17 @@ struct Cfg {
   static constexpr int kSub = kStages >= 6 ? 2 : 1;
 #endif
   static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
+  // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched
+  // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). 16-bit caches only: in the
+  // 8-bit kernels the same code made every call 2-7 % slower (main loops scheduled otherwise;
+  // BENCHMARKS.md v14). DUALOPS_IFA_PREFETCH_FILLS sets how many fills (0: none; measurement
+  // builds).
+#ifdef DUALOPS_IFA_PREFETCH_FILLS
+  static constexpr int kPrefetchFills = DUALOPS_IFA_PREFETCH_FILLS;
+#else
+  static constexpr int kPrefetchFills = kQuant ? 0 : 1;
+#endif
+  static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // int8 caches: the value scales / offsets go to shared memory with the first K/V copies, not
   // loaded per column in the epilogue (same-lease A/B, v13: int8 small calls -0.3 to -0.4 us,
   // large ones -2 to -4 %). Not for fp8: there it took small calls -0.2 us but large ones +4 %

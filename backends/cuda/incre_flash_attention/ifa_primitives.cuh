@@ -53,6 +53,18 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
                "r"(src_bytes), "l"(evict_first_policy())
                : "memory");
 }
+// Number of SM ids of the GPU (%nsmid: at least the SMs present; ids may have gaps).
+__device__ __forceinline__ uint32_t sm_id_count() {
+  uint32_t n;
+  asm("mov.u32 %0, %%nsmid;\n" : "=r"(n));
+  return n;
+}
+// L2 prefetch of `bytes` (a multiple of 16) from a 16-B aligned global address: a hint with no
+// data returned, so it may run before the grid-dependency wait -- L2 is the GPU's point of
+// coherence, so a line the kernel ahead writes after this prefetch is still read fresh later.
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 // One 4-byte copy (cp.async.ca: 4-B aligned sources such as a float vector at any offset);
 // src_bytes 0 zero-fills the destination without reading.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, uint32_t src_bytes) {

@@ -184,6 +184,68 @@ __device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p,
 //                 trip, no atomic; BENCHMARKS.md v12).
 enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 
+// L2 prefetch of the first pipeline fill of plan unit `unit` (keys k_begin .. + Cfg::
+// kPrefetchKeys of its split, both tensors: warp 0 K, warp 1 V) before the grid-dependency wait,
+// while the kernel ahead finishes, so that the unit's first copies after the wait hit L2
+// (16-bit caches, Cfg::kPrefetchKeys). A prefetch returns no data, so it is safe before the
+// wait: L2 is the point of coherence, and rows the kernel ahead still writes are read fresh by
+// the copies. Only CTAs of the first wave call it: a later CTA starts after the kernel ahead has
+// ended, and its prefetch would only duplicate its first copies (b128 h32/8 s1k +2 %,
+// BENCHMARKS.md v14). (A CTA prefetching, after its main loop, for the CTA one wave behind it
+// made multi-wave grids 4 % slower, v14.)
+// Keys past kv_lens (not known yet) may be prefetched: still inside the cache (k_cap <=
+// max_kv_len). The rows are contiguous spans where a head's rows are dense (stride_1 == D) or
+// the heads are packed in a row (stride_2 == D, stride_1 == h_kv * D: the unit takes its head's
+// share of the all-head span, the units of the other heads the rest); paged caches one span per
+// block (a lane per block, its id read here: a stale id only misdirects a hint; splits of at
+// least 4 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
+// moves the call's whole read into the tail of the kernel ahead, which it then slows (b16 h8/1
+// s1k, 8 splits of 128 keys: +0.6 us, v14).
+template <typename C>
+__device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionParams& p,
+                                                    const IncreFlashAttentionTiling& t, int unit) {
+  constexpr int D = C::kD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ns = t.num_splits;
+  const int split = unit % ns, kvh = (unit / ns) % t.h_kv, b = unit / (ns * t.h_kv);
+  const int k_begin = split * t.split_len;
+  const int nk = min(C::kPrefetchKeys, min(k_begin + t.split_len, t.max_kv_len) - k_begin);
+  if (warp >= 2 || nk <= 0 || t.split_len <= C::kPrefetchKeys) return;
+  // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
+  // round trip when the kernel ahead has already ended; it pays on long splits only (b1 h8/1
+  // s32k, 64 splits of 512 keys: paged 11.0 -> 11.3 us while contiguous gained; v14).
+  if (t.block_size > 0 && t.split_len < 4 * C::kPrefetchKeys) return;
+  const char* base = static_cast<const char*>(warp == 0 ? p.k : p.v);
+  const int64_t s0 = warp == 0 ? p.k_stride_0 : p.v_stride_0;
+  const int64_t s1 = warp == 0 ? p.k_stride_1 : p.v_stride_1;
+  const int64_t s2 = warp == 0 ? p.k_stride_2 : p.v_stride_2;
+  const int64_t elt = sizeof(typename C::KV);
+  const bool dense = s1 == D, packed = s2 == D && s1 == static_cast<int64_t>(t.h_kv) * D;
+  // segment `lane`: keys [ka, kb) of one block (contiguous: one segment, the batch's rows)
+  int ka = k_begin, kb = k_begin + nk;
+  int64_t seg_base = static_cast<int64_t>(b) * s0;  // elements to the block's / batch's row 0
+  bool ok = dense || packed;
+  if (t.block_size > 0) {
+    const PageMath pm(t.block_size);
+    const int pg = pm.block(k_begin) + lane;
+    ka = max(ka, pg * t.block_size);
+    kb = min(kb, (pg + 1) * t.block_size);
+    ok = ok && ka < kb;
+    const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
+    const int blk = ok ? bt_row[pg] : -1;
+    ok = ok && blk >= 0 && blk < p.num_blocks;
+    seg_base = static_cast<int64_t>(ok ? blk : 0) * s0;
+    ka -= pg * t.block_size, kb -= pg * t.block_size;  // slots within the block
+  } else {
+    ok = ok && lane == 0;
+  }
+  if (!ok) return;
+  const int n = kb - ka;
+  const int64_t off = dense ? (seg_base + kvh * s2 + static_cast<int64_t>(ka) * s1) * elt
+                            : (seg_base + static_cast<int64_t>(ka) * s1) * elt + static_cast<int64_t>(kvh) * n * C::kRowBytes;
+  prefetch_l2(base + off, static_cast<uint32_t>(n) * C::kRowBytes);
+}
+
 // Cluster merge: the partial output (M_TILE x D fp32) and lse (M_TILE) of a CTA sit in the K/V
 // stages after the warps' merge buffer.
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
@@ -245,7 +307,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // so what is computed here is off the call's critical path; after the wait, kv_lens, the q
   // tile and the first K/V copies go out with little arithmetic in between (BENCHMARKS.md v12:
   // ~600 instructions of index math sat between the wait and the first copy). pin() makes each
-  // value exist before the wait; nothing in global memory is touched before it.
+  // value exist before the wait. Before it, global memory is only touched by the L2 prefetch of
+  // the first K/V copies (and, paged, the block ids it reads): hints, whose data is not used.
   const QT* q = static_cast<const QT*>(p.q);
   const float* k_scale = C::kQuant ? static_cast<const float*>(p.k_scale) + kvh * D : nullptr;
   const float* k_offset = (C::kQuant && p.k_offset) ? static_cast<const float*>(p.k_offset) + kvh * D : nullptr;
@@ -327,9 +390,16 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int* kv_len_ptr = static_cast<const int*>(p.kv_lens) + b;
   pin(kv_len_ptr);
 
+  if constexpr (C::kPrefetchKeys > 0) {
+    // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
+    const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
+    if (first_wave) prefetch_first_fill<C>(p, t, u);
+  }
+
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
-  // scheduled while that kernel was finishing; nothing in global memory is read or written
-  // before it has completed (its writes -- q, the caches, kv_lens -- are then visible).
+  // scheduled while that kernel was finishing; nothing in global memory is read (but the hints
+  // above) or written before it has completed (its writes -- q, the caches, kv_lens -- are then
+  // visible).
   // Let the next kernel (the combine, or the next call's split kernel) be scheduled now: it
   // waits for this grid's completion before touching global memory.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -42,9 +42,13 @@ CUDA_MIN_SPLIT_8BIT = 256    # int8 / fp8 caches: the kernel consumes two 16-key
                              # warp half a step of zero-filled keys
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
 CUDA_MAX_SPLITS = 64         # 16-bit caches: beyond 64 splits the partials go through the
-                             # combine kernel, and more splits lost or tied every measured case
+                             # combine kernel, and more splits of short ranges lost or tied
                              # (H200, BENCHMARKS.md v12: b1 h8/1 s32k 64 splits 11.5 us vs 128:
-                             # 12.8; s128k 24.6 vs 25.2; v13: s128k 23.8 vs 23.6)
+                             # 12.8; v14: 10.8 vs 10.7) ...
+CUDA_MAX_SPLITS_LONG = 128   # ... but up to 128 where every split keeps CUDA_LONG_SPLIT keys:
+CUDA_LONG_SPLIT = 1024       # then a split's first pipeline fill is prefetched into L2 under the
+                             # kernel ahead (ifa_split_kernel.cuh) and 128 SMs stream (v14, b1
+                             # h8/1 s128k: 64 splits 23.9 us vs 128: 22.2)
 CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8 caches: a split costs the 8-bit kernel more math per
                              # byte, so 64 SMs do not saturate HBM (v13, b1 h8/1 s128k: int8
                              # 64 splits 24.3 us vs 128: 20.0, fp8 22.9 vs 17.7; s32k level)
@@ -234,10 +238,11 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     if device.is_cuda:
         min_split = CUDA_MIN_SPLIT if kv_dtype_bytes == 2 else CUDA_MIN_SPLIT_8BIT
         overhead = CUDA_UNIT_OVERHEAD
-        split_cap = CUDA_MAX_SPLITS if kv_dtype_bytes == 2 else CUDA_MAX_SPLITS_8BIT
+        split_cap = CUDA_MAX_SPLITS_LONG if kv_dtype_bytes == 2 else CUDA_MAX_SPLITS_8BIT
+        long_from = CUDA_MAX_SPLITS if kv_dtype_bytes == 2 else split_cap  # more splits: long ones only
     else:
         min_split, overhead = ASCEND_MIN_SPLIT, ASCEND_UNIT_OVERHEAD
-        split_cap = max_kv_len
+        split_cap = long_from = max_kv_len
     cores = device.num_cores
     whole = round_up(max(max_kv_len, 1), granule)
     max_splits = max_kv_len // round_up(min_split, granule)
@@ -250,6 +255,8 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     for s in range(1, min(max_splits, ceil_div(2 * cores, units_base), split_cap) + 1):
         split_len = round_up(ceil_div(max_kv_len, s), granule)
         s_eff = ceil_div(max_kv_len, split_len)      # no split is empty at max_kv_len
+        if s_eff > long_from and split_len < CUDA_LONG_SPLIT:
+            continue
         cost = ceil_div(units_base * s_eff, cores) * (split_len + overhead)
         if s_eff > 1:
             cost += overhead + ceil_div(units_base * s_eff * combine_per_split, cores)
