@@ -184,8 +184,8 @@ __device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p,
 //                 trip, no atomic; BENCHMARKS.md v12).
 enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 
-// L2 prefetch of the first pipeline fill of plan unit `unit` (keys k_begin .. + Cfg::
-// kPrefetchKeys of its split, both tensors: warp 0 K, warp 1 V) before the grid-dependency wait,
+// L2 prefetch of the first pipeline fill of a plan unit (batch b, KV head kvh, keys k_begin ..
+// + Cfg::kPrefetchKeys of its split, both tensors: warp 0 K, warp 1 V) before the grid-dependency wait,
 // while the kernel ahead finishes, so that the unit's first copies after the wait hit L2
 // (16-bit caches, Cfg::kPrefetchKeys). A prefetch returns no data, so it is safe before the
 // wait: L2 is the point of coherence, and rows the kernel ahead still writes are read fresh by
@@ -203,13 +203,11 @@ enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 // s1k, 8 splits of 128 keys: +0.6 us, v14).
 template <typename C>
 __device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionParams& p,
-                                                    const IncreFlashAttentionTiling& t, int unit) {
+                                                    const IncreFlashAttentionTiling& t, int b, int kvh,
+                                                    int k_begin, int k_cap) {
   constexpr int D = C::kD;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int ns = t.num_splits;
-  const int split = unit % ns, kvh = (unit / ns) % t.h_kv, b = unit / (ns * t.h_kv);
-  const int k_begin = split * t.split_len;
-  const int nk = min(C::kPrefetchKeys, min(k_begin + t.split_len, t.max_kv_len) - k_begin);
+  const int nk = min(C::kPrefetchKeys, k_cap - k_begin);
   if (warp >= 2 || nk <= 0 || t.split_len <= C::kPrefetchKeys) return;
   // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
   // round trip when the kernel ahead has already ended; it pays on long splits only (b1 h8/1
@@ -393,7 +391,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   if constexpr (C::kPrefetchKeys > 0) {
     // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
     const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
-    if (first_wave) prefetch_first_fill<C>(p, t, u);
+    if (first_wave) prefetch_first_fill<C>(p, t, b, kvh, k_begin, k_cap);
   }
 
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
