@@ -2,7 +2,7 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [placement]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [placement] [kvgap]
 #   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
 #   --full` on every backend here, cuda vs ascend_sim pairs included
 #   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
@@ -11,7 +11,8 @@
 #   ablate: the split kernel with parts of its per-chunk math compiled out (ABLATE_SET)
 #   trace: where a call's time goes, phase by phase, in the split kernel (DUALOPS_IFA_TRACE
 #   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
-#   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py)
+#   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py); kvgap:
+#   the same calls with K and V at several distances in one allocation (ifa_kv_gap.py)
 #   (default: build test bench sanitize; SANITIZE_TOOLS="memcheck racecheck" by default)
 #
 # Logs and JSON go to $OUT (default ./gpu_out). Extra pytest arguments: $PYTEST_ARGS.
@@ -83,7 +84,7 @@ if has sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16)" 2>&1 | tee "$OUT/$tool.log" | tail -12
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256)" 2>&1 | tee "$OUT/$tool.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
@@ -98,6 +99,10 @@ if has trace; then
   echo "== trace"
   ABLATE_SHAPES="${TRACE_SHAPES:-b1 s16,h8/1 b1 s1k,h8/1 b1 s8k,h8/1 b1 s128k,h32/8 b16 s1k}" OUT="$OUT" \
     bash benchmarks/cuda/run_kernel_ablate.sh 0+t 2>&1 | grep -v "^ptxas" | tee "$OUT/trace.txt" | tail -80
+fi
+if has kvgap; then
+  echo "== kvgap"
+  timeout 400 $PY benchmarks/cuda/ifa_kv_gap.py 2>&1 | tee "$OUT/kvgap.log"
 fi
 if has placement; then
   echo "== placement"

@@ -268,6 +268,21 @@ def test_all_requests_empty():
     assert torch.all(out == 0) and torch.all(torch.isinf(lse) & (lse > 0))
 
 
+# 8-bit caches with several q rows per KV head: one m-tile (the int8 key-offset term summed from
+# registers) and several (summed per row from memory), the fp8 value scales of 1-4 store rounds.
+Q8 = [dict(kv=kv, int8_offset=off, S_q=s, h_q=hq, h_kv=hk, D=D)
+      for (kv, off) in [("int8", True), ("int8", False), ("fp8", True)]
+      for (s, hq, hk, D) in [(1, 8, 1, 64), (2, 16, 2, 128), (4, 8, 1, 128), (8, 16, 2, 128), (3, 12, 2, 256)]]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", Q8, ids=[f"{c['kv']}{'' if c['int8_offset'] else '-sym'}-" + _id(
+    {k: v for k, v in c.items() if k not in ("kv", "int8_offset")}) for c in Q8])
+def test_8bit_query_rows(case):
+    q, k, v, kw = make_case(B=3, causal=case["S_q"] > 1, lens=[case["S_q"], 77, 301],
+                            seed=case["S_q"] * 13 + case["D"], **case)
+    check(q, k, v, kw, name=str(case))
+
 # ----------------------------------------------------------------------------- split-KV
 
 

@@ -151,6 +151,30 @@ void print_trace(const Shape& sh, int ctas) {
   std::printf("    call A: entries 0..%.0f, exits %.0f..%.0f; call B: entries %.0f..%.0f, last exit %.0f "
               "(period %.0f ns)\n",
               rel(a_in1), rel(a_out0), rel(a_out1), rel(b_in0), rel(b_in1), rel(b_out1), rel(b_out1) - rel(a_out1));
+  // The same marks on the global time line (each CTA's clock64 mapped from its globaltimer entry):
+  // when the CTAs of call A pass each mark, and when call B's wait returns, as percentiles
+  // over CTAs (ns from call A's first entry): the spread of "all warps done" is the tail of the
+  // stream, "B grid wait" - "A stored" the merge and the kernel boundaries.
+  auto at = [&](const unsigned long long* r, int m) {
+    return rel(r[kTrGlobalEntry]) + static_cast<double>(static_cast<long long>(r[m] - r[kTrEntry])) / rate;
+  };
+  auto line = [&](const char* name, int call, int m) {
+    std::vector<float> v;
+    for (int c = 0; c < ctas; ++c)
+      if (tr[call][c][m] != 0 && tr[call][c][kTrEntry] != 0) v.push_back(static_cast<float>(at(tr[call][c], m)));
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    auto pct = [&](double f) { return v[std::min(v.size() - 1, static_cast<size_t>(f * (v.size() - 1) + 0.5))]; };
+    std::printf("    at %-20s min %7.0f p10 %7.0f p50 %7.0f p90 %7.0f max %7.0f\n", name, pct(0), pct(0.1), pct(0.5),
+                pct(0.9), pct(1));
+  };
+  line("A grid wait", 0, kTrWaited);
+  line("A first chunk", 0, kTrFirstChunk);
+  line("A all warps done", 0, kTrAllDone);
+  line("A stored", 0, kTrStored);
+  line("B entry", 1, kTrEntry);
+  line("B grid wait", 1, kTrWaited);
+  line("B first chunk", 1, kTrFirstChunk);
 }
 #endif
 
@@ -166,12 +190,20 @@ int main() {
       {"h32/8 b1 s8k", 1, 32, 8, 8192, 16},         {"h32/8 b1 s32k", 1, 32, 8, 32768, 16},
       // other split counts than the plan's (planner checks)
       {"h8/1 b1 s1k ns4", 1, 8, 1, 1024, 4},        {"h8/1 b1 s8k ns32", 1, 8, 1, 8192, 32},
-      {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},
+      {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},  {"h8/1 b1 s128k ns256", 1, 8, 1, 131072, 256},
       {"h8/1 b16 s1k ns4", 16, 8, 1, 1024, 4},      {"h32/8 b1 s8k ns8", 1, 32, 8, 8192, 8},
       {"h64/8 b128 s1k", 128, 64, 8, 1024, 1},     {"h8/1 b128 s1k", 128, 8, 1, 1024, 1},
       {"h128/128 b1 s1k", 1, 128, 128, 1024, 1},   {"h32/8 b128 s8k", 128, 32, 8, 8192, 1},
+      // multi-wave grids split finer (shorter CTAs, a shorter tail; each pair merged)
+      {"h32/8 b128 s1k ns2", 128, 32, 8, 1024, 2},  {"h32/8 b128 s8k ns2", 128, 32, 8, 8192, 2},
+      {"h32/8 b128 s8k ns4", 128, 32, 8, 8192, 4},  {"h128/128 b16 s1k ns2", 16, 128, 128, 1024, 2},
+      {"h64/8 b128 s8k", 128, 64, 8, 8192, 1},      {"h64/8 b128 s8k ns2", 128, 64, 8, 8192, 2},
+      {"h128/128 b16 s8k", 16, 128, 128, 8192, 1},  {"h128/128 b16 s8k ns2", 16, 128, 128, 8192, 2},
   };
   constexpr int kWarm = 3, kRuns = 25;
+  // ABLATE_KV_DELTA_MB = N > 0: V N MB after K in one allocation (else separate allocations)
+  const char* delta_env = std::getenv("ABLATE_KV_DELTA_MB");
+  const int64_t kv_delta = delta_env ? std::atoll(delta_env) << 20 : 0;
   constexpr int64_t kL2x3 = 180ll << 20;
   std::printf("ablate=%d cache=%s\n", DUALOPS_IFA_ABLATE, kKvName);
   for (const Shape& sh : shapes) {
@@ -203,8 +235,13 @@ int main() {
       IncreFlashAttentionParams& p = ps[s];
       p = IncreFlashAttentionParams{};
       p.q = alloc(static_cast<int64_t>(sh.B) * sh.HQ * D * 2);
-      p.k = alloc(kv_elems * kKvBytes);
-      p.v = alloc(kv_elems * kKvBytes);
+      if (kv_delta > 0) {  // K and V in one allocation, V kv_delta bytes after K (placement runs)
+        p.k = alloc(std::max(kv_delta, kv_elems * kKvBytes) + kv_elems * kKvBytes);
+        p.v = static_cast<char*>(p.k) + std::max(kv_delta, kv_elems * kKvBytes);
+      } else {
+        p.k = alloc(kv_elems * kKvBytes);
+        p.v = alloc(kv_elems * kKvBytes);
+      }
       if (ABLATE_KV_INT8) {
         p.k_scale = alloc(sh.HKV * D * 4), p.v_scale = alloc(sh.HKV * D * 4);
         k_fill_f32<<<8, 256>>>(static_cast<float*>(p.k_scale), sh.HKV * D, 0.005f, 0.02f);
@@ -276,9 +313,10 @@ int main() {
       if (r >= kWarm) tg.push_back(ms * 1000.f / sets);
     }
     const float medg = median_of(tg);
-    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d)\n",
+    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d%s%s)\n",
                 sh.name, kKvName, DUALOPS_IFA_ABLATE, ABLATE_TAG, med, medg,
-                kv_bytes / (medg * 1e3), sets, sh.NS);
+                kv_bytes / (medg * 1e3), sets, sh.NS, kv_delta > 0 ? ", V-K MB " : "",
+                kv_delta > 0 ? delta_env : "");
 #if DUALOPS_IFA_TRACE
     {
       const int a = sets / 2, bset = sets > 1 ? a + 1 : a;

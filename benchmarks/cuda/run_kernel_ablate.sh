@@ -6,7 +6,9 @@
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
 # (kernel | counter | cluster), +n narrow CTAs, +PN N pipeline fills prefetched into L2 before the
-# grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none). ABLATE_SHAPES=a,b picks shapes.
+# grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none). ABLATE_SHAPES=a,b picks shapes;
+# ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
+# allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15.
 # The N = 0 build runs first and last: the two show the run-to-run spread.
 # ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
 set -uo pipefail
@@ -33,10 +35,12 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
 done
 wait
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
-for n in $ns; do
-  m=""
-  [[ $n =~ \+m([a-z]+) ]] && m=${BASH_REMATCH[1]}
-  DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+for d in ${ABLATE_KV_DELTAS:-0}; do
+  for n in $ns; do
+    m=""
+    [[ $n =~ \+m([a-z]+) ]] && m=${BASH_REMATCH[1]}
+    ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+  done
 done
 if [ "${ABLATE_SASS:-0}" = 1 ]; then cuobjdump --dump-sass "$out/ifa_kernel_ablate_0" > "$out/ifa_kernel_0.sass"; fi
 if [ "${ABLATE_NCU:-0}" = 1 ]; then

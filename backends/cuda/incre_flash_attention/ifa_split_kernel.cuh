@@ -424,6 +424,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // ---- q tile (and key scales) into registers: every load goes out at once, with kv_lens ----
   uint32_t qraw[QIT];                 // two raw 16-bit q values (d, d + 1)
   float ksc[C::kQuant ? QIT : 1][2];  // key scales of d, d + 1
+  float kof[kFoldK ? QIT : 1][2];     // int8 key offsets of d, d + 1 (0 without offsets)
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
     const int kt = (tid >> 7) + it * (NT / 128);  // (mt, ks) of this round
@@ -442,6 +443,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     if constexpr (C::kQuant) {
       ksc[it][0] = in_tile ? k_scale[d] : 0.f;
       ksc[it][1] = in_tile ? k_scale[d + 1] : 0.f;
+    }
+    if constexpr (kFoldK) {
+      kof[it][0] = in_tile && k_offset != nullptr ? k_offset[d] : 0.f;
+      kof[it][1] = in_tile && k_offset != nullptr ? k_offset[d + 1] : 0.f;
     }
   }
 #if DUALOPS_IFA_TRACE
@@ -538,7 +543,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
-    if (kFoldK && tid < M_TILE) qsum[tid] = 0.f;
+    if (kFoldK && tid < M_TILE) qsum[tid] = 0.f, row_add[tid] = 0.f;
     float amax = 0.f;  // over the tile's rows (rows past q_rows hold 0)
 #pragma unroll
     for (int it = 0; it < QIT; ++it) {
@@ -558,13 +563,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // (lane / 16) + 8 * (lane % 2) of the warp's rows, shared with the lanes that differ in bits
   // 1..3: a local sum, three shuffles, one shared atomic per row and warp.
   static_assert(!kFoldK || (MTILES == 1 && NT % 128 == 0), "one q row per thread");
-  float qpart = 0.f;
+  float qpart = 0.f, opart = 0.f;  // kFoldK: the row's sum of scaled q; of q . scale . offset
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
     const int idx = tid + it * NT;
     if (kQPairs % NT != 0 && idx >= kQPairs) break;
     const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
     float v[2] = {bits_to_f32<QT>(qraw[it] & 0xffffu), bits_to_f32<QT>(qraw[it] >> 16)};
+    if constexpr (kFoldK) opart += v[0] * ksc[it][0] * kof[it][0] + v[1] * ksc[it][1] * kof[it][1];
     if constexpr (C::kQuant) v[0] *= ksc[it][0] * qmul, v[1] *= ksc[it][1] * qmul;
     uint32_t* dst = reinterpret_cast<uint32_t*>(qfrag + ((mt * KSTEPS + ks) * QP) * 32 + ln) + reg;
     if constexpr (QP == 2) {
@@ -583,12 +589,21 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   }
   if constexpr (kFoldK) {
 #pragma unroll
-    for (int o = 2; o <= 8; o <<= 1) qpart += __shfl_xor_sync(0xffffffffu, qpart, o);
-    if ((lane & 14) == 0) atomicAdd(&qsum[(((tid >> 2) & 31) >> 2) + 8 * (lane & 1)], qpart);
+    for (int o = 2; o <= 8; o <<= 1) {
+      qpart += __shfl_xor_sync(0xffffffffu, qpart, o);
+      opart += __shfl_xor_sync(0xffffffffu, opart, o);
+    }
+    if ((lane & 14) == 0) {
+      const int rr = (((tid >> 2) & 31) >> 2) + 8 * (lane & 1);
+      atomicAdd(&qsum[rr], qpart);
+      atomicAdd(&row_add[rr], opart * p.softmax_scale * kLog2e);
+    }
   }
-  // Per-row constants: log2-domain score offset of an int8 key offset, mask / pse row bases.
+  // Per-row log2-domain score offset of an int8 key offset: with kFoldK summed above from the
+  // q values, scales and offsets already in registers; otherwise one warp per row reads them
+  // (a global round trip: 0.45 us of an int8 16-key call, BENCHMARKS.md v15).
   const float score_mul = p.softmax_scale * kLog2e / qmul;
-  for (int rr = warp; rr < M_TILE; rr += NW) {
+  for (int rr = warp; !kFoldK && rr < M_TILE; rr += NW) {
     float acc = 0.f;
     if (k_offset != nullptr && row0 + rr < q_rows) {
       const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
@@ -882,6 +897,27 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   cp_async_wait<0>();
   DUALOPS_IFA_MARK(kTrLoopDone);
 
+  // Value scales / offsets of the columns this thread writes (8-bit caches whose scales are not
+  // in shared memory: fp8): loaded now, so that the round trip runs under the merge barriers
+  // below instead of at the store (0.6 us of an fp8 16-key call, BENCHMARKS.md v15).
+  constexpr int kSlots = MTILES * NTILES * 32;
+  constexpr bool kVScalesEarly = C::kQuant && !C::kVScalesInSmem;
+  constexpr int kSlotRounds = kVScalesEarly ? (kSlots + NT - 1) / NT : 1;
+  float vsc[kSlotRounds][4];  // scale d0, d1, offset d0, d1
+  if constexpr (kVScalesEarly) {
+    const float* v_scale = static_cast<const float*>(p.v_scale) + kvh * D;
+    const float* v_offset = p.v_offset ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
+#pragma unroll
+    for (int k = 0; k < kSlotRounds; ++k) {
+      const int slot = tid + k * NT;
+      const int ln = slot & 31, jn = (slot >> 5) % NTILES;
+      const int d0 = C::pv_d(jn, 2 * (ln & 3)), d1 = C::pv_d(jn, 2 * (ln & 3) + 1);
+      const bool in = kSlots % NT == 0 || slot < kSlots;
+      vsc[k][0] = in ? __ldg(v_scale + d0) : 0.f, vsc[k][1] = in ? __ldg(v_scale + d1) : 0.f;
+      vsc[k][2] = in && v_offset ? __ldg(v_offset + d0) : 0.f, vsc[k][3] = in && v_offset ? __ldg(v_offset + d1) : 0.f;
+    }
+  }
+
   // ---- merge the warps' partial softmax states, then write -------------------------------
 #pragma unroll
   for (int mt = 0; mt < MTILES; ++mt)
@@ -944,10 +980,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   __syncthreads();
   DUALOPS_IFA_MARK(kTrEbuf);
 
-  const float* v_scale = C::kQuant ? static_cast<const float*>(p.v_scale) + kvh * D : nullptr;
-  const float* v_offset = (C::kQuant && p.v_offset) ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
-  constexpr int kSlots = MTILES * NTILES * 32;
-  for (int slot = tid; slot < kSlots; slot += NT) {
+  for (int slot = tid, k = 0; slot < kSlots; slot += NT, ++k) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
@@ -961,9 +994,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     if constexpr (C::kVScalesInSmem) {
       sc0 = v_scale_s[d0], sc1 = v_scale_s[d1];
       of0 = v_scale_s[D + d0], of1 = v_scale_s[D + d1];
-    } else if constexpr (C::kQuant) {
-      sc0 = __ldg(v_scale + d0), sc1 = __ldg(v_scale + d1);
-      if (v_offset) of0 = __ldg(v_offset + d0), of1 = __ldg(v_offset + d1);
+    } else if constexpr (kVScalesEarly) {
+#pragma unroll
+      for (int kk = 0; kk < kSlotRounds; ++kk)  // (a select, not an indexed register array)
+        if (kk == k) sc0 = vsc[kk][0], sc1 = vsc[kk][1], of0 = vsc[kk][2], of1 = vsc[kk][3];
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {

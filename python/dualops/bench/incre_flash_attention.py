@@ -38,13 +38,13 @@ def _points(quick: bool, heads):
                 yield hq, hkv, b, s
 
 
-def _ours(q, k, v, kv_lens, block_table=None, k_scale=None, v_scale=None):
+def _ours(q, k, v, kv_lens, block_table=None, k_scale=None, v_scale=None, offset=None):
     from ..backends import cuda as cb
 
     plan = cb.make_ifa_plan(q, k, block_table)
     kw = dict(kv_lens=kv_lens, block_table=block_table, softmax_scale=q.shape[-1] ** -0.5,
               causal=False, atten_mask=None, pse_shift=None, k_scale=k_scale, v_scale=v_scale,
-              k_offset=None, v_offset=None, plan=plan)
+              k_offset=offset, v_offset=offset, plan=plan)
     return plan, (lambda qq, kk, vv: cb.incre_flash_attention(qq, kk, vv, **kw))
 
 
@@ -129,7 +129,9 @@ def _bench_config(hq, hkv, b, s, *, copy_gbs, l2, graph, runs, gen, quant, paged
             kq = [make(x) for x in ks]
             vq = [make(x) for x in vs]
             sc = torch.rand(hkv, d, device=dev) * 0.02 + 0.005
-            planq, oq = _ours(qs[0], kq[0], vq[0], lens, k_scale=sc, v_scale=sc)
+            # int8 as the default (asymmetric) quantizer makes it: per-channel scales and offsets
+            off = torch.rand(hkv, d, device=dev) * 6 - 3 if name == "int8" else None
+            planq, oq = _ours(qs[0], kq[0], vq[0], lens, k_scale=sc, v_scale=sc, offset=off)
             tq = time_cuda(lambda i: oq(qs[i], kq[i], vq[i]), n_sets, graph=graph, runs=runs)
             row(name, tq, kv_bytes // 2, planq, vs_bf16=tq.median_us / contig["us"])
             del kq, vq
