@@ -341,7 +341,7 @@ def test_forced_split_plans(split_len, num_splits):
 
 # First-wave CTAs of 16-bit caches prefetch their split's first pipeline fill into L2 before the
 # grid-dependency wait, where the split is longer than the fill (128 keys at D 256, 256 at D 128,
-# 512 at D 64; paged: at least 4 fills): every layout it reads spans of, and one it skips.
+# 512 at D 64; paged: at least 2 fills): every layout it reads spans of, and one it skips.
 PREFETCH = [dict(dtype=BF16, D=D, layout=lay) for D in (64, 128, 256)
             for lay in ("bshd", "bhsd", "fused", "page16", "page64")]
 PREFETCH += [dict(dtype=FP16, D=128, layout="bshd"), dict(dtype=FP16, D=128, layout="page16")]
@@ -357,7 +357,7 @@ def test_first_fill_prefetch_layouts(case):
     prefetched). NaN in every unused slot, so a prefetch that leaked into the arithmetic fails."""
     lay, D = case["layout"], case["D"]
     page = {"page16": 16, "page64": 64}.get(lay, 0)
-    lens = [2200, 3, 1300, 0]  # one split of 2208 keys, or two of 1104: every fill rule engages
+    lens = [2200, 3, 1300, 0]  # one split of 2208 keys, two of 1104 or three of 736: every fill rule engages
     q, k, v, kw = make_case(B=4, h_q=8, h_kv=2, D=D, dtype=case["dtype"], lens=lens, page=page,
                             fused_kv=lay == "fused", seed=zlib.crc32(_id(case).encode()) % 1000)
     if lay == "bhsd":
@@ -370,7 +370,7 @@ def test_first_fill_prefetch_layouts(case):
             past = torch.arange(table.shape[1] - used, device=table.device, dtype=torch.int32)
             table[b, used:] = torch.where(past % 2 == 0, -1, k.shape[0] + 1000 * (past + 1))
     base = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
-    for num_splits in (1, 2):
+    for num_splits in (1, 2, 3):
         split_len = 16 * math.ceil(base.max_kv_len / (16 * num_splits))
         plan = dataclasses.replace(base, num_splits=math.ceil(base.max_kv_len / split_len), split_len=split_len,
                                    num_units=base.batch * base.h_kv * math.ceil(base.max_kv_len / split_len))

@@ -9,6 +9,8 @@
 // Each shape is timed twice: eager launches ("eager") and one CUDA-graph replay of the same
 // calls ("graph", as the sweep times them: no host launch cost between calls).
 // ABLATE_SHAPES=a,b,... keeps the shapes whose name contains one of the strings.
+// ABLATE_PAGE=N > 0 reads the caches as pages of N keys in a randomly permuted pool (a block
+// table per request, as the sweep's paged rows) instead of contiguous [b, s, h, d] tensors.
 // With -DDUALOPS_IFA_TRACE=1 (token "+t" of run_kernel_ablate.sh) it also prints where the time
 // of two consecutive calls goes: per phase of the kernel (ifa_trace.cuh), the median and max
 // over CTAs, and when the calls' CTAs start and end.
@@ -188,6 +190,8 @@ int main() {
       {"h128/128 b16 s1k", 16, 128, 128, 1024, 1}, {"h8/1 b16 s1k", 16, 8, 1, 1024, 8},
       {"h8/1 b1 s8k", 1, 8, 1, 8192, 64},          {"h8/1 b1 s32k", 1, 8, 1, 32768, 128},
       {"h32/8 b1 s8k", 1, 32, 8, 8192, 16},         {"h32/8 b1 s32k", 1, 32, 8, 32768, 16},
+      {"h8/1 b16 s8k", 16, 8, 1, 8192, 8},          {"h8/1 b16 s32k", 16, 8, 1, 32768, 8},
+      {"h64/8 b1 s8k", 1, 64, 8, 8192, 16},
       // other split counts than the plan's (planner checks)
       {"h8/1 b1 s1k ns4", 1, 8, 1, 1024, 4},        {"h8/1 b1 s8k ns32", 1, 8, 1, 8192, 32},
       {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},
@@ -200,24 +204,42 @@ int main() {
       {"h32/8 b128 s8k ns4", 128, 32, 8, 8192, 4},  {"h128/128 b16 s1k ns2", 16, 128, 128, 1024, 2},
       {"h64/8 b128 s8k", 128, 64, 8, 8192, 1},      {"h64/8 b128 s8k ns2", 128, 64, 8, 8192, 2},
       {"h128/128 b16 s8k", 16, 128, 128, 8192, 1},  {"h128/128 b16 s8k ns2", 16, 128, 128, 8192, 2},
+      // multi-wave grids of long units, whole or in two (the planner's multi-wave split rule)
+      {"mw h32/8 b32 s8k", 32, 32, 8, 8192, 1},     {"mw h32/8 b32 s8k ns2", 32, 32, 8, 8192, 2},
+      {"mw h32/8 b64 s8k", 64, 32, 8, 8192, 1},     {"mw h32/8 b64 s8k ns2", 64, 32, 8, 8192, 2},
+      {"mw h32/8 b128 s2k", 128, 32, 8, 2048, 1},   {"mw h32/8 b128 s2k ns2", 128, 32, 8, 2048, 2},
+      {"mw h32/8 b128 s4k", 128, 32, 8, 4096, 1},   {"mw h32/8 b128 s4k ns2", 128, 32, 8, 4096, 2},
+      {"mw h32/8 b64 s32k", 64, 32, 8, 32768, 1},   {"mw h32/8 b64 s32k ns2", 64, 32, 8, 32768, 2},
+      {"mw h8/1 b256 s8k", 256, 8, 1, 8192, 1},     {"mw h8/1 b256 s8k ns2", 256, 8, 1, 8192, 2},
+      {"mw h8/1 b128 s8k", 128, 8, 1, 8192, 1},     {"mw h8/1 b264 s8k", 264, 8, 1, 8192, 1},
+      {"mw h8/1 b200 s8k", 200, 8, 1, 8192, 1},     {"mw h8/1 b256 s4k", 256, 8, 1, 4096, 1},
+      {"mw h8/1 b256 s16k", 256, 8, 1, 16384, 1},   {"mw h8/1 b512 s8k", 512, 8, 1, 8192, 1},
+      {"mw h128/128 b8 s8k", 8, 128, 128, 8192, 1}, {"mw h128/128 b8 s8k ns2", 8, 128, 128, 8192, 2},
+      {"mw h64/8 b48 s16k", 48, 64, 8, 16384, 1},   {"mw h64/8 b48 s16k ns2", 48, 64, 8, 16384, 2},
   };
   constexpr int kWarm = 3, kRuns = 25;
   // ABLATE_KV_DELTA_MB = N > 0: V N MB after K in one allocation (else separate allocations)
   const char* delta_env = std::getenv("ABLATE_KV_DELTA_MB");
   const int64_t kv_delta = delta_env ? std::atoll(delta_env) << 20 : 0;
+  const char* page_env = std::getenv("ABLATE_PAGE");
+  const int page = page_env ? std::atoi(page_env) : 0;
   constexpr int64_t kL2x3 = 180ll << 20;
   std::printf("ablate=%d cache=%s\n", DUALOPS_IFA_ABLATE, kKvName);
   for (const Shape& sh : shapes) {
     if (!shape_selected(sh.name)) continue;
-    const int64_t kv_elems = static_cast<int64_t>(sh.B) * sh.S * sh.HKV * D;
+    // paged: per blocks of `page` keys per request, B * per blocks in the pool
+    const int per = page > 0 ? (sh.S + page - 1) / page : 0;
+    const int s_cap = page > 0 ? per * page : sh.S;
+    const int64_t kv_elems = static_cast<int64_t>(sh.B) * s_cap * sh.HKV * D;
     const int64_t kv_bytes = 2 * kv_elems * kKvBytes;
     // (tiny calls: 64 sets at most; they time the fixed cost, not the stream)
     const int sets = static_cast<int>(std::min<int64_t>(64, std::max<int64_t>(1, (kL2x3 + kv_bytes - 1) / kv_bytes)));
     const int q_rows = sh.HQ / sh.HKV;
     IncreFlashAttentionTiling t{};
     t.version = 1, t.batch = sh.B, t.s_q = 1, t.h_q = sh.HQ, t.h_kv = sh.HKV, t.group = q_rows;
-    t.head_dim = D, t.max_kv_len = sh.S, t.block_size = 0, t.kv_tile = 16, t.num_splits = sh.NS;
-    t.split_len = ((sh.S + sh.NS - 1) / sh.NS + 15) / 16 * 16, t.num_units = sh.B * sh.HKV * sh.NS;
+    const int granule = page > 16 ? page : 16;
+    t.head_dim = D, t.max_kv_len = s_cap, t.block_size = page, t.kv_tile = 16, t.num_splits = sh.NS;
+    t.split_len = ((sh.S + sh.NS - 1) / sh.NS + granule - 1) / granule * granule, t.num_units = sh.B * sh.HKV * sh.NS;
     t.num_cores = 132, t.q_rows = q_rows, t.q_tile_rows = 16, t.kv_dtype_bytes = kKvBytes;
     std::vector<IncreFlashAttentionParams> ps(sets);
     std::vector<void*> allocs;
@@ -228,6 +250,14 @@ int main() {
       return ptr;
     };
     std::vector<int> lens(sh.B, sh.S);
+    // block table: a random permutation of the pool's blocks (fixed seed)
+    std::vector<int> table(static_cast<size_t>(sh.B) * per);
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (size_t i = table.size(); i > 1; --i) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      std::swap(table[i - 1], table[(rng >> 33) % i]);
+    }
     // merge counters as the library keeps them (one zeroed buffer per stream): split calls with
     // few enough partials merge in the kernel, the rest run the combine kernel
     void* counters = alloc(kMaxMergeGroups * 4);
@@ -267,7 +297,12 @@ int main() {
       k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems * kKvBytes / 4, 13 + s, ABLATE_KV_INT8 == 2);
       CK(cudaGetLastError());
       p.q_stride_b = static_cast<int64_t>(sh.HQ) * D, p.q_stride_s = static_cast<int64_t>(sh.HQ) * D, p.q_stride_h = D;
-      p.k_stride_0 = p.v_stride_0 = static_cast<int64_t>(sh.S) * sh.HKV * D;
+      p.k_stride_0 = p.v_stride_0 = static_cast<int64_t>(page > 0 ? page : sh.S) * sh.HKV * D;
+      if (page > 0) {
+        p.block_table = alloc(table.size() * 4);
+        CK(cudaMemcpy(const_cast<void*>(p.block_table), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+        p.block_table_stride = per, p.num_blocks = static_cast<int64_t>(sh.B) * per;
+      }
       p.k_stride_1 = p.v_stride_1 = static_cast<int64_t>(sh.HKV) * D;
       p.k_stride_2 = p.v_stride_2 = D;
       p.out_stride_b = p.out_stride_s = static_cast<int64_t>(sh.HQ) * D, p.out_stride_h = D;
@@ -314,10 +349,10 @@ int main() {
       if (r >= kWarm) tg.push_back(ms * 1000.f / sets);
     }
     const float medg = median_of(tg);
-    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d%s%s)\n",
+    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d%s%s%s%s)\n",
                 sh.name, kKvName, DUALOPS_IFA_ABLATE, ABLATE_TAG, med, medg,
                 kv_bytes / (medg * 1e3), sets, sh.NS, kv_delta > 0 ? ", V-K MB " : "",
-                kv_delta > 0 ? delta_env : "");
+                kv_delta > 0 ? delta_env : "", page > 0 ? ", page " : "", page > 0 ? page_env : "");
 #if DUALOPS_IFA_TRACE
     {
       const int a = sets / 2, bset = sets > 1 ? a + 1 : a;

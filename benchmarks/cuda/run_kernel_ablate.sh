@@ -6,9 +6,12 @@
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
 # (kernel | counter | cluster), +n narrow CTAs, +PN N pipeline fills prefetched into L2 before the
-# grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none). ABLATE_SHAPES=a,b picks shapes;
+# grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits
+# of N fills up (DUALOPS_IFA_PAGED_PREFETCH_FILLS). ABLATE_SHAPES=a,b picks shapes;
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
-# allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15.
+# allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15;
+# ABLATE_PAGES="0 64 ..." likewise once per page size (0: contiguous caches; N: pages of N keys
+# in a permuted pool).
 # The N = 0 build runs first and last: the two show the run-to-run spread.
 # ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
 set -uo pipefail
@@ -26,6 +29,7 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n == *+n* ]] && extra+=" -DABLATE_NARROW=1"
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
   [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
+  [[ $n =~ \+Q([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PAGED_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   kdir="$root/backends/cuda/incre_flash_attention"
   [[ $n == *+o* ]] && kdir="$(cd "${ABLATE_OLD_DIR:?+o needs ABLATE_OLD_DIR}" && pwd)"
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \
@@ -35,11 +39,13 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
 done
 wait
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
-for d in ${ABLATE_KV_DELTAS:-0}; do
-  for n in $ns; do
-    m=""
-    [[ $n =~ \+m([a-z]+) ]] && m=${BASH_REMATCH[1]}
-    ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+for pg in ${ABLATE_PAGES:-0}; do
+  for d in ${ABLATE_KV_DELTAS:-0}; do
+    for n in $ns; do
+      m=""
+      [[ $n =~ \+m([a-z]+) ]] && m=${BASH_REMATCH[1]}
+      ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+    done
   done
 done
 if [ "${ABLATE_SASS:-0}" = 1 ]; then cuobjdump --dump-sass "$out/ifa_kernel_ablate_0" > "$out/ifa_kernel_0.sass"; fi

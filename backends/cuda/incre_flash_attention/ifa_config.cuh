@@ -111,6 +111,16 @@ struct Cfg {
   static constexpr int kPrefetchFills = kQuant ? 0 : 1;
 #endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
+  // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids
+  // are a load the prefetch waits for (ifa_split_kernel.cuh). From four fills (v14) to two
+  // (v16): paged 64, 16 splits of 512 keys (b1 h32/8 s8k) 18.4 -> 17.2 us on an H100, 15.6 ->
+  // 15.4 on an H200; 64 splits of 512 keys (b1 h8/1 s32k) 13.2 -> 12.4 on the H100, 12.7 ->
+  // 12.8 on the H200. DUALOPS_IFA_PAGED_PREFETCH_FILLS sets it (measurement builds).
+#ifdef DUALOPS_IFA_PAGED_PREFETCH_FILLS
+  static constexpr int kPagedPrefetchMinKeys = DUALOPS_IFA_PAGED_PREFETCH_FILLS * kPrefetchKeys;
+#else
+  static constexpr int kPagedPrefetchMinKeys = 2 * kPrefetchKeys;
+#endif
   // int8 caches: the value scales / offsets go to shared memory with the first K/V copies, not
   // loaded per column in the epilogue (same-lease A/B, v13: int8 small calls -0.3 to -0.4 us,
   // large ones -2 to -4 %). Not for fp8: there it took small calls -0.2 us but large ones +4 %

@@ -198,7 +198,7 @@ enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 // the heads are packed in a row (stride_2 == D, stride_1 == h_kv * D: the unit takes its head's
 // share of the all-head span, the units of the other heads the rest); paged caches one span per
 // block (a lane per block, its id read here: a stale id only misdirects a hint; splits of at
-// least 4 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
+// least 2 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
 // moves the call's whole read into the tail of the kernel ahead, which it then slows (b16 h8/1
 // s1k, 8 splits of 128 keys: +0.6 us, v14).
 template <typename C>
@@ -210,9 +210,12 @@ __device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionPar
   const int nk = min(C::kPrefetchKeys, k_cap - k_begin);
   if (warp >= 2 || nk <= 0 || t.split_len <= C::kPrefetchKeys) return;
   // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
-  // round trip when the kernel ahead has already ended; it pays on long splits only (b1 h8/1
-  // s32k, 64 splits of 512 keys: paged 11.0 -> 11.3 us while contiguous gained; v14).
-  if (t.block_size > 0 && t.split_len < 4 * C::kPrefetchKeys) return;
+  // round trip when the kernel ahead has already ended; it pays from splits of two fills up
+  // (Cfg::kPagedPrefetchMinKeys; H100 b1 h32/8 s8k, 16 splits of 512 keys: paged 18.4 -> 17.2
+  // us; H200 -1 to -3 %, but b1 h8/1 s32k, 64 splits of 512 keys, +0.2 us; v16). (Loading the
+  // block ids at the kernel's start instead, under the address set-up, did not remove that
+  // +0.2 us and re-scheduled the bf16 main loop: contiguous calls +0.3 to +1.2 %, v16.)
+  if (t.block_size > 0 && t.split_len < C::kPagedPrefetchMinKeys) return;
   const char* base = static_cast<const char*>(warp == 0 ? p.k : p.v);
   const int64_t s0 = warp == 0 ? p.k_stride_0 : p.v_stride_0;
   const int64_t s1 = warp == 0 ? p.k_stride_1 : p.v_stride_1;
