@@ -204,7 +204,7 @@ int main() {
       {"h32/8 b128 s8k ns4", 128, 32, 8, 8192, 4},  {"h128/128 b16 s1k ns2", 16, 128, 128, 1024, 2},
       {"h64/8 b128 s8k", 128, 64, 8, 8192, 1},      {"h64/8 b128 s8k ns2", 128, 64, 8, 8192, 2},
       {"h128/128 b16 s8k", 16, 128, 128, 8192, 1},  {"h128/128 b16 s8k ns2", 16, 128, 128, 8192, 2},
-      // multi-wave grids of long units, whole or in two (the planner's multi-wave split rule)
+      // multi-wave grids, whole or in two (BENCHMARKS.md v16, item 23: no rule separates the gains)
       {"mw h32/8 b32 s8k", 32, 32, 8, 8192, 1},     {"mw h32/8 b32 s8k ns2", 32, 32, 8, 8192, 2},
       {"mw h32/8 b64 s8k", 64, 32, 8, 8192, 1},     {"mw h32/8 b64 s8k ns2", 64, 32, 8, 8192, 2},
       {"mw h32/8 b128 s2k", 128, 32, 8, 2048, 1},   {"mw h32/8 b128 s2k ns2", 128, 32, 8, 2048, 2},
@@ -300,7 +300,7 @@ int main() {
       p.k_stride_0 = p.v_stride_0 = static_cast<int64_t>(page > 0 ? page : sh.S) * sh.HKV * D;
       if (page > 0) {
         p.block_table = alloc(table.size() * 4);
-        CK(cudaMemcpy(const_cast<void*>(p.block_table), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(p.block_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
         p.block_table_stride = per, p.num_blocks = static_cast<int64_t>(sh.B) * per;
       }
       p.k_stride_1 = p.v_stride_1 = static_cast<int64_t>(sh.HKV) * D;
