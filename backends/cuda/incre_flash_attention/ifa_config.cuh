@@ -112,10 +112,8 @@ struct Cfg {
 #endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids
-  // are a load the prefetch waits for (ifa_split_kernel.cuh). From four fills (v14) to two
-  // (v16): paged 64, 16 splits of 512 keys (b1 h32/8 s8k) 18.4 -> 17.2 us on an H100, 15.6 ->
-  // 15.4 on an H200; 64 splits of 512 keys (b1 h8/1 s32k) 13.2 -> 12.4 on the H100, 12.7 ->
-  // 12.8 on the H200. DUALOPS_IFA_PAGED_PREFETCH_FILLS sets it (measurement builds).
+  // are a load the prefetch waits for (prefetch_first_fill, ifa_split_kernel.cuh, has the
+  // measurements; BENCHMARKS.md v16). DUALOPS_IFA_PAGED_PREFETCH_FILLS sets it (measurement builds).
 #ifdef DUALOPS_IFA_PAGED_PREFETCH_FILLS
   static constexpr int kPagedPrefetchMinKeys = DUALOPS_IFA_PAGED_PREFETCH_FILLS * kPrefetchKeys;
 #else
