@@ -945,11 +945,28 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   DUALOPS_IFA_MARK(kTrAllDone);
   // Warps past the unit's chunk count saw no key: their states are skipped (short units).
   const int n_active = min(n_chunks, NW);
+#if DUALOPS_IFA_TRACE >= 2
+  // Probe (trace level 2): ~3 KB of straight-line integer code, no memory access, right after
+  // the barrier. Under a full HBM stream the first code after the barrier waits 0.4-2.5 us more
+  // than on a quiet GPU, whichever code it is (BENCHMARKS.md v17: instruction fetch).
+  if (tid == 0) {
+    uint32_t x = static_cast<uint32_t>(clock());
+#pragma unroll
+    for (int i = 0; i < 64; ++i) x = (x ^ (x >> 13)) * 0x5bd1e995u + i;
+    DUALOPS_IFA_DEP(x);
+    DUALOPS_IFA_MARK(kTrAluProbe);
+    if (x == 0x12345u) scratch[1] = 1;
+  }
+#endif
   if (tid < M_TILE) {
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < NW; ++w)
       if (w < n_active) mx = fmaxf(mx, warp_m[w * M_TILE + tid]);
+#if DUALOPS_IFA_TRACE
+    DUALOPS_IFA_DEP(mx);
+    DUALOPS_IFA_MARK(kTrStatsMax);
+#endif
     float l = 0.f;
     if (mx != -INFINITY)
 #pragma unroll
@@ -957,6 +974,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         const float mw = w < n_active ? warp_m[w * M_TILE + tid] : -INFINITY;
         if (mw != -INFINITY) l += warp_l[w * M_TILE + tid] * exp2f(mw - mx);
       }
+#if DUALOPS_IFA_TRACE
+    DUALOPS_IFA_DEP(l);
+    DUALOPS_IFA_MARK(kTrStatsSum);
+#endif
     fin_m[tid] = mx;
     fin_l[tid] = l;
   }

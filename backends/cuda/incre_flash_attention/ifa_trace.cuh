@@ -21,6 +21,9 @@ enum TraceMark : int {
   kTrFirstChunk,    // warp 0: its first chunk landed
   kTrLoopDone,      // warp 0: main loop done
   kTrAllDone,       // every warp's main loop done (first epilogue barrier)
+  kTrAluProbe,      // thread 0: a block of dependent integer ops in fresh code lines (trace level 2)
+  kTrStatsMax,      // thread 0: its row's max over the warps (shared-memory reads)
+  kTrStatsSum,      // thread 0: its row's weight sum (exp2 of each warp's max)
   kTrStats,         // the rows' merged m / l (third barrier)
   kTrEbuf,          // the warps' output fragments in shared memory (fourth barrier)
   kTrStored,        // out / partials stored
@@ -49,6 +52,7 @@ __device__ __forceinline__ unsigned long long trace_clock() {
 // Forces the value to have arrived before the next mark (a register move that must read it).
 __device__ __forceinline__ void trace_dep(uint32_t& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
 __device__ __forceinline__ void trace_dep(int& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
+__device__ __forceinline__ void trace_dep(float& x) { asm volatile("mov.b32 %0, %0;" : "+f"(x)); }
 
 // This CTA's row, or nullptr when the call is not traced or this is not thread 0.
 __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
