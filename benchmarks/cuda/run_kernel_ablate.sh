@@ -3,7 +3,8 @@
 # Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0);
 # iN / fN = the same on an int8 / fp8 cache; +s1 / +s2 force 1 / 2 chunks per main-loop step, +wN N warps per
 # wide CTA (e.g. 0+s2+w6), +t the phase trace (DUALOPS_IFA_TRACE), +T the trace with the
-# instruction-fetch probe after the first epilogue barrier (DUALOPS_IFA_TRACE=2), +o the kernel headers in
+# instruction-fetch probe after the first epilogue barrier (DUALOPS_IFA_TRACE=2; +W also runs
+# it once before the grid-dependency wait), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
 # (kernel | counter | cluster), +n narrow CTAs, +PN N pipeline fills prefetched into L2 before the
@@ -28,6 +29,7 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n == *+s1* ]] && extra+=" -DDUALOPS_IFA_SUB=1"
   [[ $n == *+t* ]] && extra+=" -DDUALOPS_IFA_TRACE=1"
   [[ $n == *+T* ]] && extra+=" -DDUALOPS_IFA_TRACE=2"
+  [[ $n == *+W* ]] && extra+=" -DDUALOPS_IFA_TRACE_WARM=1"
   [[ $n == *+n* ]] && extra+=" -DABLATE_NARROW=1"
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
   [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"

@@ -403,6 +403,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // visible).
   // Let the next kernel (the combine, or the next call's split kernel) be scheduled now: it
   // waits for this grid's completion before touching global memory.
+#if DUALOPS_IFA_TRACE >= 2 && defined(DUALOPS_IFA_TRACE_WARM)
+  // (does a probe run before the stream keep its lines until the probe after it?)
+  if (tid == 0 && trace_probe(static_cast<uint32_t>(clock())) == 0x12345u) scratch[1] = 1;
+#endif
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   DUALOPS_IFA_MARK(kTrWaited);
@@ -946,13 +950,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // Warps past the unit's chunk count saw no key: their states are skipped (short units).
   const int n_active = min(n_chunks, NW);
 #if DUALOPS_IFA_TRACE >= 2
-  // Probe (trace level 2): ~3 KB of straight-line integer code, no memory access, right after
+  // Probe (trace level 2, trace_probe): straight-line code with no memory access right after
   // the barrier. Under a full HBM stream the first code after the barrier waits 0.4-2.5 us more
   // than on a quiet GPU, whichever code it is (BENCHMARKS.md v17: instruction fetch).
   if (tid == 0) {
-    uint32_t x = static_cast<uint32_t>(clock());
-#pragma unroll
-    for (int i = 0; i < 64; ++i) x = (x ^ (x >> 13)) * 0x5bd1e995u + i;
+    uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
     DUALOPS_IFA_DEP(x);
     DUALOPS_IFA_MARK(kTrAluProbe);
     if (x == 0x12345u) scratch[1] = 1;

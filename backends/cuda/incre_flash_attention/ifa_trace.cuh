@@ -54,6 +54,15 @@ __device__ __forceinline__ void trace_dep(uint32_t& x) { asm volatile("mov.b32 %
 __device__ __forceinline__ void trace_dep(int& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
 __device__ __forceinline__ void trace_dep(float& x) { asm volatile("mov.b32 %0, %0;" : "+f"(x)); }
 
+// Instruction-fetch probe (trace level 2): ~3 KB of straight-line integer code, no memory
+// access, one copy in the image (noinline), so that a call before the stream can warm the lines
+// a call after it runs (DUALOPS_IFA_TRACE_WARM).
+__device__ __noinline__ uint32_t trace_probe(uint32_t x) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) x = (x ^ (x >> 13)) * 0x5bd1e995u + i;
+  return x;
+}
+
 // This CTA's row, or nullptr when the call is not traced or this is not thread 0.
 __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
   if (threadIdx.x != 0) return nullptr;
