@@ -119,7 +119,8 @@ void print_trace(const Shape& sh, int ctas) {
   if (rate <= 0) rate = 1.7;
   static const char* names[kTrGlobalEntry] = {"entry", "grid wait", "kv_lens", "first copies out", "q raw",
                                               "q ready", "first chunk", "loop done (w0)", "all warps done",
-                                              "alu probe", "stats: max", "stats: sum", "row stats", "out frags", "stored", "counter", "merged"};
+                                              "alu probe", "stats: max", "stats: sum", "row stats",
+                                              "out frags", "stored", "counter", "merged"};
   std::printf("  trace %s: %d CTAs, clock %.2f GHz; phase = time from the previous mark (ns), median / max over CTAs\n",
               sh.name, ctas, rate);
   for (int m = 1; m < kTrGlobalEntry; ++m) {

@@ -405,7 +405,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // waits for this grid's completion before touching global memory.
 #if DUALOPS_IFA_TRACE >= 2 && defined(DUALOPS_IFA_TRACE_WARM)
   // (does a probe run before the stream keep its lines until the probe after it?)
-  if (tid == 0 && trace_probe(static_cast<uint32_t>(clock())) == 0x12345u) scratch[1] = 1;
+  if (tid == 0) {
+    uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
+    DUALOPS_IFA_DEP(x);
+  }
 #endif
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -957,7 +960,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
     DUALOPS_IFA_DEP(x);
     DUALOPS_IFA_MARK(kTrAluProbe);
-    if (x == 0x12345u) scratch[1] = 1;
   }
 #endif
   if (tid < M_TILE) {
