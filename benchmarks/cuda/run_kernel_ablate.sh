@@ -9,7 +9,8 @@
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
 # (kernel | counter | cluster), +n narrow CTAs, +PN N pipeline fills prefetched into L2 before the
 # grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits
-# of N fills up (DUALOPS_IFA_PAGED_PREFETCH_FILLS). ABLATE_SHAPES=a,b picks shapes;
+# of N fills up (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an
+# experiment, e.g. +xDUALOPS_IFA_FOO1). ABLATE_SHAPES=a,b picks shapes;
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
 # allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15;
 # ABLATE_PAGES="0 64 ..." likewise once per page size (0: contiguous caches; N: pages of N keys
@@ -34,6 +35,7 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
   [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   [[ $n =~ \+Q([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PAGED_PREFETCH_FILLS=${BASH_REMATCH[1]}"
+  [[ $n =~ \+x([A-Z_]+)([0-9]+) ]] && extra+=" -D${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"
   kdir="$root/backends/cuda/incre_flash_attention"
   [[ $n == *+o* ]] && kdir="$(cd "${ABLATE_OLD_DIR:?+o needs ABLATE_OLD_DIR}" && pwd)"
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \

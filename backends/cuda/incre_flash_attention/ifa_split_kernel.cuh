@@ -639,7 +639,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       radd[mt][hf] = kFoldK ? row_add[rr] - Int8Cvt::kBias * qsum[rr] * score_mul : row_add[rr];
       lim[mt][hf] = p.causal ? min(k_end, kv_len - s_q + i + 1) : k_end;
     }
-  DUALOPS_IFA_MARK(kTrQReady);
+  DUALOPS_IFA_MARK_BAR(kTrQReady, row_add);
 
   // ---- main loop --------------------------------------------------------------------------
   float acc[MTILES][NTILES][4];
@@ -949,13 +949,13 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       }
   }
   __syncthreads();  // every warp is done with its K/V stages (ebuf reuses them)
-  DUALOPS_IFA_MARK(kTrAllDone);
+  DUALOPS_IFA_MARK_BAR(kTrAllDone, warp_m);
   // Warps past the unit's chunk count saw no key: their states are skipped (short units).
   const int n_active = min(n_chunks, NW);
 #if DUALOPS_IFA_TRACE >= 2
   // Probe (trace level 2, trace_probe): straight-line code with no memory access right after
-  // the barrier. Under a full HBM stream the first code after the barrier waits 0.4-2.5 us more
-  // than on a quiet GPU, whichever code it is (BENCHMARKS.md v17: instruction fetch).
+  // the barrier, what running ~3 KB of code not run before costs: ~0.6 us, under a full HBM
+  // stream and on a quiet GPU alike (BENCHMARKS.md item 25, which corrects item 24).
   if (tid == 0) {
     uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
     DUALOPS_IFA_DEP(x);
@@ -986,7 +986,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     fin_l[tid] = l;
   }
   __syncthreads();
-  DUALOPS_IFA_MARK(kTrStats);
+  DUALOPS_IFA_MARK_BAR(kTrStats, fin_m);
   // Each warp stores its rescaled fragments in fragment order (16 B per lane, no bank
   // conflicts); then every thread sums one slot over the warps and writes it out.
   // (Merging the row states in every thread instead, one barrier less, measured +0.3 us on
@@ -1006,7 +1006,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
           make_float4(acc[mt][jn][0] * f[0], acc[mt][jn][1] * f[0], acc[mt][jn][2] * f[1], acc[mt][jn][3] * f[1]);
   }
   __syncthreads();
-  DUALOPS_IFA_MARK(kTrEbuf);
+  DUALOPS_IFA_MARK_BAR(kTrEbuf, fin_m);
 
   for (int slot = tid, k = 0; slot < kSlots; slot += NT, ++k) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);

@@ -17,10 +17,10 @@ enum TraceMark : int {
   kTrKvLen,         // kv_lens[b] arrived (the q loads are out too)
   kTrIssued,        // the first K/V copies are out
   kTrQRaw,          // the q tile's raw values arrived
-  kTrQReady,        // q fragments in shared memory (barrier passed)
+  kTrQReady,        // q fragments in shared memory (barrier released)
   kTrFirstChunk,    // warp 0: its first chunk landed
   kTrLoopDone,      // warp 0: main loop done
-  kTrAllDone,       // every warp's main loop done (first epilogue barrier)
+  kTrAllDone,       // every warp's main loop done (first epilogue barrier released)
   kTrAluProbe,      // thread 0: a block of dependent integer ops in fresh code lines (trace level 2)
   kTrStatsMax,      // thread 0: its row's max over the warps (shared-memory reads)
   kTrStatsSum,      // thread 0: its row's weight sum (exp2 of each warp's max)
@@ -49,14 +49,20 @@ __device__ __forceinline__ unsigned long long trace_clock() {
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
   return t;
 }
-// Forces the value to have arrived before the next mark (a register move that must read it).
-__device__ __forceinline__ void trace_dep(uint32_t& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
-__device__ __forceinline__ void trace_dep(int& x) { asm volatile("mov.b32 %0, %0;" : "+r"(x)); }
-__device__ __forceinline__ void trace_dep(float& x) { asm volatile("mov.b32 %0, %0;" : "+f"(x)); }
+// Forces the value to have arrived before the next mark: a predicated instruction with a side
+// effect (a nanosleep no value takes) must wait for it, and the clock read stays after it. (A
+// register move of the value, the first version, was dropped by ptxas, so a clock read could be
+// taken before the value had arrived.)
+__device__ __forceinline__ void trace_dep(uint32_t x) {
+  asm volatile("{\n .reg .pred p;\n setp.eq.u32 p, %0, 0x7fbfffffU;\n @p nanosleep.u32 1;\n}\n" ::"r"(x) : "memory");
+}
+__device__ __forceinline__ void trace_dep(int x) { trace_dep(static_cast<uint32_t>(x)); }
+__device__ __forceinline__ void trace_dep(float x) { trace_dep(__float_as_uint(x)); }
 
 // Instruction-fetch probe (trace level 2): ~3 KB of straight-line integer code, no memory
 // access, one copy in the image (noinline), so that a call before the stream can warm the lines
-// a call after it runs (DUALOPS_IFA_TRACE_WARM).
+// a call after it runs (DUALOPS_IFA_TRACE_WARM). Measured ~0.6 us after the first epilogue
+// barrier on a loaded and on a quiet GPU alike (BENCHMARKS.md item 25).
 __device__ __noinline__ uint32_t trace_probe(uint32_t x) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) x = (x ^ (x >> 13)) * 0x5bd1e995u + i;
@@ -79,6 +85,20 @@ __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
   if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrEntry] = tr_c0_, tr_row_[::dualops::cuda::ifa::kTrGlobalEntry] = tr_g0_
 #define DUALOPS_IFA_MARK(m) \
   do { if (tr_row_) tr_row_[::dualops::cuda::ifa::m] = ::dualops::cuda::ifa::trace_clock(); } while (0)
+// A mark right after a barrier. __syncthreads compiles to BAR.SYNC.DEFER_BLOCKING: the warp
+// issues on past it and waits only at an instruction that needs the barrier (a shared-memory
+// access), so a clock read right after it is taken before the barrier is released (seen in the
+// ninth session: thread 0's "all warps done" sat ~0.1 us after its own loop end in every call,
+// also where the other warps demonstrably came 1.5 us later). This mark first reads a shared
+// word (`word`) and waits for it.
+#define DUALOPS_IFA_MARK_BAR(m, word)                                                    \
+  do {                                                                                   \
+    if (tr_row_) {                                                                       \
+      int tr_x_ = *reinterpret_cast<volatile const int*>(word);                         \
+      ::dualops::cuda::ifa::trace_dep(tr_x_);                                            \
+      tr_row_[::dualops::cuda::ifa::m] = ::dualops::cuda::ifa::trace_clock();           \
+    }                                                                                    \
+  } while (0)
 #define DUALOPS_IFA_MARK_EXIT() \
   do { if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrGlobalExit] = ::dualops::cuda::ifa::trace_globaltimer(); } while (0)
 #define DUALOPS_IFA_DEP(x) ::dualops::cuda::ifa::trace_dep(x)
@@ -91,6 +111,9 @@ __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
   } while (0)
 #define DUALOPS_IFA_MARK_EXIT() \
   do {                          \
+  } while (0)
+#define DUALOPS_IFA_MARK_BAR(m, word) \
+  do {                                \
   } while (0)
 #define DUALOPS_IFA_DEP(x) \
   do {                     \
