@@ -96,7 +96,7 @@ __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
     if (tr_row_) {                                                                       \
       int tr_x_ = *reinterpret_cast<volatile const int*>(word);                         \
       ::dualops::cuda::ifa::trace_dep(tr_x_);                                            \
-      tr_row_[::dualops::cuda::ifa::m] = ::dualops::cuda::ifa::trace_clock();           \
+      DUALOPS_IFA_MARK(m);                                                               \
     }                                                                                    \
   } while (0)
 #define DUALOPS_IFA_MARK_EXIT() \
