@@ -234,3 +234,9 @@ def test_ifa_sweep_summary_reads_both_sdpa_ratios():
     assert "b1 s131072 h8/1: 2800 GB/s = 65.0% of copy (64 splits)" in text
     table = bi.format_rows(rows)
     assert "xSDPAmem" in table.splitlines()[0] and "0.950" in table.splitlines()[1]
+    md = bi.markdown_table({"rows": rows}).splitlines()
+    assert md[0].startswith("| h_q/h_kv | b | s_kv | splits |") and md[1].startswith("|---|---:|")
+    # one line per contiguous config: its paged / 8-bit rows become ratio columns, "–" where absent
+    assert md[2] == ("| 8/1 | 1 | 131072 | 64 | 24.0 | 23.0 (BHSD) | 28.0 | 1.22 | 0.95 | 2800 | 65 | 0.98 | – | "
+                     "0.58 | – |")
+    assert len(md) == 3

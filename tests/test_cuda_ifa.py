@@ -445,6 +445,47 @@ def test_split_merge_on_concurrent_streams():
             assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"stream call {n} lse")
 
 
+# ----------------------------------------------------------------------------- CTA shapes
+
+# Grids of many short units (at least two CTAs per SM, short units; ifa_launch.cuh
+# many_short_units) go out as narrow CTAs -- on 16-bit caches with the first wave's starts spread
+# over 8 us -- where the GPU's DRAM bandwidth per SM calls for it, else as wide ones: varlen
+# requests with 0 and 1 keys, paged and contiguous, every cache type, D 64 and 128.
+MULTI_WAVE = [dict(kv=kv, D=D, page=pg) for kv in ("same", "int8", "fp8") for D in (64, 128) for pg in (0, 64)]
+
+
+def multi_wave_case(seed, **case):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    B = math.ceil((2 * sms + 8) / 4)  # 4 KV heads per request: more than two units per SM
+    return make_case(B=B, h_q=8, h_kv=4, s_max=300, seed=seed, **case), 2 * sms
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", MULTI_WAVE, ids=[_id(c) for c in MULTI_WAVE])
+def test_multi_wave_grids(case):
+    (q, k, v, kw), two_per_sm = multi_wave_case(zlib.crc32(_id(case).encode()) % 1000, **case)
+    plan = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
+    assert plan.num_units >= two_per_sm, plan.describe()
+    check(q, k, v, kw, name=_id(case))
+
+
+@needs_cuda
+@pytest.mark.skipif(os.environ.get("DUALOPS_IFA_CTA_SHAPE") is not None, reason="runs in the subprocess itself")
+@pytest.mark.parametrize("shape", ["narrow", "wide"])
+def test_every_cta_shape(shape):
+    """The variant matrix again with one CTA shape forced (DUALOPS_IFA_CTA_SHAPE, read once per
+    process: a subprocess): by default the launcher picks narrow CTAs only for grids of many short
+    units, so the narrow kernels -- and, for multi-wave grids of 16-bit caches, the staggered first
+    wave -- would otherwise be covered only by the calls that select them on this GPU."""
+    env = dict(os.environ, DUALOPS_IFA_CTA_SHAPE=shape)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
+                        " or forced_split_plans or split_kv_long_context or multi_wave_grids or graph_decode_step"],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout
+
+
 # ----------------------------------------------------------------------------- CUDA graphs
 
 
@@ -499,6 +540,14 @@ SMOKE = [dict(kv="same", page=0, lens=[0, 1, 2500], h_q=8, h_kv=1),          # s
          dict(kv="int8", page=0, lens=[0, 33, 90], h_q=8, h_kv=2),
          dict(kv="fp8", page=32, lens=[1, 70, 2100], h_q=4, h_kv=1),
          dict(kv="same", page=0, lens=[4, 40, 90], h_q=16, h_kv=2, S_q=4, causal=True, mask="full", pse="full")]
+
+
+@needs_cuda
+@pytest.mark.parametrize("kv", ["same", "int8"])
+def test_smoke_multi_wave(kv):
+    """A grid of many short units (narrow CTAs where the GPU calls for them, see above)."""
+    (q, k, v, kw), _ = multi_wave_case(98, kv=kv, page=0)
+    check(q, k, v, kw, name=f"smoke multi-wave {kv}")
 
 
 @needs_cuda

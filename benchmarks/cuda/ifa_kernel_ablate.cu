@@ -1,5 +1,6 @@
 // Times the real IFA split kernel (backends/cuda/incre_flash_attention) on bf16 caches (int8
-// with -DABLATE_KV_INT8=1, fp8 e4m3 with -DABLATE_KV_INT8=2), d 128, bf16 q,
+// with -DABLATE_KV_INT8=1, fp8 e4m3 with -DABLATE_KV_INT8=2), d 128 (-DABLATE_D=N), bf16 q, the
+// CTA shape the launcher picks (DUALOPS_IFA_CTA_SHAPE forces one),
 // built with DUALOPS_IFA_ABLATE = N (see ifa_config.cuh): each bit removes one part of the
 // per-chunk math, so the time a part costs is the difference to the N = 0 build. Results are
 // wrong in the ablated builds; only the time is read. run_kernel_ablate.sh builds every N.
@@ -38,7 +39,10 @@
 using namespace dualops;
 using namespace dualops::cuda::ifa;
 using BF = __nv_bfloat16;
-constexpr int D = 128;
+#ifndef ABLATE_D  // head dim (token "+xABLATE_D64")
+#define ABLATE_D 128
+#endif
+constexpr int D = ABLATE_D;
 #ifndef ABLATE_TAG
 #define ABLATE_TAG "?"
 #endif
@@ -48,11 +52,6 @@ constexpr int D = 128;
 using KV = std::conditional_t<ABLATE_KV_INT8 == 1, int8_t, std::conditional_t<ABLATE_KV_INT8 == 2, __nv_fp8_e4m3, BF>>;
 constexpr const char* kKvName = ABLATE_KV_INT8 == 1 ? "int8" : ABLATE_KV_INT8 == 2 ? "fp8" : "bf16";
 constexpr int kKvBytes = sizeof(KV);
-#ifdef ABLATE_NARROW  // token "+n": narrow CTAs (4 warps, two per SM) instead of wide ones
-constexpr int kAblateShape = kNarrow;
-#else
-constexpr int kAblateShape = kWide;
-#endif
 
 __global__ void k_spin(long long cycles) {
   const long long t0 = clock64();
@@ -89,7 +88,8 @@ bool shape_selected(const char* name) {
   while (pos <= list.size()) {
     const size_t comma = std::min(list.find(',', pos), list.size());
     const std::string item = list.substr(pos, comma - pos);
-    if (!item.empty() && std::strstr(name, item.c_str()) != nullptr) return true;
+    if (!item.empty() && item[0] == '=' && item.substr(1) == name) return true;  // "=name": exactly
+    if (!item.empty() && item[0] != '=' && std::strstr(name, item.c_str()) != nullptr) return true;
     pos = comma + 1;
   }
   return false;
@@ -171,6 +171,50 @@ void print_trace(const Shape& sh, int ctas) {
     std::printf("    at %-20s min %7.0f p10 %7.0f p50 %7.0f p90 %7.0f max %7.0f\n", name, pct(0), pct(0.1), pct(0.5),
                 pct(0.9), pct(1));
   };
+  {  // how many of call A's CTAs stream at once (first chunk .. all warps done), in 1 us bins
+    std::vector<std::pair<double, int>> ev;
+    for (int c = 0; c < ctas; ++c) {
+      const unsigned long long* r = tr[0][c];
+      if (r[kTrFirstChunk] == 0 || r[kTrAllDone] == 0 || r[kTrEntry] == 0) continue;
+      ev.push_back({at(r, kTrFirstChunk), 1});
+      ev.push_back({at(r, kTrAllDone), -1});
+    }
+    std::sort(ev.begin(), ev.end());
+    if (!ev.empty()) {
+      const double t_end = ev.back().first;
+      const int nb = static_cast<int>(t_end / 1000.0) + 1;
+      std::vector<double> occ(nb, 0.0);  // CTA-ns streaming per bin
+      int cur = 0;
+      double tprev = 0;
+      for (auto& e : ev) {
+        for (double t = tprev; t < e.first;) {
+          const int bi = static_cast<int>(t / 1000.0);
+          const double nxt = std::min(e.first, (bi + 1) * 1000.0);
+          occ[bi] += cur * (nxt - t);
+          t = nxt;
+        }
+        cur += e.second, tprev = e.first;
+      }
+      int lo[4] = {0, 0, 0, 0};
+      double mean = 0;
+      const int b0 = static_cast<int>(ev.front().first / 1000.0) + 1;
+      for (int bi = b0; bi < nb - 1; ++bi) {
+        const double c = occ[bi] / 1000.0;
+        mean += c;
+        for (int k = 0; k < 4; ++k) lo[k] += c < 33 * (k + 1);
+      }
+      const int n = std::max(1, nb - 1 - b0);
+      std::printf("    streaming CTAs per 1 us bin (call A, inner bins %d): mean %.1f; bins < 33: %d, < 66: %d, < 99: %d, < 132: %d\n",
+                  n, mean / n, lo[0], lo[1], lo[2], lo[3]);
+      std::printf("    series (mean per 5 us):");
+      for (int bi = 0; bi + 5 <= nb; bi += 5) {
+        double c = 0;
+        for (int k = 0; k < 5; ++k) c += occ[bi + k] / 1000.0;
+        std::printf(" %.0f", c / 5);
+      }
+      std::printf("\n");
+    }
+  }
   line("A grid wait", 0, kTrWaited);
   line("A first chunk", 0, kTrFirstChunk);
   line("A all warps done", 0, kTrAllDone);
@@ -316,7 +360,7 @@ int main() {
     CK(cudaEventCreate(&e1));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    auto call_on = [&](int s, cudaStream_t stream) { CK((launch_variant<BF, KV, D, 16, kAblateShape>(ps[s], t, stream))); };
+    auto call_on = [&](int s, cudaStream_t stream) { CK((launch_m<BF, KV, D, 16>(ps[s], t, stream))); };
     // eager launches
     std::vector<float> ts;
     for (int r = 0; r < kWarm + kRuns; ++r) {

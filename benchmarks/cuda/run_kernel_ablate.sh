@@ -7,10 +7,11 @@
 # it once before the grid-dependency wait), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
-# (kernel | counter | cluster), +n narrow CTAs, +PN N pipeline fills prefetched into L2 before the
+# (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else the
+# launcher picks), +gN spreads a multi-wave grid's first wave over N ns (DUALOPS_IFA_STAGGER_NS), +PN N pipeline fills prefetched into L2 before the
 # grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits
 # of N fills up (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an
-# experiment, e.g. +xDUALOPS_IFA_FOO1). ABLATE_SHAPES=a,b picks shapes;
+# experiment, e.g. +xDUALOPS_IFA_FOO1). ABLATE_SHAPES=a,b picks shapes (substrings; =name: that name exactly);
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
 # allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15;
 # ABLATE_PAGES="0 64 ..." likewise once per page size (0: contiguous caches; N: pages of N keys
@@ -31,7 +32,6 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n == *+t* ]] && extra+=" -DDUALOPS_IFA_TRACE=1"
   [[ $n == *+T* ]] && extra+=" -DDUALOPS_IFA_TRACE=2"
   [[ $n == *+W* ]] && extra+=" -DDUALOPS_IFA_TRACE_WARM=1"
-  [[ $n == *+n* ]] && extra+=" -DABLATE_NARROW=1"
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
   [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   [[ $n =~ \+Q([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PAGED_PREFETCH_FILLS=${BASH_REMATCH[1]}"
@@ -48,9 +48,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 for pg in ${ABLATE_PAGES:-0}; do
   for d in ${ABLATE_KV_DELTAS:-0}; do
     for n in $ns; do
-      m=""
+      m="" shape="" stagger=""
       [[ $n =~ \+m([a-z]+) ]] && m=${BASH_REMATCH[1]}
-      ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+      [[ $n == *+n* ]] && shape=narrow
+      [[ $n == *+cw* ]] && shape=wide
+      [[ $n =~ \+g([0-9]+) ]] && stagger=${BASH_REMATCH[1]}
+      env ${shape:+DUALOPS_IFA_CTA_SHAPE=$shape} ${stagger:+DUALOPS_IFA_STAGGER_NS=$stagger} \
+        ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
     done
   done
 done

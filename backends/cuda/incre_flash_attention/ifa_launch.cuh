@@ -44,15 +44,61 @@ inline int shape_override() {
   return v;
 }
 
-// Wide CTAs (one per SM) for every grid. Narrow ones (two per SM, one's start-up and merge
-// hidden under the other's streaming) won multi-wave grids with the padded v8 layout; with the
-// swizzled one wide CTAs are level or ahead everywhere measured (BENCHMARKS.md v11: b128 h32/8
-// s1k 131.8 vs 137.2 us, b128 h8/1 s32k 538.1 vs 545.5, b1 h8/1 s8k 8.3 vs 9.8). Narrow stays
-// selectable with DUALOPS_IFA_CTA_SHAPE=narrow.
+// Peak DRAM bandwidth per SM (GB/s), from the memory clock and bus width, asked once (0: unknown).
+inline double dram_gbps_per_sm() {
+  static const double v = [] {
+    int dev = 0, khz = 0, bits = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0.0;
+    }
+    return 2.0 * khz * 1e3 * bits / 8 / 1e9 / sm_count();  // double data rate
+  }();
+  return v;
+}
+
+// Grids of many short units, where narrow CTAs (4 warps, two per SM) beat wide ones: at least two
+// CTAs per SM in all, q tiles of 16 rows, and each unit streaming at most
+//  - on GPUs with >= 30 GB/s of DRAM bandwidth per SM (H200: 36; H100 SXM: 25): 1 MB of a 16-bit
+//    cache with D <= 128 (D 256 wide CTAs have 4 warps already), 2 MB of an 8-bit one;
+//  - below that: 256 KB of an 8-bit cache (16-bit caches: none).
+// BENCHMARKS.md item 26, graph us, wide -> this rule. H200: b128 h32/8 s1k bf16 131.9 -> 129.3
+// (with the stagger below), int8 111.6 -> 89.9, fp8 109.2 -> 88.9, D 64 bf16 80.9 -> 69.0; int8
+// b128 h32/8 s8k 536.8 -> 517.0. Narrow there lost on bf16 s4k (+0.5 %), 16-bit D 256 s1k (+2 to
+// +3 %) and int8 b48 h64/8 s16k (+5 %). H100 with the H200's limits: bf16 s1k-s2k -0.4 to +1.4 %,
+// int8 / fp8 s1k -3 to -8 %, s2k +2 %, s8k -2 to +1 % (less bandwidth per SM: fewer streaming CTAs
+// keep DRAM busy). Fewer CTAs than two per SM lose 7-30 % (half the warps stream a unit).
+inline bool many_short_units(const IncreFlashAttentionTiling& t, int m_tile) {
+  const bool quant = t.kv_dtype_bytes == 1;
+  const bool fast_dram = dram_gbps_per_sm() >= 30.0;
+  const int64_t ctas = static_cast<int64_t>(t.num_units) * ((t.q_rows + m_tile - 1) / m_tile);
+  const int64_t keys = t.split_len < t.max_kv_len ? t.split_len : t.max_kv_len;
+  const int64_t unit_bytes = keys * t.head_dim * 2 * t.kv_dtype_bytes;
+  const int64_t max_bytes = quant ? (fast_dram ? 2 << 20 : 256 << 10) : (fast_dram && t.head_dim <= 128 ? 1 << 20 : 0);
+  return m_tile == 16 && ctas >= 2 * static_cast<int64_t>(sm_count()) && unit_bytes <= max_bytes;
+}
+
+// Wide CTAs (one per SM, 8 warps) for every grid but many short units (above). Narrow CTAs on a
+// 16-bit cache, started together, were only level with wide ones (v11, v12): what pays there is
+// that the two CTAs of an SM run out of step. DUALOPS_IFA_CTA_SHAPE forces one shape.
 inline int pick_shape(const IncreFlashAttentionTiling& t, int m_tile) {
   const int o = shape_override();
-  (void)t, (void)m_tile;
-  return o >= 0 ? o : kWide;
+  if (o >= 0) return o;
+  return many_short_units(t, m_tile) ? kNarrow : kWide;
+}
+
+// Spread of the first wave's starts (ns; applied where the grid has more than one wave): 8 us
+// for narrow CTAs on 16-bit caches (4 us: b16 h128/128 s1k 248.6 against 241.8 us), none
+// otherwise (8-bit caches: 0-4 % faster without). DUALOPS_IFA_STAGGER_NS = N sets it for every
+// call (0: none; for measurements), read once.
+constexpr int kStaggerNs = 8000;
+inline int stagger_ns(int shape, bool quant) {
+  static const int v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_STAGGER_NS");
+    return e ? std::atoi(e) : -1;
+  }();
+  return v >= 0 ? v : (shape == kNarrow && !quant) ? kStaggerNs : 0;
 }
 
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
@@ -173,7 +219,11 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   }
   cfg.attrs = attrs;
   cfg.numAttrs = n_attrs;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode);
+  // the first wave: this shape's CTAs on every SM
+  const int wave = sm_count() * C::kCtasPerSm;
+  const bool waves = static_cast<int64_t>(cfg.gridDim.x) * cfg.gridDim.y > wave;
+  const int stagger = waves ? stagger_ns(SHAPE, C::kQuant) : 0;
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode, wave, stagger);
   if (err != cudaSuccess || t.num_splits == 1 || mode != kMergeKernel) return err;
   cfg.attrs = la;
   cfg.numAttrs = 1;

@@ -260,7 +260,8 @@ constexpr int kMaxClusterSplits = 8;  // portable cluster size
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
-                     const __grid_constant__ IncreFlashAttentionTiling t, int merge_mode) {
+                     const __grid_constant__ IncreFlashAttentionTiling t, int merge_mode, int stagger_ctas,
+                     int stagger_ns) {
   using C = Cfg<QT, KVT, D, SHAPE>;
   using MT = typename C::MT;
   using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
@@ -413,6 +414,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   DUALOPS_IFA_MARK(kTrWaited);
+  // A multi-wave grid of narrow CTAs (launcher: stagger_ns > 0): the first stagger_ctas CTAs --
+  // the first wave -- start their work spread evenly over stagger_ns. Released by one wait, a
+  // wave of equal units otherwise starts, streams and ends in step, so its CTAs' prologues and
+  // epilogues (~5 us per CTA, nothing streaming) fall together, and so do the next waves';
+  // spread, the two CTAs of an SM alternate and HBM stays busy (BENCHMARKS.md item 26).
+  if (stagger_ns > 0) {
+    const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+    if (cta < stagger_ctas) {
+      const uint64_t until = global_ns() + static_cast<uint64_t>(cta) * stagger_ns / stagger_ctas;
+      while (global_ns() < until) __nanosleep(128);
+    }
+  }
   if constexpr ((kAblate & 1024) != 0) {  // measurement build: launch and wait only
     DUALOPS_IFA_MARK_EXIT();
     return;

@@ -232,13 +232,49 @@ def summarize(result: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(result: dict) -> str:
+    """The sweep as the Markdown table of BENCHMARKS.md: one line per contiguous config, with its
+    paged and 8-bit rows as ratio columns."""
+    rows = result["rows"]
+    by = {}
+    for r in rows:
+        by.setdefault((r["h_q"], r["h_kv"], r["b"], r["s_kv"]), {})[r["variant"]] = r
+
+    def layout(r, key, lay):
+        return f"{r[key]:.1f}" + (" (BHSD)" if r.get(lay) == "bhsd" else "")
+
+    cols = ["h_q/h_kv", "b", "s_kv", "splits", "ours µs (BSHD)", "ours best µs", "SDPA best µs", "ours/SDPA best",
+            "ours/SDPA same memory", "K+V GB/s", "% of copy"] + [f"paged{bs} speed vs contig" for bs in PAGES] + [
+            "int8 time / bf16", "fp8 time / bf16"]
+    out = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+    for (hq, hkv, b, s), v in by.items():
+        c = v.get("contiguous")
+        if c is None:
+            continue
+        cells = [f"{hq}/{hkv}", str(b), str(s), str(c["splits"]), f"{c['us']:.1f}", layout(c, "best_us", "layout"),
+                 layout(c, "sdpa_us", "sdpa_layout"), f"{c['vs_sdpa']:.2f}", f"{c['vs_sdpa_same']:.2f}",
+                 f"{c['kv_gbs']:.0f}", f"{c['pct_copy']:.0f}"]
+        cells += [f"{v[f'paged{bs}']['contig_over_paged']:.2f}" if f"paged{bs}" in v else "–" for bs in PAGES]
+        cells += [f"{v[q]['vs_bf16']:.2f}" if q in v else "–" for q in ("int8", "fp8")]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few points per head config")
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--eager", action="store_true", help="time eager calls instead of CUDA-graph replays")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--markdown", metavar="JSON", help="print the table of a saved sweep (--json) and its summary")
     args = ap.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as f:
+            res = json.load(f)
+        print(markdown_table(res))
+        print(f"\n{res['device']}, {res['date']}, torch {res['torch']}, copy {res['copy']['gbs']:.0f} GB/s")
+        print(summarize(res))
+        return 0
     print(format_rows([], header=True), flush=True)
     res = sweep(quick=args.quick, graph=not args.eager, runs=args.runs, progress=lambda s: print(s, flush=True))
     print(f"device {res['device']}, {res['date']}, torch {res['torch']}, copy {res['copy']['gbs']:.0f} GB/s")
