@@ -7,11 +7,13 @@
 # it once before the grid-dependency wait), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
-# (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else the
-# launcher picks), +gN spreads a multi-wave grid's first wave over N ns (DUALOPS_IFA_STAGGER_NS), +PN N pipeline fills prefetched into L2 before the
-# grid-dependency wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits
-# of N fills up (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an
-# experiment, e.g. +xDUALOPS_IFA_FOO1). ABLATE_SHAPES=a,b picks shapes (substrings; =name: that name exactly);
+# (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else
+# the launcher picks), +gN spreads a multi-wave grid's first wave over N ns
+# (DUALOPS_IFA_STAGGER_NS), +PN N pipeline fills prefetched into L2 before the grid-dependency
+# wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits of N fills up
+# (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
+# +xDUALOPS_IFA_FOO1; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
+# =name: that name exactly);
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
 # allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15;
 # ABLATE_PAGES="0 64 ..." likewise once per page size (0: contiguous caches; N: pages of N keys

@@ -53,13 +53,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
                "r"(src_bytes), "l"(evict_first_policy())
                : "memory");
 }
-// Number of SM ids of the GPU (%nsmid: at least the SMs present; ids may have gaps).
 // %globaltimer: the GPU's nanosecond clock, the same on every SM.
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// Number of SM ids of the GPU (%nsmid: at least the SMs present; ids may have gaps).
 __device__ __forceinline__ uint32_t sm_id_count() {
   uint32_t n;
   asm("mov.u32 %0, %%nsmid;\n" : "=r"(n));
