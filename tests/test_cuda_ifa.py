@@ -402,6 +402,16 @@ def test_split_merge_repeats_and_graph_replays(num_splits):
     _capture_and_check_replays(q, k, v, kw, plan, bk, [None] * 3)
 
 
+def _rerun_with(var, value, selection, *, timeout):
+    """Run the tests of this file that `selection` (-k) picks in a subprocess with the launcher
+    override `var` set to `value` (read once per process), and require them all to pass."""
+    env = dict(os.environ, **{var: value})
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", selection],
+                       env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout
+
+
 @needs_cuda
 @pytest.mark.skipif(os.environ.get("DUALOPS_IFA_MERGE") is not None, reason="runs in the subprocess itself")
 @pytest.mark.parametrize("mode", ["kernel", "counter", "cluster"])
@@ -411,12 +421,8 @@ def test_every_merge_mode(mode):
     cluster merge through distributed shared memory must each give the reference's results (by
     default the launcher picks one per call, so each path is otherwise covered only by the split
     counts that select it)."""
-    env = dict(os.environ, DUALOPS_IFA_MERGE=mode)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-                        "-k", "forced_split_plans or split_merge_repeats or concurrent_streams or graph_decode_step"],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and "failed" not in r.stdout
+    _rerun_with("DUALOPS_IFA_MERGE", mode,
+                "forced_split_plans or split_merge_repeats or concurrent_streams or graph_decode_step", timeout=600)
 
 
 @needs_cuda
@@ -477,13 +483,9 @@ def test_every_cta_shape(shape):
     process: a subprocess): by default the launcher picks narrow CTAs only for grids of many short
     units, so the narrow kernels -- and, for multi-wave grids of 16-bit caches, the staggered first
     wave -- would otherwise be covered only by the calls that select them on this GPU."""
-    env = dict(os.environ, DUALOPS_IFA_CTA_SHAPE=shape)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                        "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
-                        " or forced_split_plans or split_kv_long_context or multi_wave_grids or graph_decode_step"],
-                       env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and "failed" not in r.stdout
+    _rerun_with("DUALOPS_IFA_CTA_SHAPE", shape,
+                "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
+                " or forced_split_plans or split_kv_long_context or multi_wave_grids or graph_decode_step", timeout=900)
 
 
 # ----------------------------------------------------------------------------- CUDA graphs

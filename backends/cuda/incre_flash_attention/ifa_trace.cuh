@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ifa_config.cuh"
+#include "ifa_primitives.cuh"
 
 namespace dualops::cuda::ifa {
 
@@ -39,11 +40,6 @@ constexpr int kTraceCtas = 4096;
 __device__ unsigned long long g_ifa_trace[2][kTraceCtas][kTrMarks];
 __device__ const void* g_ifa_trace_out[2];
 
-__device__ __forceinline__ unsigned long long trace_globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ unsigned long long trace_clock() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
@@ -80,7 +76,7 @@ __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
 }
 #define DUALOPS_IFA_TRACE_BEGIN(out)                                   \
   const unsigned long long tr_c0_ = ::dualops::cuda::ifa::trace_clock(); \
-  const unsigned long long tr_g0_ = ::dualops::cuda::ifa::trace_globaltimer(); \
+  const unsigned long long tr_g0_ = ::dualops::cuda::ifa::global_ns(); \
   unsigned long long* const tr_row_ = ::dualops::cuda::ifa::trace_row(out); \
   if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrEntry] = tr_c0_, tr_row_[::dualops::cuda::ifa::kTrGlobalEntry] = tr_g0_
 #define DUALOPS_IFA_MARK(m) \
@@ -100,7 +96,7 @@ __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
     }                                                                                    \
   } while (0)
 #define DUALOPS_IFA_MARK_EXIT() \
-  do { if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrGlobalExit] = ::dualops::cuda::ifa::trace_globaltimer(); } while (0)
+  do { if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrGlobalExit] = ::dualops::cuda::ifa::global_ns(); } while (0)
 #define DUALOPS_IFA_DEP(x) ::dualops::cuda::ifa::trace_dep(x)
 #else
 #define DUALOPS_IFA_TRACE_BEGIN(out) \
