@@ -262,7 +262,7 @@ def _backend_call(case, plan, cores=4):
         return ascend_sim.incre_flash_attention(case["q"], case["k_cache"], case["v_cache"], plan=plan, **kw)
 
 
-def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, cores=4):
+def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, cores=4, whole_groups=0):
     q, k = case["q"], case["k_cache"]
     paged = case.get("block_table") is not None
     bs = int(k.shape[1]) if paged else 0
@@ -271,9 +271,9 @@ def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, core
                                       head_dim=q.shape[3], max_kv_len=max_kv, block_size=bs,
                                       kv_dtype_bytes=k.element_size(),
                                       device=devices.with_cores(devices.profile("ascend910b2"), cores))
-    units = base.batch * base.h_kv * num_splits
+    units = whole_groups + (base.batch * base.h_kv - whole_groups) * num_splits
     return dataclasses.replace(base, kv_tile=kv_tile, num_splits=num_splits, split_len=split_len,
-                               num_units=units, num_cores=min(cores, units),
+                               num_units=units, num_cores=min(cores, units), whole_groups=whole_groups,
                                q_tile_rows=q_tile_rows or base.q_tile_rows)
 
 
@@ -303,6 +303,18 @@ def test_forced_split_paged_quantized(gen):
     check(case, *_backend_call(case, plan))
     case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(200, 65), block_size=64, kv_dtype=torch.float8_e4m3fn)
     plan = _forced_plan(case, kv_tile=32, num_splits=3, split_len=96)
+    check(case, *_backend_call(case, plan))
+
+
+@pytest.mark.parametrize("whole_groups", [1, 3, 6])
+def test_forced_plans_whole_groups_then_splits(gen, whole_groups):
+    # The plan's first groups run whole (out / lse written by their unit), the rest split and
+    # merged by the combine pass over the split groups only; empty and 1-key requests in both.
+    case = make_case(gen, B=3, S_q=2, H_q=4, H_kv=2, lens=(150, 0, 1), S_max=160, causal=True, dtype=BF16)
+    plan = _forced_plan(case, kv_tile=32, num_splits=3, split_len=64, whole_groups=whole_groups)
+    check(case, *_backend_call(case, plan))
+    case = make_case(gen, B=3, H_q=4, H_kv=2, lens=(1, 200, 65), block_size=32, kv_dtype=torch.int8)
+    plan = _forced_plan(case, kv_tile=64, num_splits=2, split_len=128, whole_groups=whole_groups)
     check(case, *_backend_call(case, plan))
 
 

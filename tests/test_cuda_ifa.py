@@ -47,7 +47,7 @@ def test_plan_packs_to_the_tiling_header():
     plan = plan_incre_flash_attention(batch=1, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=131072,
                                       device=devices.profile("h100"))
     raw = cuda_backend._plan_bytes(plan)
-    assert len(raw) == 4 * 17  # IncreFlashAttentionTiling: 17 int32
+    assert len(raw) == 4 * 18  # IncreFlashAttentionTiling: 18 int32
     assert plan.num_splits > 1  # b=1 at 128k must spread over the GPU
 
 
@@ -339,6 +339,37 @@ def test_forced_split_plans(split_len, num_splits):
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
 
 
+def whole_groups_plan(base, whole_groups, num_splits):
+    """`base` with its first `whole_groups` (batch, KV head) groups run whole and the others split
+    in `num_splits` (plan field whole_groups)."""
+    split_len = 16 * math.ceil(base.max_kv_len / (16 * num_splits))
+    ns = math.ceil(base.max_kv_len / split_len)
+    return dataclasses.replace(base, whole_groups=whole_groups, num_splits=ns, split_len=split_len,
+                               num_units=whole_groups + (base.batch * base.h_kv - whole_groups) * ns)
+
+
+# Plans whose first groups run whole and the rest split (the planner's tail split of multi-wave
+# grids): every cache type, paged and contiguous, causal S_q 2, empty and 1-key requests among
+# both kinds of group; split counts merged by the last CTA (3) and by the combine kernel (70).
+WHOLE_GROUPS = [dict(kv=kv, page=pg, ns=ns) for kv in ("same", "int8", "fp8") for pg in (0, 64) for ns in (3, 70)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", WHOLE_GROUPS, ids=[_id(c) for c in WHOLE_GROUPS])
+def test_whole_groups_then_splits(case):
+    lens = [1100, 0, 1, 700, 1120, 33]
+    q, k, v, kw = make_case(B=6, h_q=8, h_kv=2, S_q=2, causal=True, kv=case["kv"], page=case["page"], lens=lens,
+                            s_max=1120, seed=zlib.crc32(_id(case).encode()) % 1000)
+    base = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
+    bk = _backend_kwargs(q, k, kw)
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    for whole in (1, 5, 11):  # groups 0..whole-1 whole: a split group first / mid-batch / last
+        plan = whole_groups_plan(base, whole, case["ns"])
+        out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+        assert_close_parity(out, ref_out, name=f"{_id(case)} whole={whole} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} whole={whole} lse")
+
+
 # First-wave CTAs of 16-bit caches prefetch their split's first pipeline fill into L2 before the
 # grid-dependency wait, where the split is longer than the fill (128 keys at D 256, 256 at D 128,
 # 512 at D 64; paged: at least 2 fills): every layout it reads spans of, and one it skips.
@@ -422,7 +453,8 @@ def test_every_merge_mode(mode):
     default the launcher picks one per call, so each path is otherwise covered only by the split
     counts that select it)."""
     _rerun_with("DUALOPS_IFA_MERGE", mode,
-                "forced_split_plans or split_merge_repeats or concurrent_streams or graph_decode_step", timeout=600)
+                "forced_split_plans or split_merge_repeats or concurrent_streams or graph_decode_step"
+                " or whole_groups_then_splits", timeout=600)
 
 
 @needs_cuda
@@ -485,7 +517,8 @@ def test_every_cta_shape(shape):
     wave -- would otherwise be covered only by the calls that select them on this GPU."""
     _rerun_with("DUALOPS_IFA_CTA_SHAPE", shape,
                 "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
-                " or forced_split_plans or split_kv_long_context or multi_wave_grids or graph_decode_step", timeout=900)
+                " or forced_split_plans or split_kv_long_context or multi_wave_grids or graph_decode_step"
+                " or whole_groups_then_splits", timeout=900)
 
 
 # ----------------------------------------------------------------------------- CUDA graphs

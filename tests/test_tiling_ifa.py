@@ -1,5 +1,8 @@
 import itertools
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -7,12 +10,12 @@ import torch
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
 from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT,
-                                                  CUDA_MAX_SPLITS_LONG)
+                                                  CUDA_MAX_SPLITS_LONG, CUDA_TAIL_MIN_KEYS, CUDA_TAIL_SPLITS)
 
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
                    "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores",
-                   "q_rows", "q_tile_rows", "kv_dtype_bytes")
+                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups")
 
 
 def plan(device=H200, **kw):
@@ -38,7 +41,7 @@ def test_header_is_the_documented_contract():
     t = p.pack()
     assert t.dtype == torch.int32 and t.device.type == "cpu" and t.numel() == len(CONTRACT_FIELDS)
     assert t.tolist() == [getattr(p, f) for f in CONTRACT_FIELDS]
-    assert p.group == 4 and p.q_rows == 4 and p.version == 1
+    assert p.group == 4 and p.q_rows == 4 and p.version == 2 and p.whole_groups == 0
 
 
 def head_dim_cases():
@@ -118,6 +121,61 @@ def test_units_and_cores_enumerate_the_work_once(dev):
         p.unit_coords(p.num_units)
 
 
+@pytest.mark.parametrize("dev", [H100, H200], ids=lambda d: d.name)
+def test_multi_wave_grids_split_only_their_last_wave(dev):
+    """b128 h32/8 s8k: 1024 groups on 132 SMs = 7 whole waves + 100 groups. The 924 groups of the
+    whole waves run whole, first; the last 100 split in pieces (CUDA_TAIL_SPLITS); every key of
+    every group is covered once, in unit order whole groups then split ones."""
+    p = plan(dev, batch=128, h_q=32, h_kv=8, max_kv_len=8192)
+    assert (p.whole_groups, p.num_splits, p.split_len) == (924, CUDA_TAIL_SPLITS, 2048), p.describe()
+    assert p.num_units == 924 + 100 * CUDA_TAIL_SPLITS
+    coords = [p.unit_coords(u) for u in range(p.num_units)]
+    groups = [b * p.h_kv + kvh for b, kvh, _ in coords]
+    assert groups == sorted(groups)  # whole groups first, each split group's pieces together
+    assert [p.group_splits(g) for g in (0, 923, 924, 1023)] == [1, 1, CUDA_TAIL_SPLITS, CUDA_TAIL_SPLITS]
+    assert sorted(coords) == sorted([(g // 8, g % 8, 0) for g in range(924)] +
+                                    [(g // 8, g % 8, s) for g in range(924, 1024) for s in range(p.num_splits)])
+    for g in (0, 1000):
+        for kv_len in (0, 1, 5000, 8192):
+            assert covered_once([(b, e) for _, b, e in p.kv_ranges(kv_len, group=g)], kv_len)
+    # the workspace keeps one slot per (group, split)
+    assert p.workspace_floats() == (1024 * p.num_splits * 4 * 128, 1024 * p.num_splits * 4)
+    # a last wave with few groups (272 = 2 x 132 + 8) is cut finer, down to CUDA_TAIL_MIN_KEYS
+    few = plan(dev, batch=34, h_q=32, h_kv=8, max_kv_len=8192)
+    assert (few.whole_groups, few.num_splits) == (264, 8192 // CUDA_TAIL_MIN_KEYS), few.describe()
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kv_dtype_bytes=1),                       # 8-bit caches: measured slower
+    dict(max_kv_len=2048),                        # 1 MB units: narrow CTAs' domain
+    dict(batch=33),                               # 264 groups: two exactly full waves
+    dict(batch=32),                               # 256 groups: under two whole waves
+    dict(h_q=256),                                # 32 q rows: two q tiles per unit
+    dict(s_q=5),                                  # 20 q rows likewise
+], ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_multi_wave_grids_kept_whole(kw):
+    args = dict(batch=128, h_q=32, h_kv=8, max_kv_len=8192)
+    args.update(kw)
+    p = plan(H200, **args)
+    assert p.whole_groups == 0 and p.num_splits == 1, p.describe()
+    assert p.num_units == p.batch * p.h_kv
+
+
+def test_tail_split_can_be_turned_off():
+    """DUALOPS_IFA_TAIL=0 (read at import: a subprocess) plans every group whole again."""
+    code = ("from dualops.devices import H200; from dualops.tiling import plan_incre_flash_attention as P; "
+            "p = P(batch=128, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=8192, device=H200); "
+            "print(p.whole_groups, p.num_splits)")
+    env = dict(os.environ, DUALOPS_IFA_TAIL="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "1"], out.stdout + out.stderr
+
+
+def test_ascend_plans_have_no_whole_groups():
+    p = plan(ASCEND_910B2, batch=128, h_q=32, h_kv=8, max_kv_len=8192)
+    assert p.whole_groups == 0, p.describe()
+
+
 def test_split_lengths_are_balanced_within_one_tile():
     for dev in ALL:
         for max_len in (2000, 9999, 65536, 131072, 100003):
@@ -180,7 +238,8 @@ def test_split_kv_stays_off_for_big_batches_and_short_caches():
     for dev in ALL:
         # "short": under two minimum splits (CUDA: 128 keys, Ascend: 512)
         short = ((1, 8, 200), (1, 1, 255)) if dev.is_cuda else ((1, 8, 300), (1, 1, 511))
-        for batch, h_kv, max_len in ((64, 8, 131072), (256, 1, 32768), (dev.num_cores, 1, 131072), *short):
+        # (whole waves only: a partial last wave of long units is split on CUDA, tested above)
+        for batch, h_kv, max_len in ((66, 8, 131072), (256, 1, 32768), (dev.num_cores, 1, 131072), *short):
             p = plan(dev, batch=batch, h_q=h_kv, h_kv=h_kv, max_kv_len=max_len)
             assert p.num_splits == 1, p.describe()
             assert p.split_len >= max_len and p.split_len % p.kv_tile == 0

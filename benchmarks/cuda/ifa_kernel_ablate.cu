@@ -78,6 +78,7 @@ __global__ void k_fill_f32(float* p, int n, float lo, float hi) {
 struct Shape {
   const char* name;
   int B, HQ, HKV, S, NS;
+  int W;  // whole groups ahead of the split ones (plan field whole_groups)
 };
 
 bool shape_selected(const char* name) {
@@ -261,6 +262,25 @@ int main() {
       {"mw h8/1 b256 s16k", 256, 8, 1, 16384, 1},   {"mw h8/1 b512 s8k", 512, 8, 1, 8192, 1},
       {"mw h128/128 b8 s8k", 8, 128, 128, 8192, 1}, {"mw h128/128 b8 s8k ns2", 8, 128, 128, 8192, 2},
       {"mw h64/8 b48 s16k", 48, 64, 8, 16384, 1},   {"mw h64/8 b48 s16k ns2", 48, 64, 8, 16384, 2},
+      // multi-wave grids whose last groups alone are split ("tN": N splits after W whole groups;
+      // the plan's whole_groups): the last wave's groups, or that plus one more wave
+      {"mw h32/8 b128 s8k t2", 128, 32, 8, 8192, 2, 924},     {"mw h32/8 b128 s8k t4", 128, 32, 8, 8192, 4, 924},
+      {"mw h32/8 b128 s8k t8", 128, 32, 8, 8192, 8, 924},     {"mw h32/8 b128 s8k T4", 128, 32, 8, 8192, 4, 792},
+      {"mw h32/8 b128 s8k T8", 128, 32, 8, 8192, 8, 792},
+      {"mw h64/8 b128 s8k t4", 128, 64, 8, 8192, 4, 924},     {"mw h64/8 b128 s8k t8", 128, 64, 8, 8192, 8, 924},
+      {"mw h128/128 b16 s8k t4", 16, 128, 128, 8192, 4, 1980}, {"mw h128/128 b16 s8k t8", 16, 128, 128, 8192, 8, 1980},
+      {"mw h32/8 b64 s32k t4", 64, 32, 8, 32768, 4, 396},     {"mw h32/8 b64 s32k t8", 64, 32, 8, 32768, 8, 396},
+      {"mw h8/1 b256 s8k t4", 256, 8, 1, 8192, 4, 132},       {"mw h64/8 b48 s16k t4", 48, 64, 8, 16384, 4, 264},
+      {"mw h32/8 b128 s4k t2", 128, 32, 8, 4096, 2, 924},     {"mw h32/8 b128 s4k t4", 128, 32, 8, 4096, 4, 924},
+      {"mw h32/8 b128 s16k", 128, 32, 8, 16384, 1},           {"mw h32/8 b128 s16k t4", 128, 32, 8, 16384, 4, 924},
+      {"mw h32/8 b128 s16k t8", 128, 32, 8, 16384, 8, 924},
+      {"mw h32/8 b34 s8k", 34, 32, 8, 8192, 1},               {"mw h32/8 b34 s8k t8", 34, 32, 8, 8192, 8, 264},
+      // single-wave grids of 128 groups (4 SMs idle), whole or split so that SMs balance the end
+      {"sw h32/8 b16 s8k ns2", 16, 32, 8, 8192, 2},           {"sw h32/8 b16 s8k ns4", 16, 32, 8, 8192, 4},
+      {"sw h32/8 b16 s32k ns2", 16, 32, 8, 32768, 2},         {"sw h32/8 b16 s32k ns4", 16, 32, 8, 32768, 4},
+      {"sw h128/128 b1 s8k", 1, 128, 128, 8192, 1},           {"sw h128/128 b1 s8k ns2", 1, 128, 128, 8192, 2},
+      {"sw h128/128 b1 s8k ns4", 1, 128, 128, 8192, 4},       {"sw h8/1 b16 s128k ns16", 16, 8, 1, 131072, 16},
+      {"sw h32/8 b16 s8k t4", 16, 32, 8, 8192, 4, 96},        {"sw h32/8 b16 s32k t4", 16, 32, 8, 32768, 4, 96},
   };
   constexpr int kWarm = 3, kRuns = 25;
   // ABLATE_KV_DELTA_MB = N > 0: V N MB after K in one allocation (else separate allocations)
@@ -281,10 +301,11 @@ int main() {
     const int sets = static_cast<int>(std::min<int64_t>(64, std::max<int64_t>(1, (kL2x3 + kv_bytes - 1) / kv_bytes)));
     const int q_rows = sh.HQ / sh.HKV;
     IncreFlashAttentionTiling t{};
-    t.version = 1, t.batch = sh.B, t.s_q = 1, t.h_q = sh.HQ, t.h_kv = sh.HKV, t.group = q_rows;
+    t.version = 2, t.batch = sh.B, t.s_q = 1, t.h_q = sh.HQ, t.h_kv = sh.HKV, t.group = q_rows;
     const int granule = page > 16 ? page : 16;
     t.head_dim = D, t.max_kv_len = s_cap, t.block_size = page, t.kv_tile = 16, t.num_splits = sh.NS;
-    t.split_len = ((sh.S + sh.NS - 1) / sh.NS + granule - 1) / granule * granule, t.num_units = sh.B * sh.HKV * sh.NS;
+    t.split_len = ((sh.S + sh.NS - 1) / sh.NS + granule - 1) / granule * granule;
+    t.whole_groups = sh.W, t.num_units = sh.W + (sh.B * sh.HKV - sh.W) * sh.NS;
     t.num_cores = 132, t.q_rows = q_rows, t.q_tile_rows = 16, t.kv_dtype_bytes = kKvBytes;
     std::vector<IncreFlashAttentionParams> ps(sets);
     std::vector<void*> allocs;
@@ -334,8 +355,8 @@ int main() {
       CK(cudaMemcpy(p.kv_lens, lens.data(), sh.B * 4, cudaMemcpyHostToDevice));
       p.merge_counters = counters;
       if (sh.NS > 1) {
-        p.o_accum = alloc(static_cast<int64_t>(t.num_units) * q_rows * D * 4);
-        p.lse_accum = alloc(static_cast<int64_t>(t.num_units) * q_rows * 4);
+        p.o_accum = alloc(static_cast<int64_t>(sh.B) * sh.HKV * sh.NS * q_rows * D * 4);
+        p.lse_accum = alloc(static_cast<int64_t>(sh.B) * sh.HKV * sh.NS * q_rows * 4);
       }
       k_fill<<<1024, 256>>>(static_cast<uint32_t*>(p.q), static_cast<int64_t>(sh.B) * sh.HQ * D / 2, 1 + s);
       k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems * kKvBytes / 4, 7 + s, ABLATE_KV_INT8 == 2);

@@ -55,6 +55,7 @@ class IfaCombine {
     const int32_t ns = a.t.num_splits, d = a.t.head_dim, qr = a.t.q_rows;
     const int64_t workers = AscendC::GetBlockNum() * AscendC::GetTaskRation();
     const int64_t total = static_cast<int64_t>(a.t.batch) * a.t.h_kv * qr;
+    const int64_t first = static_cast<int64_t>(a.t.whole_groups) * qr;   // whole groups: no partials
     AscendC::GlobalTensor<float> oa, la;
     oa.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.o_accum), static_cast<uint64_t>(total) * ns * d);
     la.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse_accum), static_cast<uint64_t>(total) * ns);
@@ -63,7 +64,7 @@ class IfaCombine {
     AscendC::LocalTensor<float> ob = o_.Get<float>();
     AscendC::LocalTensor<float> acc = acc_.Get<float>();
     AscendC::LocalTensor<float> stage = stage_.Get<float>();
-    for (int64_t row = AscendC::GetBlockIdx(); row < total; row += workers) {
+    for (int64_t row = first + AscendC::GetBlockIdx(); row < total; row += workers) {
       const int64_t bh = row / qr;
       const int32_t r = static_cast<int32_t>(row % qr);
       const int32_t b = static_cast<int32_t>(bh / a.t.h_kv), kvh = static_cast<int32_t>(bh % a.t.h_kv);

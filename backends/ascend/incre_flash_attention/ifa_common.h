@@ -62,22 +62,28 @@ struct Args {
   }
 };
 
-// One unit of work: (batch b, kv head kvh, split) and the keys it covers.
+// One unit of work: (batch b, kv head kvh, split) and the keys it covers. The plan's first
+// whole_groups units take a whole (b, kvh) group each (ns 1: out / lse written directly); the
+// others split `split` of a later group (ns = num_splits: partials for the combine).
 struct Unit {
-  int32_t b, kvh, split;
+  int32_t b, kvh, split, ns;
   int32_t kv_len;   // valid keys of request b
   int32_t k0, k1;   // keys [k0, k1) of this split (k1 <= kv_len; empty when k1 <= k0)
   int32_t tiles;    // kv tiles covering [k0, k1)
 
   __aicore__ inline void Decode(const Args& a, int32_t u) {
-    split = u % a.t.num_splits;
-    kvh = (u / a.t.num_splits) % a.t.h_kv;
-    b = u / (a.t.num_splits * a.t.h_kv);
+    const bool whole = u < a.t.whole_groups;
+    const int32_t grp = whole ? u : a.t.whole_groups + (u - a.t.whole_groups) / a.t.num_splits;
+    split = whole ? 0 : (u - a.t.whole_groups) % a.t.num_splits;
+    ns = whole ? 1 : a.t.num_splits;
+    kvh = grp % a.t.h_kv;
+    b = grp / a.t.h_kv;
+    const int32_t span = whole ? a.t.max_kv_len : a.t.split_len;
     AscendC::GlobalTensor<int32_t> lens;
     lens.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a.p.kv_lens), a.t.batch);
     kv_len = lens.GetValue(b);
-    k0 = split * a.t.split_len;
-    k1 = MinI(k0 + a.t.split_len, kv_len);
+    k0 = split * span;
+    k1 = MinI(k0 + span, kv_len);
     tiles = k1 > k0 ? CeilDiv(k1 - k0, a.t.kv_tile) : 0;
   }
   // Valid keys of tile j.

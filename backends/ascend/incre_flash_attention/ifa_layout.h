@@ -17,11 +17,11 @@ namespace ifa {
 // The plan header, int32 fields in the order of IfaPlan.FIELDS.
 struct Tiling {
   int32_t version, batch, s_q, h_q, h_kv, group, head_dim, max_kv_len, block_size, kv_tile, num_splits,
-      split_len, num_units, num_cores, q_rows, q_tile_rows, kv_dtype_bytes;
+      split_len, num_units, num_cores, q_rows, q_tile_rows, kv_dtype_bytes, whole_groups;
 };
-constexpr int32_t kTilingInts = 17;
-constexpr int32_t kTilingVersion = 1;
-static_assert(sizeof(Tiling) == kTilingInts * 4, "IFA tiling header is 17 int32 fields");
+constexpr int32_t kTilingInts = 18;
+constexpr int32_t kTilingVersion = 2;
+static_assert(sizeof(Tiling) == kTilingInts * 4, "IFA tiling header is 18 int32 fields");
 #if defined(DUALOPS_IFA_HAVE_TILING_H)
 static_assert(sizeof(::dualops::IncreFlashAttentionTiling) == sizeof(Tiling),
               "ops/include/dualops/tiling.h IFA header differs from the kernel's view");
@@ -119,7 +119,9 @@ inline const char* CheckTiling(const Tiling& t) {
   if (t.num_splits < 1 || t.split_len < t.kv_tile || t.split_len % t.kv_tile) return "split_len must be a multiple of kv_tile";
   if (static_cast<int64_t>(t.num_splits) * t.split_len < t.max_kv_len) return "the splits do not cover max_kv_len keys";
   if (t.q_rows != t.group * t.s_q || t.q_tile_rows < 1 || t.q_tile_rows > t.q_rows) return "bad q_rows / q_tile_rows";
-  if (t.num_units != t.batch * t.h_kv * t.num_splits) return "num_units != batch * h_kv * num_splits";
+  if (t.whole_groups < 0 || t.whole_groups > t.batch * t.h_kv) return "whole_groups must be in [0, batch * h_kv]";
+  if (t.num_units != t.whole_groups + (t.batch * t.h_kv - t.whole_groups) * t.num_splits)
+    return "num_units != whole_groups + (batch * h_kv - whole_groups) * num_splits";
   if (t.num_cores < 1 || t.num_cores > t.num_units) return "num_cores must be in [1, num_units]";
   if (t.block_size < 0 || (t.block_size && (t.block_size % 16))) return "block_size must be 0 or a multiple of 16";
   if (t.block_size && t.kv_tile % t.block_size && t.block_size % t.kv_tile) return "kv_tile and block_size must divide one another";

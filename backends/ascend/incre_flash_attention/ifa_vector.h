@@ -322,7 +322,7 @@ class IfaVector {
         lse = stats_m_.GetValue(k) + chunk_ln_.GetValue(r);
       } else {
         AscendC::Duplicate(acc[r * d], 0.0f, d);
-        lse = a_->t.num_splits > 1 ? kNegInf : kPosInf;
+        lse = unit_.ns > 1 ? kNegInf : kPosInf;
       }
       WriteRow(acc[r * d], c + r, lse);
     }
@@ -332,7 +332,7 @@ class IfaVector {
     const int32_t d = a_->t.head_dim;
     AscendC::LocalTensor<float> ab = acc_.Get<float>();
     AscendC::Duplicate(ab, 0.0f, d);
-    const float lse = a_->t.num_splits > 1 ? kNegInf : kPosInf;
+    const float lse = unit_.ns > 1 ? kNegInf : kPosInf;
     for (int32_t r = rs_; r < re_; ++r) WriteRow(ab, r, lse);
   }
 
@@ -344,7 +344,7 @@ class IfaVector {
     AscendC::LocalTensor<float> stage = stage_.Get<float>();
     Sync<AscendC::HardEvent::S_V>();
     AscendC::Duplicate(stage, lse, 8);
-    if (a.t.num_splits > 1) {
+    if (unit_.ns > 1) {
       const uint64_t prow = (static_cast<uint64_t>(unit_.b * a.t.h_kv + unit_.kvh) * a.t.num_splits + unit_.split) *
                                 a.t.q_rows + ur;
       AscendC::GlobalTensor<float> oa, la;

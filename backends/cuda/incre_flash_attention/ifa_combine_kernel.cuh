@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   auto part = reinterpret_cast<PartialMerge(*)[TPG]>(part_raw);  // [GROUPS][TPG]
   const int tid = threadIdx.x;
   const int q_rows = t.q_rows, ns = t.num_splits;
-  const int64_t row = blockIdx.x;
+  const int64_t row = blockIdx.x + static_cast<int64_t>(t.whole_groups) * q_rows;  // whole groups: no partials
   const int r = static_cast<int>(row % q_rows);
   const int64_t bh = row / q_rows;  // b * h_kv + kvh
   const int kvh = static_cast<int>(bh % t.h_kv), b = static_cast<int>(bh / t.h_kv);

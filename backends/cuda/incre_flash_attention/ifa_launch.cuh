@@ -73,7 +73,8 @@ inline bool many_short_units(const IncreFlashAttentionTiling& t, int m_tile) {
   const bool quant = t.kv_dtype_bytes == 1;
   const bool fast_dram = dram_gbps_per_sm() >= 30.0;
   const int64_t ctas = static_cast<int64_t>(t.num_units) * ((t.q_rows + m_tile - 1) / m_tile);
-  const int64_t keys = t.split_len < t.max_kv_len ? t.split_len : t.max_kv_len;
+  // (a plan with whole groups: those units hold every key)
+  const int64_t keys = t.whole_groups == 0 && t.split_len < t.max_kv_len ? t.split_len : t.max_kv_len;
   const int64_t unit_bytes = keys * t.head_dim * 2 * t.kv_dtype_bytes;
   const int64_t max_bytes = quant ? (fast_dram ? 2 << 20 : 256 << 10) : (fast_dram && t.head_dim <= 128 ? 1 << 20 : 0);
   return m_tile == 16 && ctas >= 2 * static_cast<int64_t>(sm_count()) && unit_bytes <= max_bytes;
@@ -162,8 +163,9 @@ int merge_mode(const IncreFlashAttentionParams& p, const IncreFlashAttentionTili
   if (t.num_splits == 1) return kMergeKernel;
   const int o = merge_override();
   if (o == kMergeKernel) return kMergeKernel;
+  // (clusters are num_splits consecutive units: not with whole groups ahead of the split ones)
   if (o != kMergeCounter && ClusterMergeLayout<QT, KVT, D, M_TILE, SHAPE>::kFits &&
-      t.num_splits <= kMaxClusterSplits) {
+      t.num_splits <= kMaxClusterSplits && t.whole_groups == 0) {
     const int64_t clusters = static_cast<int64_t>(t.batch) * t.h_kv * ((t.q_rows + M_TILE - 1) / M_TILE);
     if (clusters <= max_active_clusters<QT, KVT, D, M_TILE, SHAPE>(t.num_splits)) return kMergeCluster;
   }
@@ -227,7 +229,7 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   if (err != cudaSuccess || t.num_splits == 1 || mode != kMergeKernel) return err;
   cfg.attrs = la;
   cfg.numAttrs = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(t.batch) * t.h_kv * t.q_rows),
+  cfg.gridDim = dim3(static_cast<unsigned>((static_cast<int64_t>(t.batch) * t.h_kv - t.whole_groups) * t.q_rows),
                      static_cast<unsigned>(D / kCombineCols));
   cfg.blockDim = dim3(kCombineThreads);
   cfg.dynamicSmemBytes = 0;

@@ -1,6 +1,7 @@
 // The IFA split kernel: one CTA per (plan unit, q-row tile). A unit is (batch b, KV head kvh,
-// split); its CTA reads that head's keys [split * split_len, min(+split_len, kv_lens[b])) once
-// for all G x S_q query rows of the head (rows ordered r = g * S_q + i, as the plan says).
+// split); its CTA reads that head's keys [split * split_len, min(+split_len, kv_lens[b])) -- all
+// of them for the plan's whole groups -- once for all G x S_q query rows of the head (rows
+// ordered r = g * S_q + i, as the plan says).
 // Without split-KV it writes out / lse; with it, fp32 partials, which the last CTA of each
 // (batch, KV head, q tile) group merges in place when they are few (merge_splits), else the
 // combine kernel (ifa_combine_kernel.cuh) does.
@@ -204,18 +205,18 @@ enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 template <typename C>
 __device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionParams& p,
                                                     const IncreFlashAttentionTiling& t, int b, int kvh,
-                                                    int k_begin, int k_cap) {
+                                                    int k_begin, int k_cap, int span) {
   constexpr int D = C::kD;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nk = min(C::kPrefetchKeys, k_cap - k_begin);
-  if (warp >= 2 || nk <= 0 || t.split_len <= C::kPrefetchKeys) return;
+  if (warp >= 2 || nk <= 0 || span <= C::kPrefetchKeys) return;
   // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
   // round trip when the kernel ahead has already ended; it pays from splits of two fills up
   // (Cfg::kPagedPrefetchMinKeys; H100 b1 h32/8 s8k, 16 splits of 512 keys: paged 18.4 -> 17.2
   // us; H200 -1 to -3 %, but b1 h8/1 s32k, 64 splits of 512 keys, +0.2 us; v16). (Loading the
   // block ids at the kernel's start instead, under the address set-up, did not remove that
   // +0.2 us and re-scheduled the bf16 main loop: contiguous calls +0.3 to +1.2 %, v16.)
-  if (t.block_size > 0 && t.split_len < C::kPagedPrefetchMinKeys) return;
+  if (t.block_size > 0 && span < C::kPagedPrefetchMinKeys) return;
   const char* base = static_cast<const char*>(warp == 0 ? p.k : p.v);
   const int64_t s0 = warp == 0 ? p.k_stride_0 : p.v_stride_0;
   const int64_t s1 = warp == 0 ? p.k_stride_1 : p.v_stride_1;
@@ -298,9 +299,16 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  const int ns = t.num_splits;
+  // Unit u of the plan (docs/internals.md "IFA plan"): the first t.whole_groups units take a
+  // whole (batch, KV head) group each, unsplit; the others take split `split` of a later group.
   const int u = blockIdx.x;
-  const int split = u % ns, kvh = (u / ns) % t.h_kv, b = u / (ns * t.h_kv);
+  const bool whole = u < t.whole_groups;
+  const int ns = whole ? 1 : t.num_splits;  // splits of this unit's group
+  const int grp = whole ? u : t.whole_groups + (u - t.whole_groups) / t.num_splits;
+  const int split = whole ? 0 : (u - t.whole_groups) % t.num_splits;
+  const int span = whole ? t.max_kv_len : t.split_len;  // keys the plan gives the unit
+  const int kvh = grp % t.h_kv, b = grp / t.h_kv;
+  const int64_t part = static_cast<int64_t>(grp) * t.num_splits + split;  // its partial's index
   const int row0 = blockIdx.y * M_TILE;
   const int q_rows = t.q_rows, s_q = t.s_q, group = t.group;
 
@@ -348,8 +356,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
       mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
       pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
-      out_row[rr] = ns == 1 ? out_row_final(r - row0) : (static_cast<int64_t>(u) * q_rows + r) * D;
-      lse_row[rr] = ns == 1 ? lse_row_final(r - row0) : static_cast<int64_t>(u) * q_rows + r;
+      out_row[rr] = ns == 1 ? out_row_final(r - row0) : (part * q_rows + r) * D;
+      lse_row[rr] = ns == 1 ? lse_row_final(r - row0) : part * q_rows + r;
     }
   }
 
@@ -361,12 +369,12 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   uint8_t* wbase = kv_smem + warp * STAGES * C::kStageBytes;
   const int block_size = t.block_size;
   const PageMath pm(block_size);
-  const int k_begin = split * t.split_len;
+  const int k_begin = split * span;
   const int first_key = k_begin + warp * kChunkKeys;  // key of this warp's chunk 0
   constexpr int kStepKeys = NW * kChunkKeys;         // keys between its consecutive chunks
   // keys the plan allows this split (kv_lens[b] may cut it shorter): block ids below it are
   // inside the block table, so they can be fetched before kv_lens arrives
-  const int k_cap = min(k_begin + t.split_len, t.max_kv_len);
+  const int k_cap = min(k_begin + span, t.max_kv_len);
   const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
   constexpr int kCpr = C::kRowBytes / 16, kRows = 32 / kCpr, kCopies = kChunkKeys / kRows;
   static_assert(32 % kCpr == 0 && kChunkKeys % kRows == 0, "whole copy rounds");
@@ -395,7 +403,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   if constexpr (C::kPrefetchKeys > 0) {
     // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
     const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
-    if (first_wave) prefetch_first_fill<C>(p, t, b, kvh, k_begin, k_cap);
+    if (first_wave) prefetch_first_fill<C>(p, t, b, kvh, k_begin, k_cap, span);
   }
 
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
@@ -493,7 +501,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     }
   }
   const int kv_len = min(max(kv_len_raw, 0), t.max_kv_len);
-  const int k_end = min(k_begin + t.split_len, kv_len);
+  const int k_end = min(k_begin + span, kv_len);
   const int n_keys = max(k_end - k_begin, 0);
 
   // ---- K/V pipeline: this warp's chunks, STAGES deep; the first copies go out before the q
@@ -1115,7 +1123,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     }
     DUALOPS_IFA_MARK(kTrCounted);
     if (tid == 0) *ctr = 0;  // every CTA of the group has counted: ready for the next call
-    merge_splits<QT, D, M_TILE, NW>(p, t, b, kvh, static_cast<int64_t>(u - split), row0);
+    merge_splits<QT, D, M_TILE, NW>(p, t, b, kvh, part - split, row0);
     DUALOPS_IFA_MARK(kTrMerged);
   }
   DUALOPS_IFA_MARK_EXIT();

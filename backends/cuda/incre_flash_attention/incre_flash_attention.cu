@@ -46,7 +46,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 }  // namespace
 
 const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
-  if (t.version != 1) return fail("plan version %lld, this build reads version 1", t.version);
+  if (t.version != 2) return fail("plan version %lld, this build reads version 2", t.version);
   if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
     return fail("head_dim must be 64, 128 or 256, got %lld", t.head_dim);
   if (t.batch < 1 || t.s_q < 1 || t.h_kv < 1 || t.group < 1)
@@ -55,9 +55,13 @@ const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, cons
     return fail("plan group * h_kv must equal h_q, got h_q %lld, h_kv %lld", t.h_q, t.h_kv);
   if (static_cast<int64_t>(t.group) * t.s_q != t.q_rows)
     return fail("plan q_rows must be group * s_q, got %lld (s_q %lld)", t.q_rows, t.s_q);
-  if (t.num_splits < 1 || static_cast<int64_t>(t.batch) * t.h_kv * t.num_splits != t.num_units)
-    return fail("plan num_units must be batch * h_kv * num_splits, got %lld units, %lld splits", t.num_units,
-                t.num_splits);
+  const int64_t groups = static_cast<int64_t>(t.batch) * t.h_kv;
+  if (t.whole_groups < 0 || t.whole_groups > groups)
+    return fail("plan whole_groups must be in [0, batch * h_kv], got %lld", t.whole_groups);
+  if (t.num_splits < 1 || t.whole_groups + (groups - t.whole_groups) * t.num_splits != t.num_units)
+    return fail("plan num_units must be whole_groups + (batch * h_kv - whole_groups) * num_splits, got %lld units, "
+                "%lld splits",
+                t.num_units, t.num_splits);
   if (t.split_len < 16 || t.split_len % 16 != 0)
     return fail("plan split_len must be a positive multiple of 16, got %lld", t.split_len);
   if (static_cast<int64_t>(t.num_splits) * t.split_len < t.max_kv_len)

@@ -24,8 +24,9 @@ struct IncreFlashAttentionTiling {
   int32_t q_rows;
   int32_t q_tile_rows;
   int32_t kv_dtype_bytes;
+  int32_t whole_groups;
 };
-static_assert(sizeof(IncreFlashAttentionTiling) == 68, "tiling layout");
+static_assert(sizeof(IncreFlashAttentionTiling) == 72, "tiling layout");
 
 // FlashMLA-style decode schedule; header, then parts [num_sm_parts, 8], then num_splits [batch + 1]. (header of MlaPlan.pack())
 struct MlaDecodeTiling {

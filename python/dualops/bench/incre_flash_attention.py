@@ -84,7 +84,9 @@ def _bench_config(hq, hkv, b, s, *, copy_gbs, l2, graph, runs, gen, quant, paged
         r = dict(variant=variant, **base, us=t.median_us, p10_us=t.p10_us, p90_us=t.p90_us,
                  kv_gbs=gbs, pct_copy=100.0 * gbs / copy_gbs if copy_gbs else math.nan)
         if plan is not None:
-            r.update(splits=plan.num_splits, units=plan.num_units)
+            # splits: of every group, or "N (last wave)" where only the last wave's groups split
+            splits = f"{plan.num_splits} (last wave)" if plan.whole_groups else plan.num_splits
+            r.update(splits=splits, units=plan.num_units)
         r.update(extra)
         rows.append(r)
         return r

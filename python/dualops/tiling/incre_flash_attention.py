@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import ClassVar
 
 from ..devices import DeviceProfile
 from .base import PackedPlan, ceil_div, check_device, check_int, round_up
 
-IFA_VERSION = 1
+IFA_VERSION = 2              # 2: whole_groups appended to the header
 
 # --- CUDA choices ---------------------------------------------------------------------------
 CUDA_STAGES = 2              # K/V tiles in flight in shared memory
@@ -49,6 +50,14 @@ CUDA_MAX_SPLITS_LONG = 128   # ... but up to 128 where every split keeps CUDA_LO
 CUDA_LONG_SPLIT = 1024       # then a split's first pipeline fill is prefetched into L2 under the
                              # kernel ahead (ifa_split_kernel.cuh) and 128 SMs stream (v14, b1
                              # h8/1 s128k: 64 splits 23.9 us vs 128: 22.2)
+CUDA_TAIL_MIN_UNIT_BYTES = 2 << 20  # multi-wave grids of 16-bit caches whose units stream at
+CUDA_TAIL_MIN_WAVES = 2      # least this much K+V and that fill this many whole waves split
+CUDA_TAIL_SPLITS = 4         # only their last partial wave's groups, in at least this many
+CUDA_TAIL_MIN_KEYS = 1024    # pieces of at least this many keys (_choose_tail; BENCHMARKS.md
+                             # item 27, H200 graph us: b128 h32/8 s8k 954 -> 931, s16k 1885 ->
+                             # 1849, b16 h128/128 s8k 1886 -> 1862; 8-bit caches lost 1-5 %)
+CUDA_TAIL_ENABLED = os.environ.get("DUALOPS_IFA_TAIL", "1") != "0"  # DUALOPS_IFA_TAIL=0: never
+                             # (measurements; read at import, plans are cached)
 CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8 caches: a split costs the 8-bit kernel more math per
                              # byte, so 64 SMs do not saturate HBM (v13, b1 h8/1 s128k: int8
                              # 64 splits 24.3 us vs 128: 20.0, fp8 22.9 vs 17.7; s32k level)
@@ -130,19 +139,34 @@ class IfaPlan(PackedPlan):
     q_rows: int
     q_tile_rows: int
     kv_dtype_bytes: int
+    whole_groups: int = 0
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
         "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores", "q_rows",
-        "q_tile_rows", "kv_dtype_bytes")
+        "q_tile_rows", "kv_dtype_bytes", "whole_groups")
     VERSION: ClassVar[int] = IFA_VERSION
 
     # -- work list --------------------------------------------------------------------------
+    @property
+    def num_groups(self) -> int:
+        """(batch, KV head) groups: g = b * h_kv + kvh."""
+        return self.batch * self.h_kv
+
+    def group_splits(self, g: int) -> int:
+        """Splits of group g: 1 for the first whole_groups groups (run whole, by one unit each),
+        num_splits for the others."""
+        if not 0 <= g < self.num_groups:
+            raise ValueError(f"group must be in [0, {self.num_groups}), got {g}")
+        return 1 if g < self.whole_groups else self.num_splits
+
     def unit_coords(self, u: int) -> tuple[int, int, int]:
-        """(b, kvh, split) of unit u."""
+        """(b, kvh, split) of unit u; a whole group's unit is split 0 of 1."""
         if not 0 <= u < self.num_units:
             raise ValueError(f"unit must be in [0, {self.num_units}), got {u}")
-        return u // (self.num_splits * self.h_kv), (u // self.num_splits) % self.h_kv, u % self.num_splits
+        wg = self.whole_groups
+        g, split = (u, 0) if u < wg else (wg + (u - wg) // self.num_splits, (u - wg) % self.num_splits)
+        return g // self.h_kv, g % self.h_kv, split
 
     def units_of_core(self, c: int) -> range:
         """Units core c runs: c, c + num_cores, ..."""
@@ -150,10 +174,13 @@ class IfaPlan(PackedPlan):
             raise ValueError(f"core must be in [0, {self.num_cores}), got {c}")
         return range(c, self.num_units, self.num_cores)
 
-    def kv_ranges(self, kv_len: int) -> list[tuple[int, int, int]]:
-        """(split, begin, end) of every split for a request holding kv_len keys; empty splits
-        (begin >= kv_len) come back as (split, begin, begin)."""
+    def kv_ranges(self, kv_len: int, group: int | None = None) -> list[tuple[int, int, int]]:
+        """(split, begin, end) of every split of a group (default: a split group) for a request
+        holding kv_len keys; empty splits (begin >= kv_len) come back as (split, begin, begin).
+        A whole group has one: (0, 0, kv_len)."""
         kv_len = check_int("kv_len", kv_len, min_value=0, max_value=self.max_kv_len)
+        if group is not None and self.group_splits(group) == 1:
+            return [(0, 0, kv_len)]
         out = []
         for s in range(self.num_splits):
             begin = s * self.split_len
@@ -167,7 +194,9 @@ class IfaPlan(PackedPlan):
                 for r in range(0, self.q_rows, self.q_tile_rows)]
 
     def workspace_floats(self) -> tuple[int, int]:
-        """(o_accum, lse_accum) fp32 element counts; (0, 0) without split-KV."""
+        """(o_accum, lse_accum) fp32 element counts; (0, 0) without split-KV. Indexed by
+        (group * num_splits + split) whether or not the group runs whole (whole groups' slots
+        stay unused)."""
         if self.num_splits == 1:
             return 0, 0
         rows = self.batch * self.h_kv * self.num_splits * self.q_rows
@@ -182,7 +211,9 @@ class IfaPlan(PackedPlan):
         paged = f"paged bs={self.block_size}" if self.block_size else "contiguous"
         return (f"IFA b={self.batch} s_q={self.s_q} h_q={self.h_q}/h_kv={self.h_kv} d={self.head_dim} "
                 f"kv<={self.max_kv_len} {paged}: kv_tile={self.kv_tile} q_tile={self.q_tile_rows}/"
-                f"{self.q_rows} splits={self.num_splits}x{self.split_len} units={self.num_units} "
+                f"{self.q_rows} splits={self.num_splits}x{self.split_len}"
+                + (f" after {self.whole_groups} whole groups" if self.whole_groups else "")
+                + f" units={self.num_units} "
                 f"on {self.num_cores} cores")
 
 
@@ -266,6 +297,34 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
     return best[1], best[2]
 
 
+def _choose_tail(device, *, groups, max_kv_len, granule, q_rows, head_dim, kv_dtype_bytes):
+    """(whole_groups, num_splits, split_len) for a grid of more (batch, KV head) groups than cores,
+    else None. One CTA per group, equal groups: the groups of the last, partial wave start as the
+    others end and stream on alone, with most SMs idle -- the wave's ragged tail. So the groups
+    of the whole waves stay whole (and go first: lower unit ids start first) and only the last
+    wave's are split, into pieces that the SMs take as they free up, so that the grid ends
+    within about one piece of the ideal. CUDA only (Ascend keeps one split length), 16-bit caches
+    (the 8-bit kernel pays its per-unit cost on the SM it occupies: 1-5 % slower), one q tile per
+    unit (the CTAs of a unit's second q tile are dispatched after every first tile), at least
+    CUDA_TAIL_MIN_WAVES whole waves (b256 h8/1 s8k, 1.9 waves: +1 %) and units of at least
+    CUDA_TAIL_MIN_UNIT_BYTES of K+V (units of 1 MB or less run as two narrow CTAs per SM, which
+    fills the tail otherwise: ifa_launch.cuh). Pieces: CUDA_TAIL_SPLITS, or more when the last
+    wave has few groups (its pieces should cover the SMs), each of at least CUDA_TAIL_MIN_KEYS."""
+    cores = device.num_cores
+    if not device.is_cuda or kv_dtype_bytes != 2 or q_rows > 16 or not CUDA_TAIL_ENABLED:
+        return None
+    rem = groups % cores
+    if groups // cores < CUDA_TAIL_MIN_WAVES or rem == 0:
+        return None
+    if max_kv_len * head_dim * 2 * kv_dtype_bytes < CUDA_TAIL_MIN_UNIT_BYTES:
+        return None
+    splits = min(max(CUDA_TAIL_SPLITS, ceil_div(cores, rem)), max_kv_len // CUDA_TAIL_MIN_KEYS)
+    if splits < 2:
+        return None
+    split_len = round_up(ceil_div(max_kv_len, splits), granule)
+    return groups - rem, ceil_div(max_kv_len, split_len), split_len
+
+
 @functools.lru_cache(maxsize=1024)
 def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, head_dim: int,
                                max_kv_len: int, block_size: int = 0, kv_dtype_bytes: int = 2,
@@ -301,13 +360,18 @@ def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, hea
     num_splits, split_len = _choose_splits(
         device, units_base=batch * h_kv, max_kv_len=max_kv_len, granule=granule, q_rows=q_rows,
         kv_dtype_bytes=kv_dtype_bytes)
-    num_units = batch * h_kv * num_splits
+    whole_groups = 0
+    tail = _choose_tail(device, groups=batch * h_kv, max_kv_len=max_kv_len, granule=granule, q_rows=q_rows,
+                        head_dim=head_dim, kv_dtype_bytes=kv_dtype_bytes)
+    if num_splits == 1 and tail is not None:
+        whole_groups, num_splits, split_len = tail
+    num_units = whole_groups + (batch * h_kv - whole_groups) * num_splits
     plan = IfaPlan(
         version=IFA_VERSION, batch=batch, s_q=s_q, h_q=h_q, h_kv=h_kv, group=group,
         head_dim=head_dim, max_kv_len=max_kv_len, block_size=block_size, kv_tile=kv_tile,
         num_splits=num_splits, split_len=split_len, num_units=num_units,
         num_cores=min(device.num_cores, num_units), q_rows=q_rows, q_tile_rows=q_tile_rows,
-        kv_dtype_bytes=kv_dtype_bytes)
+        kv_dtype_bytes=kv_dtype_bytes, whole_groups=whole_groups)
     plan.pack()  # fails early, naming the field, if a value does not fit int32
     return plan
 
