@@ -143,6 +143,9 @@ def test_multi_wave_grids_split_only_their_last_wave(dev):
     # a last wave with few groups (272 = 2 x 132 + 8) is cut finer, down to CUDA_TAIL_MIN_KEYS
     few = plan(dev, batch=34, h_q=32, h_kv=8, max_kv_len=8192)
     assert (few.whole_groups, few.num_splits) == (264, 8192 // CUDA_TAIL_MIN_KEYS), few.describe()
+    # one group in the last wave of 256k-key units: as many pieces as a 16-bit plan may have
+    one = plan(dev, batch=53, h_q=20, h_kv=5, max_kv_len=262144)
+    assert (one.whole_groups, one.num_splits) == (264, CUDA_MAX_SPLITS_LONG), one.describe()
 
 
 @pytest.mark.parametrize("kw", [

@@ -309,7 +309,8 @@ def _choose_tail(device, *, groups, max_kv_len, granule, q_rows, head_dim, kv_dt
     CUDA_TAIL_MIN_WAVES whole waves (b256 h8/1 s8k, 1.9 waves: +1 %) and units of at least
     CUDA_TAIL_MIN_UNIT_BYTES of K+V (units of 1 MB or less run as two narrow CTAs per SM, which
     fills the tail otherwise: ifa_launch.cuh). Pieces: CUDA_TAIL_SPLITS, or more when the last
-    wave has few groups (its pieces should cover the SMs), each of at least CUDA_TAIL_MIN_KEYS."""
+    wave has few groups (its pieces should cover the SMs), each of at least CUDA_TAIL_MIN_KEYS,
+    and no more than the CUDA_MAX_SPLITS_LONG any 16-bit plan may have."""
     cores = device.num_cores
     if not device.is_cuda or kv_dtype_bytes != 2 or q_rows > 16 or not CUDA_TAIL_ENABLED:
         return None
@@ -318,7 +319,8 @@ def _choose_tail(device, *, groups, max_kv_len, granule, q_rows, head_dim, kv_dt
         return None
     if max_kv_len * head_dim * 2 * kv_dtype_bytes < CUDA_TAIL_MIN_UNIT_BYTES:
         return None
-    splits = min(max(CUDA_TAIL_SPLITS, ceil_div(cores, rem)), max_kv_len // CUDA_TAIL_MIN_KEYS)
+    splits = min(max(CUDA_TAIL_SPLITS, ceil_div(cores, rem)), max_kv_len // CUDA_TAIL_MIN_KEYS,
+                 CUDA_MAX_SPLITS_LONG)
     if splits < 2:
         return None
     split_len = round_up(ceil_div(max_kv_len, splits), granule)
