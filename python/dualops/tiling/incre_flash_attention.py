@@ -50,12 +50,13 @@ CUDA_MAX_SPLITS_LONG = 128   # ... but up to 128 where every split keeps CUDA_LO
 CUDA_LONG_SPLIT = 1024       # then a split's first pipeline fill is prefetched into L2 under the
                              # kernel ahead (ifa_split_kernel.cuh) and 128 SMs stream (v14, b1
                              # h8/1 s128k: 64 splits 23.9 us vs 128: 22.2)
-CUDA_TAIL_MIN_UNIT_BYTES = 2 << 20  # multi-wave grids of 16-bit caches whose units stream at
-CUDA_TAIL_MIN_WAVES = 2      # least this much K+V and that fill this many whole waves split
-CUDA_TAIL_SPLITS = 4         # only their last partial wave's groups, in at least this many
-CUDA_TAIL_MIN_KEYS = 1024    # pieces of at least this many keys (_choose_tail; BENCHMARKS.md
-                             # item 27, H200 graph us: b128 h32/8 s8k 954 -> 931, s16k 1885 ->
-                             # 1849, b16 h128/128 s8k 1886 -> 1862; 8-bit caches lost 1-5 %)
+# Multi-wave grids of a 16-bit cache split only their last, partial wave's groups (_choose_tail;
+# BENCHMARKS.md item 27, H200 graph us: b128 h32/8 s8k 954 -> 931, s16k 1885 -> 1849, b16
+# h128/128 s8k 1886 -> 1862; 8-bit caches lost 1-5 %):
+CUDA_TAIL_MIN_UNIT_BYTES = 2 << 20  # where a unit streams at least this much K+V
+CUDA_TAIL_MIN_WAVES = 2      # and the groups fill at least this many whole waves,
+CUDA_TAIL_SPLITS = 4         # in at least this many pieces
+CUDA_TAIL_MIN_KEYS = 1024    # of at least this many keys
 CUDA_TAIL_ENABLED = os.environ.get("DUALOPS_IFA_TAIL", "1") != "0"  # DUALOPS_IFA_TAIL=0: never
                              # (measurements; read at import, plans are cached)
 CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8 caches: a split costs the 8-bit kernel more math per
