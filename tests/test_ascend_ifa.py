@@ -271,10 +271,9 @@ def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, core
                                       head_dim=q.shape[3], max_kv_len=max_kv, block_size=bs,
                                       kv_dtype_bytes=k.element_size(),
                                       device=devices.with_cores(devices.profile("ascend910b2"), cores))
-    units = whole_groups + (base.batch * base.h_kv - whole_groups) * num_splits
-    return dataclasses.replace(base, kv_tile=kv_tile, num_splits=num_splits, split_len=split_len,
-                               num_units=units, num_cores=min(cores, units), whole_groups=whole_groups,
-                               q_tile_rows=q_tile_rows or base.q_tile_rows)
+    plan = base.with_splits(num_splits, split_len=split_len, whole_groups=whole_groups, kv_tile=kv_tile,
+                            q_tile_rows=q_tile_rows or base.q_tile_rows)
+    return dataclasses.replace(plan, num_cores=min(cores, plan.num_units))
 
 
 def test_planner_split_kv_long_request(gen):

@@ -7,7 +7,6 @@ GPU tests skip on a machine without CUDA (the packing tests still run there). Th
 names contain "smoke" are the compute-sanitizer subset (scripts/gpu_job.sh)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import subprocess
@@ -331,21 +330,11 @@ def test_forced_split_plans(split_len, num_splits):
     # Odd split lengths, and more splits than keys for some requests (empty splits).
     q, k, v, kw = make_case(B=3, h_q=8, h_kv=2, S_q=2, causal=True, lens=[400, 0, 37], s_max=400, seed=split_len)
     base = cuda_backend.make_ifa_plan(q, k, None)
-    plan = dataclasses.replace(base, num_splits=num_splits, split_len=split_len,
-                               num_units=base.batch * base.h_kv * num_splits)
+    plan = base.with_splits(num_splits, split_len=split_len)
     out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
     ref_out, ref_lse = ref_ifa(q, k, v, **kw)
     assert_close_parity(out, ref_out, name="forced split out")
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
-
-
-def whole_groups_plan(base, whole_groups, num_splits):
-    """`base` with its first `whole_groups` (batch, KV head) groups run whole and the others split
-    in `num_splits` (plan field whole_groups)."""
-    split_len = 16 * math.ceil(base.max_kv_len / (16 * num_splits))
-    ns = math.ceil(base.max_kv_len / split_len)
-    return dataclasses.replace(base, whole_groups=whole_groups, num_splits=ns, split_len=split_len,
-                               num_units=whole_groups + (base.batch * base.h_kv - whole_groups) * ns)
 
 
 # Plans whose first groups run whole and the rest split (the planner's tail split of multi-wave
@@ -364,7 +353,7 @@ def test_whole_groups_then_splits(case):
     bk = _backend_kwargs(q, k, kw)
     ref_out, ref_lse = ref_ifa(q, k, v, **kw)
     for whole in (1, 5, 11):  # groups 0..whole-1 whole: a split group first / mid-batch / last
-        plan = whole_groups_plan(base, whole, case["ns"])
+        plan = base.with_splits(case["ns"], whole_groups=whole)
         out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
         assert_close_parity(out, ref_out, name=f"{_id(case)} whole={whole} out")
         assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} whole={whole} lse")
@@ -402,9 +391,7 @@ def test_first_fill_prefetch_layouts(case):
             table[b, used:] = torch.where(past % 2 == 0, -1, k.shape[0] + 1000 * (past + 1))
     base = cuda_backend.make_ifa_plan(q, k, kw.get("block_table"))
     for num_splits in (1, 2, 3):
-        split_len = 16 * math.ceil(base.max_kv_len / (16 * num_splits))
-        plan = dataclasses.replace(base, num_splits=math.ceil(base.max_kv_len / split_len), split_len=split_len,
-                                   num_units=base.batch * base.h_kv * math.ceil(base.max_kv_len / split_len))
+        plan = base.with_splits(num_splits)
         out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
         ref_out, ref_lse = ref_ifa(q, k, v, **kw)
         assert_close_parity(out, ref_out, name=f"{_id(case)} splits={num_splits} out")
@@ -420,9 +407,7 @@ def test_split_merge_repeats_and_graph_replays(num_splits):
     counters of its own uses the combine kernel), must stay right."""
     q, k, v, kw = make_case(B=2, h_q=8, h_kv=2, lens=[1100, 700], s_max=1120, seed=num_splits)
     base = cuda_backend.make_ifa_plan(q, k, None)
-    split_len = 16 * math.ceil(1120 / num_splits / 16)
-    ns = math.ceil(1120 / split_len)
-    plan = dataclasses.replace(base, num_splits=ns, split_len=split_len, num_units=base.batch * base.h_kv * ns)
+    plan = base.with_splits(num_splits)
     bk = _backend_kwargs(q, k, kw)
     for rep in range(3):
         out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
@@ -465,7 +450,7 @@ def test_split_merge_on_concurrent_streams():
     plans = []
     for q, k, v, kw in cases:
         base = cuda_backend.make_ifa_plan(q, k, None)
-        plans.append(dataclasses.replace(base, num_splits=3, split_len=384, num_units=base.batch * base.h_kv * 3))
+        plans.append(base.with_splits(3, split_len=384))
     streams = [torch.cuda.Stream() for _ in cases]
     for s in streams:
         s.wait_stream(torch.cuda.current_stream())

@@ -121,6 +121,28 @@ def test_units_and_cores_enumerate_the_work_once(dev):
         p.unit_coords(p.num_units)
 
 
+def test_forced_splits_keep_the_unit_count_and_cover_the_keys():
+    """IfaPlan.with_splits, how tests and measurements force plans: by count (split_len the
+    granule multiple that makes about that many), by length, or both as given; units follow."""
+    p = plan(H100, batch=3, h_q=8, h_kv=2, max_kv_len=1120)
+    q = p.with_splits(70)
+    assert (q.num_splits, q.split_len, q.num_units) == (70, 16, 3 * 2 * 70)
+    q = p.with_splits(9, granule=128)
+    assert (q.num_splits, q.split_len) == (9, 128) and q.num_splits * q.split_len >= 1120
+    q = p.with_splits(split_len=48)
+    assert (q.num_splits, q.num_units) == (24, 6 * 24)
+    q = p.with_splits(80, split_len=16)  # as given: the last 10 splits hold no key
+    assert (q.num_splits, q.split_len, q.kv_ranges(1120)[-1]) == (80, 16, (79, 1264, 1264))
+    with pytest.raises(ValueError, match="do not cover max_kv_len 1120"):
+        p.with_splits(40, split_len=16)
+    q = p.with_splits(5, whole_groups=2, kv_tile=32)
+    assert (q.whole_groups, q.num_units, q.kv_tile) == (2, 2 + 4 * 5, 32)
+    assert [q.group_splits(g) for g in range(6)] == [1, 1, 5, 5, 5, 5]
+    assert sorted(q.unit_coords(u) for u in range(q.num_units))[:2] == [(0, 0, 0), (0, 1, 0)]
+    with pytest.raises(ValueError, match="num_splits, split_len"):
+        p.with_splits()
+
+
 @pytest.mark.parametrize("dev", [H100, H200], ids=lambda d: d.name)
 def test_multi_wave_grids_split_only_their_last_wave(dev):
     """b128 h32/8 s8k: 1024 groups on 132 SMs = 7 whole waves + 100 groups. The 924 groups of the

@@ -220,6 +220,8 @@ void print_trace(const Shape& sh, int ctas) {
   line("A first chunk", 0, kTrFirstChunk);
   line("A all warps done", 0, kTrAllDone);
   line("A stored", 0, kTrStored);
+  line("A merge counted", 0, kTrCounted);
+  line("A merged", 0, kTrMerged);
   line("B entry", 1, kTrEntry);
   line("B grid wait", 1, kTrWaited);
   line("B first chunk", 1, kTrFirstChunk);

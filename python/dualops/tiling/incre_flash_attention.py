@@ -169,6 +169,26 @@ class IfaPlan(PackedPlan):
         g, split = (u, 0) if u < wg else (wg + (u - wg) // self.num_splits, (u - wg) % self.num_splits)
         return g // self.h_kv, g % self.h_kv, split
 
+    def with_splits(self, num_splits: int | None = None, *, split_len: int | None = None, granule: int = 16,
+                    whole_groups: int = 0, **fields) -> "IfaPlan":
+        """This plan with its KV split another way (tests and measurements force plans so), the
+        unit count following (``_num_units``). Give num_splits (split_len then the multiple of
+        `granule` that makes about that many, and num_splits what that gives for max_kv_len),
+        split_len (num_splits to cover max_kv_len), or both (taken as they are, as long as they
+        cover max_kv_len: more splits than keys make empty ones). Other fields (num_cores, kv_tile, ...) go through `fields`."""
+        if split_len is None:
+            if num_splits is None:
+                raise ValueError("with_splits: give num_splits, split_len or both")
+            split_len = granule * -(-self.max_kv_len // (granule * num_splits))
+            num_splits = None
+        if num_splits is None:
+            num_splits = max(1, -(-self.max_kv_len // split_len))
+        if split_len < 1 or num_splits * split_len < self.max_kv_len:
+            raise ValueError(f"with_splits: {num_splits} splits of {split_len} keys do not cover max_kv_len "
+                             f"{self.max_kv_len}")
+        return dataclasses.replace(self, num_splits=num_splits, split_len=split_len, whole_groups=whole_groups,
+                                   num_units=_num_units(self.batch * self.h_kv, whole_groups, num_splits), **fields)
+
     def units_of_core(self, c: int) -> range:
         """Units core c runs: c, c + num_cores, ..."""
         if not 0 <= c < self.num_cores:
@@ -216,6 +236,11 @@ class IfaPlan(PackedPlan):
                 + (f" after {self.whole_groups} whole groups" if self.whole_groups else "")
                 + f" units={self.num_units} "
                 f"on {self.num_cores} cores")
+
+
+def _num_units(groups: int, whole_groups: int, num_splits: int) -> int:
+    """Units of a plan: one per whole group, num_splits per later group."""
+    return whole_groups + (groups - whole_groups) * num_splits
 
 
 def _kv_tile_candidates(block_size: int, max_tile: int) -> list[int]:
@@ -368,7 +393,7 @@ def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, hea
                         head_dim=head_dim, kv_dtype_bytes=kv_dtype_bytes)
     if num_splits == 1 and tail is not None:
         whole_groups, num_splits, split_len = tail
-    num_units = whole_groups + (batch * h_kv - whole_groups) * num_splits
+    num_units = _num_units(batch * h_kv, whole_groups, num_splits)
     plan = IfaPlan(
         version=IFA_VERSION, batch=batch, s_q=s_q, h_q=h_q, h_kv=h_kv, group=group,
         head_dim=head_dim, max_kv_len=max_kv_len, block_size=block_size, kv_tile=kv_tile,
