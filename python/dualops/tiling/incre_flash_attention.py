@@ -175,7 +175,8 @@ class IfaPlan(PackedPlan):
         unit count following (``_num_units``). Give num_splits (split_len then the multiple of
         `granule` that makes about that many, and num_splits what that gives for max_kv_len),
         split_len (num_splits to cover max_kv_len), or both (taken as they are, as long as they
-        cover max_kv_len: more splits than keys make empty ones). Other fields (num_cores, kv_tile, ...) go through `fields`."""
+        cover max_kv_len: more splits than keys make empty ones). Other fields (num_cores,
+        kv_tile, ...) go through `fields`."""
         if split_len is None:
             if num_splits is None:
                 raise ValueError("with_splits: give num_splits, split_len or both")
