@@ -77,7 +77,8 @@ def shapes():
         plan = cb.make_ifa_plan(qs[0], ks[0], None)
         us = _time_ours(qs, ks, vs, _call_kwargs(b, s, plan), n)
         gbs = b * s * hkv * 512 / (us * 1e-6) / 1e9
-        print(f"shape={shape:6s} h{hq}/{hkv} b{b} s{s} splits={plan.num_splits}: {us:8.1f} us {gbs:6.0f} GB/s", flush=True)
+        print(f"shape={shape:6s} h{hq}/{hkv} b{b} s{s} splits={plan.num_splits}: {us:8.1f} us {gbs:6.0f} GB/s",
+              flush=True)
         qs = ks = vs = None  # (free before the next configuration allocates)
     if shape == "auto":
         q = torch.randn(16, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
