@@ -132,9 +132,9 @@ def durations():
 
 
 def splits(kv):
-    import torch
-    from dualops import quant
     from dualops.backends import cuda as cb
+    from dualops.bench import ifa_workload
+    from dualops.bench.timing import time_cuda
 
     nbytes = 2 if kv == "bf16" else 1
     cfgs = ((8, 1, 1, 131072, (64, 128)), (8, 1, 1, 32768, (64, 128)), (8, 1, 1, 8192, (16, 32, 64)),
@@ -142,34 +142,19 @@ def splits(kv):
             (8, 1, 16, 8192, (8, 16)), (8, 1, 16, 32768, (8, 16)))
     for hq, hkv, b, s, alts in _configs(cfgs):
         n = _rotation(b * s * hkv * 256 * nbytes)
-        qs = [torch.randn(b, 1, hq, 128, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-        ks, vs, extra = [], [], {}
-        for _ in range(n):
-            k = torch.randn(b, s, hkv, 128, device="cuda")
-            v = torch.randn_like(k)
-            if kv == "bf16":
-                ks.append(k.bfloat16())
-                vs.append(v.bfloat16())
-            elif kv == "int8":
-                kq, kscale, koff = quant.quantize_kv_int8(k)
-                vq, vscale, voff = quant.quantize_kv_int8(v)
-                ks.append(kq)
-                vs.append(vq)
-                extra = dict(k_scale=kscale, v_scale=vscale, k_offset=koff, v_offset=voff)
-            else:
-                kq, kscale = quant.quantize_kv_fp8(k)
-                vq, vscale = quant.quantize_kv_fp8(v)
-                ks.append(kq)
-                vs.append(vq)
-                extra = dict(k_scale=kscale, v_scale=vscale)
-            del k, v
-        base = cb.make_ifa_plan(qs[0], ks[0], None)
+        # the bench sweep's inputs (int8 with per-channel scales and offsets, fp8 with scales)
+        shape = ifa_workload.normalize(dict(b=b, h_q=hq, h_kv=hkv, s_kv=s, kv_dtype=kv))
+        sets = [ifa_workload.build(shape, "cuda", None) for _ in range(n)]
+        keys = ("k_scale", "v_scale", "k_offset", "v_offset")
+        base = cb.make_ifa_plan(sets[0]["q"], sets[0]["k_cache"], None)
         line = f"{kv} h{hq}/{hkv} b{b} s{s}:"
         for ns in (base.num_splits,) + tuple(a for a in alts if a != base.num_splits):
-            plan = base.with_splits(ns)
-            line += f"  ns{plan.num_splits}={_time_ours(qs, ks, vs, _call_kwargs(b, s, plan, **extra), n):.1f}"
+            kws = [_call_kwargs(b, s, base.with_splits(ns), **{k: x.get(k) for k in keys}) for x in sets]
+            t = time_cuda(lambda i: cb.incre_flash_attention(sets[i]["q"], sets[i]["k_cache"], sets[i]["v_cache"],
+                                                             **kws[i]), n)
+            line += f"  ns{kws[0]['plan'].num_splits}={t.median_us:.1f}"
         print(line, flush=True)
-        qs = ks = vs = None  # (free before the next configuration allocates)
+        sets = None  # (free before the next configuration allocates)
 
 
 def layouts():
