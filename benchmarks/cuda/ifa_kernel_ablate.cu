@@ -283,6 +283,11 @@ int main() {
       {"sw h128/128 b1 s8k", 1, 128, 128, 8192, 1},           {"sw h128/128 b1 s8k ns2", 1, 128, 128, 8192, 2},
       {"sw h128/128 b1 s8k ns4", 1, 128, 128, 8192, 4},       {"sw h8/1 b16 s128k ns16", 16, 8, 1, 131072, 16},
       {"sw h32/8 b16 s8k t4", 16, 32, 8, 8192, 4, 96},        {"sw h32/8 b16 s32k t4", 16, 32, 8, 32768, 4, 96},
+      // one wave of 124 / 128 / 132 whole groups: does the time follow the bytes (DRAM-bound) or
+      // the bytes per SM (the SMs' consumption)?
+      {"sm h8/1 b124 s16k", 124, 8, 1, 16384, 1},             {"sm h8/1 b128 s16k", 128, 8, 1, 16384, 1},
+      {"sm h8/1 b132 s16k", 132, 8, 1, 16384, 1},             {"sm h124/31 b4 s16k", 4, 124, 31, 16384, 1},
+      {"sm h128/32 b4 s16k", 4, 128, 32, 16384, 1},           {"sm h132/33 b4 s16k", 4, 132, 33, 16384, 1},
   };
   constexpr int kWarm = 3, kRuns = 25;
   // ABLATE_KV_DELTA_MB = N > 0: V N MB after K in one allocation (else separate allocations)

@@ -311,6 +311,21 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int64_t part = static_cast<int64_t>(grp) * t.num_splits + split;  // its partial's index
   const int row0 = blockIdx.y * M_TILE;
   const int q_rows = t.q_rows, s_q = t.s_q, group = t.group;
+  const int k_begin = split * span;
+  // keys the plan allows this split (kv_lens[b] may cut it shorter): block ids below it are
+  // inside the block table, so they can be fetched before kv_lens arrives
+  const int k_cap = min(k_begin + span, t.max_kv_len);
+  // The L2 prefetch of the first fill goes out first, ahead of the address set-up below (~700
+  // instructions, ~1.8 us from the CTA's start to the wait): where nothing runs ahead of the
+  // kernel to hide that set-up, the DRAM stream starts that much earlier. Same-lease A/B against
+  // the prefetch after the set-up (BENCHMARKS.md item 31), graph us: H200 b16 h32/8 s8k 124.3 ->
+  // 123.4, b1 h32/8 s8k 14.8 -> 14.3, b16 h8/1 s8k 22.1 -> 21.4, b1 h8/1 s128k 22.8 -> 22.3;
+  // H100 b1 h32/8 s8k 17.1 -> 16.5, b16 h8/1 s8k 27.8 -> 26.6; nothing slower by more than 0.1 us.
+  if constexpr (C::kPrefetchKeys > 0) {
+    // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
+    const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
+    if (first_wave) prefetch_first_fill<C>(p, t, b, kvh, k_begin, k_cap, span);
+  }
 
   // ---- before the grid-dependency wait: every address, from the parameters alone ------------
   // A CTA sits in the wait while the kernel before it finishes (programmatic dependent launch),
@@ -369,12 +384,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   uint8_t* wbase = kv_smem + warp * STAGES * C::kStageBytes;
   const int block_size = t.block_size;
   const PageMath pm(block_size);
-  const int k_begin = split * span;
   const int first_key = k_begin + warp * kChunkKeys;  // key of this warp's chunk 0
   constexpr int kStepKeys = NW * kChunkKeys;         // keys between its consecutive chunks
-  // keys the plan allows this split (kv_lens[b] may cut it shorter): block ids below it are
-  // inside the block table, so they can be fetched before kv_lens arrives
-  const int k_cap = min(k_begin + span, t.max_kv_len);
   const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
   constexpr int kCpr = C::kRowBytes / 16, kRows = 32 / kCpr, kCopies = kChunkKeys / kRows;
   static_assert(32 % kCpr == 0 && kChunkKeys % kRows == 0, "whole copy rounds");
@@ -400,11 +411,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int* kv_len_ptr = static_cast<const int*>(p.kv_lens) + b;
   pin(kv_len_ptr);
 
-  if constexpr (C::kPrefetchKeys > 0) {
-    // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
-    const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
-    if (first_wave) prefetch_first_fill<C>(p, t, b, kvh, k_begin, k_cap, span);
-  }
 
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
   // scheduled while that kernel was finishing; nothing in global memory is read (but the hints
