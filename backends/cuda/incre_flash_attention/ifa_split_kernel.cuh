@@ -365,15 +365,24 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
     return (static_cast<int64_t>(b) * t.h_q + kvh * group + gh) * s_q + i;
   };
-  // per-row mask / pse / output offsets (shared memory, read after the q barrier)
-  for (int rr = warp; rr < M_TILE; rr += NW) {
-    if (lane == 0) {
-      const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
-      mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
-      pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
-      out_row[rr] = ns == 1 ? out_row_final(r - row0) : (part * q_rows + r) * D;
-      lse_row[rr] = ns == 1 ? lse_row_final(r - row0) : part * q_rows + r;
-    }
+  // Per-row mask / pse / output offsets (shared memory, read after the q barrier). 8-bit caches:
+  // a thread of the last warps per row, one pass, instead of M_TILE / NW passes by each warp's
+  // lane 0 -- this loop was over half of the pre-wait code, exposed wherever nothing runs ahead
+  // of the kernel. Same-lease A/B (BENCHMARKS.md item 31): 8-bit calls -1 to -4 % on both GPUs;
+  // 16-bit ones +0.1 to +0.3 % on the H100 (H200 mixed), so they keep lane 0 of each warp.
+  auto row_offsets = [&](int rr) {
+    const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
+    mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
+    pse_row[rr] = b * p.pse_stride_b + h * p.pse_stride_h + i * p.pse_stride_q;
+    out_row[rr] = ns == 1 ? out_row_final(r - row0) : (part * q_rows + r) * D;
+    lse_row[rr] = ns == 1 ? lse_row_final(r - row0) : part * q_rows + r;
+  };
+  static_assert(M_TILE <= NT, "a thread per row");
+  if constexpr (C::kQuant) {
+    if (const int rr = tid - (NT - M_TILE); rr >= 0) row_offsets(rr);
+  } else {
+    for (int rr = warp; rr < M_TILE; rr += NW)
+      if (lane == 0) row_offsets(rr);
   }
 
   // K/V copies: cp.async 16 B per lane and copy; a round of 32 lanes covers kRows whole rows
