@@ -420,7 +420,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int* kv_len_ptr = static_cast<const int*>(p.kv_lens) + b;
   pin(kv_len_ptr);
 
-
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
   // scheduled while that kernel was finishing; nothing in global memory is read (but the hints
   // above) or written before it has completed (its writes -- q, the caches, kv_lens -- are then
