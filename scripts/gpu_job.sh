@@ -86,7 +86,7 @@ if has sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8)" 2>&1 | tee "$OUT/$tool.log" | tail -12
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units" 2>&1 | tee "$OUT/$tool.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
@@ -146,7 +146,8 @@ fi
 
 if has splits; then
   # Split counts around the planner's choice on single-wave calls, per cache dtype
-  # (SPLITS_KV="bf16 int8 fp8" by default): "ns<N>=<us>", the plan's count first.
+  # (SPLITS_KV="bf16 int8 fp8" by default; SPLITS_FROM=N skips the first N configurations):
+  # "ns<N>=<us>", the plan's count first.
   echo "== splits"
   for kv in ${SPLITS_KV:-bf16 int8 fp8}; do
     timeout 200 $PY benchmarks/cuda/ifa_probes.py splits $kv 2>&1 | grep -v Warning

@@ -337,6 +337,28 @@ def test_forced_split_plans(split_len, num_splits):
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
 
 
+# Units of at most one 16-key chunk per warp (splits of <= 128 keys, requests of <= 128 keys): the
+# variants whose wide kernel steps two chunks at a time (8-bit caches, D 64) run a one-chunk wide
+# kernel there (ifa_launch.cuh, kWide1); DUALOPS_IFA_CTA_SHAPE=wide (test_every_cta_shape) runs the
+# two-chunk one on the same plans.
+ONE_CHUNK = [dict(kv=kv, D=D, split_len=sl, num_splits=ns)
+             for (kv, D) in [("int8", 128), ("fp8", 128), ("int8", 64), ("same", 64)]
+             for (sl, ns) in [(128, 4), (16, 28)]]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", ONE_CHUNK, ids=[_id(c) for c in ONE_CHUNK])
+def test_one_chunk_units(case):
+    q, k, v, kw = make_case(B=4, h_q=8, h_kv=1, S_q=2, causal=True, kv=case["kv"], D=case["D"],
+                            lens=[400, 0, 37, 128], s_max=448, seed=case["split_len"] + case["D"])
+    base = cuda_backend.make_ifa_plan(q, k, None)
+    plan = base.with_splits(case["num_splits"], split_len=case["split_len"])
+    out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+
+
 # Plans whose first groups run whole and the rest split (the planner's tail split of multi-wave
 # grids): every cache type, paged and contiguous, causal S_q 2, empty and 1-key requests among
 # both kinds of group; split counts merged by the last CTA (3) and by the combine kernel (70).
@@ -502,7 +524,7 @@ def test_every_cta_shape(shape):
     wave -- would otherwise be covered only by the calls that select them on this GPU."""
     _rerun_with("DUALOPS_IFA_CTA_SHAPE", shape,
                 "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
-                " or forced_split_plans or split_kv_long_context or multi_wave_grids or graph_decode_step"
+                " or forced_split_plans or one_chunk_units or split_kv_long_context or multi_wave_grids or graph_decode_step"
                 " or whole_groups_then_splits", timeout=900)
 
 

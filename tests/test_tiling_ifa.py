@@ -10,7 +10,9 @@ import torch
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
 from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT,
-                                                  CUDA_MAX_SPLITS_LONG, CUDA_TAIL_MIN_KEYS, CUDA_TAIL_SPLITS)
+                                                  CUDA_MAX_SPLITS_LONG, CUDA_MIN_SPLIT, CUDA_MIN_SPLIT_8BIT,
+                                                  CUDA_SHORT_SPLIT_8BIT, CUDA_SHORT_SPLIT_MAX_UNITS,
+                                                  CUDA_TAIL_MIN_KEYS, CUDA_TAIL_SPLITS)
 
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
@@ -241,15 +243,15 @@ def test_split_cap_depends_on_cache_width():
     kernel ahead, BENCHMARKS.md v14: b1 h8/1 s128k 64 splits 23.9 us, 128 splits 22.2); 8-bit
     ones at CUDA_MAX_SPLITS_8BIT: the 8-bit kernel does more math per byte, so a single-head
     128k request needs more SMs (v13: fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of
-    the other measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 32 for
-    8-bit, b1 h8/1 s32k 64 for 16-bit)."""
+    the other measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 64 for
+    8-bit since the one-chunk kernel, b1 h8/1 s32k 64 for 16-bit)."""
     for kv_bytes, cap in ((2, CUDA_MAX_SPLITS_LONG), (1, CUDA_MAX_SPLITS_8BIT)):
         p = plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=131072, kv_dtype_bytes=kv_bytes)
         assert p.num_splits == cap, p.describe()
     assert CUDA_MAX_SPLITS_LONG > CUDA_MAX_SPLITS and CUDA_MAX_SPLITS_8BIT > CUDA_MAX_SPLITS
     for kv_bytes in (1, 2):
         assert plan(H200, batch=1, h_q=32, h_kv=8, max_kv_len=32768, kv_dtype_bytes=kv_bytes).num_splits == 16
-    assert plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=8192, kv_dtype_bytes=1).num_splits == 32
+    assert plan(H200, batch=1, h_q=8, h_kv=1, max_kv_len=8192, kv_dtype_bytes=1).num_splits == 64
     for dev in (H100, H200):
         for max_len in (8192, 32768, 65536, 100000, 131072, 140000, 262144, 1 << 20):
             p = plan(dev, batch=1, h_q=8, h_kv=1, max_kv_len=max_len)
@@ -317,3 +319,22 @@ def test_q_tiles_cover_all_rows():
 def test_bad_arguments_name_the_argument(kw, exc, match):
     with pytest.raises(exc, match=match):
         plan(**kw)
+
+
+def test_short_8bit_splits_only_on_small_grids():
+    """8-bit caches split down to CUDA_MIN_SPLIT_8BIT (128) keys, as 16-bit ones, but splits shorter
+    than CUDA_SHORT_SPLIT_8BIT (256) only while the split grid keeps <= CUDA_SHORT_SPLIT_MAX_UNITS
+    units (BENCHMARKS.md item 32: b1 h8/1 s1k 8 splits beat 4, b16 h8/1 s1k 8 splits lost to 4)."""
+    assert CUDA_MIN_SPLIT_8BIT == CUDA_MIN_SPLIT < CUDA_SHORT_SPLIT_8BIT
+    for b, h_q, h_kv, s_kv, ns in ((1, 8, 1, 1024, 8), (1, 8, 1, 8192, 64), (1, 32, 8, 1024, 8), (16, 8, 1, 1024, 4)):
+        p = plan(H200, batch=b, h_q=h_q, h_kv=h_kv, max_kv_len=s_kv, kv_dtype_bytes=1)
+        assert p.num_splits == ns, p.describe()
+    for dev in (H100, H200):
+        for b in (1, 2, 4, 8, 16, 32, 64):
+            for h_q, h_kv in ((8, 1), (32, 8), (64, 8), (128, 128)):
+                for s_kv in (512, 1024, 2048, 4096, 8192, 32768, 131072):
+                    p = plan(dev, batch=b, h_q=h_q, h_kv=h_kv, max_kv_len=s_kv, kv_dtype_bytes=1)
+                    if p.num_splits > 1 and p.split_len < CUDA_SHORT_SPLIT_8BIT:
+                        assert p.num_units <= CUDA_SHORT_SPLIT_MAX_UNITS, p.describe()
+                    if p.num_splits > 1:
+                        assert p.split_len >= CUDA_MIN_SPLIT_8BIT, p.describe()

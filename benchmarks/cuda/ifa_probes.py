@@ -139,8 +139,11 @@ def splits(kv):
     nbytes = 2 if kv == "bf16" else 1
     cfgs = ((8, 1, 1, 131072, (64, 128)), (8, 1, 1, 32768, (64, 128)), (8, 1, 1, 8192, (16, 32, 64)),
             (32, 8, 1, 32768, (16, 32)), (64, 8, 1, 32768, (16, 32)), (32, 8, 1, 8192, (8, 16, 32)),
-            (8, 1, 16, 8192, (8, 16)), (8, 1, 16, 32768, (8, 16)))
-    for hq, hkv, b, s, alts in _configs(cfgs):
+            (8, 1, 16, 8192, (8, 16)), (8, 1, 16, 32768, (8, 16)), (8, 1, 1, 1024, (4, 8)),
+            (8, 1, 16, 1024, (4, 8)), (32, 8, 1, 1024, (4, 8)), (8, 1, 1, 2048, (8, 16)), (8, 1, 1, 4096, (16, 32)),
+            (8, 1, 2, 8192, (32, 64)), (8, 1, 8, 2048, (8, 16)), (32, 8, 2, 1024, (4, 8)))
+    # SPLITS_FROM=N: from the N-th configuration on (the later ones alone)
+    for hq, hkv, b, s, alts in _configs(cfgs[int(os.environ.get("SPLITS_FROM", "0")):]):
         n = _rotation(b * s * hkv * 256 * nbytes)
         # the bench sweep's inputs (int8 with per-channel scales and offsets, fp8 with scales)
         shape = ifa_workload.normalize(dict(b=b, h_q=hq, h_kv=hkv, s_kv=s, kv_dtype=kv))

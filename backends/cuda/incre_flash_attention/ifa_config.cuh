@@ -46,7 +46,12 @@ constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 // SM and one's prologue / epilogue hides under the other's streaming (grids of many short
 // units). Other splits of the same shared memory (4 or 6 warps with deeper pipelines, 12 warps
 // in one CTA, three 4-warp CTAs per SM) were measured and gave nothing (BENCHMARKS.md).
-enum CtaShape : int { kNarrow = 0, kWide = 1 };
+// Wide1: a wide CTA for units of at most one chunk per warp (kWarps x 16 keys): one chunk per
+// main-loop step (kSub = 1). With kSub = 2 such a warp computed its chunk and a zero-filled one
+// (BENCHMARKS.md item 32); a step of one chunk inside the kSub = 2 kernel instead re-scheduled
+// its main loop (int8 b16 h32/8 s32k +3 %), so it is a kernel of its own, launched only for
+// variants whose wide kSub is 2.
+enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2 };
 
 template <typename QT, typename KVT, int D, int SHAPE>
 struct Cfg {
@@ -82,9 +87,9 @@ struct Cfg {
   static constexpr int kTensorBytesK = kChunkKeys * kRowBytes;
   static constexpr int kStageBytes = 2 * kChunkKeys * kRowBytes;  // K rows then V rows
 #ifdef DUALOPS_IFA_WIDE_WARPS  // measurement builds: another warp count for wide CTAs
-  static constexpr int kWarps = SHAPE == kWide ? ((!kQuant && D == 256) ? 4 : DUALOPS_IFA_WIDE_WARPS) : 4;
+  static constexpr int kWarps = SHAPE != kNarrow ? ((!kQuant && D == 256) ? 4 : DUALOPS_IFA_WIDE_WARPS) : 4;
 #else
-  static constexpr int kWarps = SHAPE == kWide ? ((!kQuant && D == 256) ? 4 : 8) : 4;
+  static constexpr int kWarps = SHAPE != kNarrow ? ((!kQuant && D == 256) ? 4 : 8) : 4;
 #endif
   static constexpr int kCtasPerSm = SHAPE == kNarrow ? 2 : 1;
   // K/V pipeline bytes per CTA: wide CTAs take most of an SM, narrow ones a bit under half.
@@ -93,11 +98,12 @@ struct Cfg {
   static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 8 ? 8 : kStagesFit);
   // 16-key chunks per main-loop step: 2 where the pipeline keeps >= 4 chunks in flight while a
   // step computes (halves the per-key softmax, shuffle and loop work; 8-bit caches and D = 64),
-  // else 1. DUALOPS_IFA_SUB forces one (measurement builds).
+  // else 1, and 1 in the one-chunk wide kernel (kWide1). DUALOPS_IFA_SUB forces one for the
+  // other shapes (measurement builds).
 #ifdef DUALOPS_IFA_SUB
-  static constexpr int kSub = DUALOPS_IFA_SUB;
+  static constexpr int kSub = SHAPE == kWide1 ? 1 : DUALOPS_IFA_SUB;
 #else
-  static constexpr int kSub = kStages >= 6 ? 2 : 1;
+  static constexpr int kSub = SHAPE == kWide1 || kStages < 6 ? 1 : 2;
 #endif
   static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
   // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched

@@ -58,6 +58,11 @@ inline double dram_gbps_per_sm() {
   return v;
 }
 
+// Keys of the plan's longest unit (a plan with whole groups: those units hold every key).
+inline int64_t unit_keys(const IncreFlashAttentionTiling& t) {
+  return t.whole_groups == 0 && t.split_len < t.max_kv_len ? t.split_len : t.max_kv_len;
+}
+
 // Grids of many short units, where narrow CTAs (4 warps, two per SM) beat wide ones: at least two
 // CTAs per SM in all, q tiles of 16 rows, and each unit streaming at most
 //  - on GPUs with >= 30 GB/s of DRAM bandwidth per SM (H200: 36; H100 SXM: 25): 1 MB of a 16-bit
@@ -73,9 +78,7 @@ inline bool many_short_units(const IncreFlashAttentionTiling& t, int m_tile) {
   const bool quant = t.kv_dtype_bytes == 1;
   const bool fast_dram = dram_gbps_per_sm() >= 30.0;
   const int64_t ctas = static_cast<int64_t>(t.num_units) * ((t.q_rows + m_tile - 1) / m_tile);
-  // (a plan with whole groups: those units hold every key)
-  const int64_t keys = t.whole_groups == 0 && t.split_len < t.max_kv_len ? t.split_len : t.max_kv_len;
-  const int64_t unit_bytes = keys * t.head_dim * 2 * t.kv_dtype_bytes;
+  const int64_t unit_bytes = unit_keys(t) * t.head_dim * 2 * t.kv_dtype_bytes;
   const int64_t max_bytes = quant ? (fast_dram ? 2 << 20 : 256 << 10) : (fast_dram && t.head_dim <= 128 ? 1 << 20 : 0);
   return m_tile == 16 && ctas >= 2 * static_cast<int64_t>(sm_count()) && unit_bytes <= max_bytes;
 }
@@ -236,10 +239,35 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   return cudaLaunchKernelEx(&cfg, ifa_combine_kernel<QT, D>, p, t);
 }
 
+// Variants whose wide kernel steps two chunks at a time have a one-chunk wide kernel (kWide1):
+// it takes the calls where no warp holds more than one chunk (units of at most kWarps x 16 keys,
+// e.g. 128-key splits or requests of up to 128 keys), which the two-chunk step would compute
+// twice over. DUALOPS_IFA_CTA_SHAPE = wide keeps the two-chunk kernel (measurements).
+template <typename QT, typename KVT, int D, int M_TILE>
+constexpr bool has_wide1() {
+  return M_TILE <= 32 && Cfg<QT, KVT, D, kWide>::kSub > 1;
+}
+
+template <typename QT, typename KVT, int D, int M_TILE>
+int pick_variant(const IncreFlashAttentionTiling& t) {
+  const int shape = pick_shape(t, M_TILE);
+  if constexpr (has_wide1<QT, KVT, D, M_TILE>()) {
+    if (shape == kWide && shape_override() < 0 && unit_keys(t) <= Cfg<QT, KVT, D, kWide>::kWarps * kChunkKeys)
+      return kWide1;
+  }
+  return shape;
+}
+
 template <typename QT, typename KVT, int D, int M_TILE>
 cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t, cudaStream_t stream) {
-  return pick_shape(t, M_TILE) == kWide ? launch_variant<QT, KVT, D, M_TILE, kWide>(p, t, stream)
-                                        : launch_variant<QT, KVT, D, M_TILE, kNarrow>(p, t, stream);
+  switch (pick_variant<QT, KVT, D, M_TILE>(t)) {
+    case kNarrow:
+      return launch_variant<QT, KVT, D, M_TILE, kNarrow>(p, t, stream);
+    case kWide1:
+      if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWide1>(p, t, stream);
+      break;
+  }
+  return launch_variant<QT, KVT, D, M_TILE, kWide>(p, t, stream);
 }
 
 template <typename QT, typename KVT, int D>
@@ -261,8 +289,14 @@ cudaError_t launch_head_dim(const IncreFlashAttentionParams& p, const IncreFlash
 
 template <typename QT, typename KVT, int D, int M_TILE>
 int smem_m(const IncreFlashAttentionTiling& t) {
-  return pick_shape(t, M_TILE) == kWide ? SmemLayout<QT, KVT, D, M_TILE, kWide>::kTotal
-                                        : SmemLayout<QT, KVT, D, M_TILE, kNarrow>::kTotal;
+  switch (pick_variant<QT, KVT, D, M_TILE>(t)) {
+    case kNarrow:
+      return SmemLayout<QT, KVT, D, M_TILE, kNarrow>::kTotal;
+    case kWide1:
+      if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWide1>::kTotal;
+      break;
+  }
+  return SmemLayout<QT, KVT, D, M_TILE, kWide>::kTotal;
 }
 
 template <typename QT, typename KVT, int D>

@@ -562,7 +562,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
   // Each main-loop step consumes SUB of this warp's chunks (Cfg::kSub): its chunk count is
   // rounded up to whole steps, and the chunk past its keys is "issued" with no rows (nothing
-  // read, the stage zero-filled) and masked like any key past kv_len.
+  // read, the stage zero-filled) and masked like any key past kv_len. (Units of one chunk per
+  // warp, where that would double the math, run the kSub = 1 kernel: kWide1, ifa_launch.cuh.)
   constexpr int SUB = MTILES <= 2 ? C::kSub : 1;  // 4 m-tiles x 2 chunks of scores would spill
   const int my_steps = (my_chunks + SUB - 1) / SUB, my_issued = my_steps * SUB;
 #pragma unroll

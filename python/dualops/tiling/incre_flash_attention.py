@@ -38,9 +38,15 @@ CUDA_MIN_SPLIT = 128         # keys per split. Measured on H200 (BENCHMARKS.md, 
                              # grid leaves SMs idle, more and shorter splits win down to one
                              # 16-key chunk per warp (b1 h8/1 s1k: 8 splits 9.2 us, 4 splits 10.5;
                              # s8k: 64 splits 10.5 us, 32 splits 12.4)
-CUDA_MIN_SPLIT_8BIT = 256    # int8 / fp8 caches: the kernel consumes two 16-key chunks per warp
-                             # and step (BENCHMARKS.md, v10), so a 128-key split leaves every
-                             # warp half a step of zero-filled keys
+CUDA_MIN_SPLIT_8BIT = 128    # int8 / fp8 caches: as 16-bit since the one-chunk kernel (v22: the
+                             # two-chunk step left a 128-key split's warps half a step of
+                             # zero-filled keys; BENCHMARKS.md item 32) ...
+CUDA_SHORT_SPLIT_8BIT = 256  # ... but splits shorter than this only while the split grid keeps at
+CUDA_SHORT_SPLIT_MAX_UNITS = 64  # most this many units (H200, int8 / fp8 graph us: b1 h8/1 s1k 8
+                             # splits 6.9 / 6.8 vs 4: 7.5 / 7.4, s8k 64: 8.7 / 8.4 vs 32: 9.0 / 8.7,
+                             # b1 h32/8 s1k 8: 7.0 / 6.8 vs 4: 7.3 / 7.1; b16 h8/1 s1k, 128 units,
+                             # 8 splits 10.5 / 10.2 vs 4: 8.0 / 7.9 -- 16 clusters of 8 CTAs do
+                             # not all fit, and its merge falls back to the arrival counter)
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
 CUDA_MAX_SPLITS = 64         # 16-bit caches: beyond 64 splits the partials go through the
                              # combine kernel, and more splits of short ranges lost or tied
@@ -314,6 +320,9 @@ def _choose_splits(device, *, units_base, max_kv_len, granule, q_rows, kv_dtype_
         split_len = round_up(ceil_div(max_kv_len, s), granule)
         s_eff = ceil_div(max_kv_len, split_len)      # no split is empty at max_kv_len
         if s_eff > long_from and split_len < CUDA_LONG_SPLIT:
+            continue
+        if (device.is_cuda and kv_dtype_bytes == 1 and split_len < CUDA_SHORT_SPLIT_8BIT
+                and units_base * s_eff > CUDA_SHORT_SPLIT_MAX_UNITS):
             continue
         cost = ceil_div(units_base * s_eff, cores) * (split_len + overhead)
         if s_eff > 1:
