@@ -42,11 +42,12 @@ CUDA_MIN_SPLIT_8BIT = 128    # int8 / fp8 caches: as 16-bit since the one-chunk 
                              # two-chunk step left a 128-key split's warps half a step of
                              # zero-filled keys; BENCHMARKS.md item 32) ...
 CUDA_SHORT_SPLIT_8BIT = 256  # ... but splits shorter than this only while the split grid keeps at
-CUDA_SHORT_SPLIT_MAX_UNITS = 64  # most this many units (H200, int8 / fp8 graph us: b1 h8/1 s1k 8
-                             # splits 6.9 / 6.8 vs 4: 7.5 / 7.4, s8k 64: 8.7 / 8.4 vs 32: 9.0 / 8.7,
-                             # b1 h32/8 s1k 8: 7.0 / 6.8 vs 4: 7.3 / 7.1; b16 h8/1 s1k, 128 units,
-                             # 8 splits 10.5 / 10.2 vs 4: 8.0 / 7.9 -- 16 clusters of 8 CTAs do
-                             # not all fit, and its merge falls back to the arrival counter)
+CUDA_SHORT_SPLIT_MAX_UNITS = 64  # most this many units (item 32, H200, int8 / fp8 graph us: b1 h8/1
+                             # s1k 8 splits 6.9 / 6.7 vs 4: 7.5 / 7.4, s8k 64: 8.6 / 8.5 vs 32:
+                             # 9.0 / 8.7 (H100 level), b1 h32/8 s1k 8: 7.0 / 6.8 vs 4: 7.2 / 7.1;
+                             # b16 h8/1 s1k, 128 units, 8 splits 10.4 / 10.2 vs 4: 8.0 / 7.9 --
+                             # its 16 clusters of 8 CTAs do not all fit, and its merge falls back
+                             # to the arrival counter)
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
 CUDA_MAX_SPLITS = 64         # 16-bit caches: beyond 64 splits the partials go through the
                              # combine kernel, and more splits of short ranges lost or tied
