@@ -93,8 +93,12 @@ def _page(logical, lens, bs, gen):
 
 def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0, lens=None, s_max=None,
               causal=False, mask=None, pse=None, q_layout="contiguous", fused_kv=False, int8_offset=True,
-              softmax_scale=None, seed=0, device="cuda"):
-    """Keyword arguments of dualops.incre_flash_attention for one variant (fresh random data)."""
+              softmax_scale=None, k_trend=0.0, k_jumps=0, seed=0, device="cuda"):
+    """Keyword arguments of dualops.incre_flash_attention for one variant (fresh random data).
+    k_trend > 0: scores climb along the keys (q gets a bias of +-0.5 by channel parity, key j gains
+    k_trend * j times the same signs); k_jumps: that many keys, at random, jump 6 above their
+    neighbours. (The signs keep q's channel sum unbiased: see BENCHMARKS.md item 33 for what a
+    one-signed bias does to int8 scores.)"""
     gen = torch.Generator().manual_seed(seed)
     dev = torch.device(device)
     if lens is None:
@@ -118,6 +122,12 @@ def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0
     else:
         k = torch.randn(B, s_max, h_kv, D, generator=gen).to(dev)
         v = torch.randn(B, s_max, h_kv, D, generator=gen).to(dev)
+    if k_trend or k_jumps:
+        sign = (1 - 2 * (torch.arange(D) % 2)).float().to(dev)
+        q = (q.float() + 0.5 * sign).to(dtype)
+        bump = k_trend * torch.arange(s_max, dtype=torch.float32)
+        bump[torch.randint(0, s_max, (k_jumps,), generator=gen)] += 6.0
+        k = k + bump.to(dev)[None, :, None, None] * sign
     extra = {}
     if kv == "same":
         k, v = k.to(dtype), v.to(dtype)
@@ -355,6 +365,32 @@ def test_one_chunk_units(case):
     plan = base.with_splits(case["num_splits"], split_len=case["split_len"])
     out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
     ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+
+
+# Scores that climb along the keys, slowly (the row reference of the kernels' online softmax
+# moves only when a score passes it by more than 8 in log2 units, so p reaches 2^8 between
+# moves) or steeply (a move every chunk), with jumps; the planner's splits and forced ones merged
+# by the last CTA (5) and by the combine kernel (70); every cache type, bf16 and fp16 q. (int8
+# takes the slow climb only: the steep one spans +-100 in a key channel, where the int8 kernels'
+# 1152 + x key fold loses ~5e-4 of a 1-key request's lse -- BENCHMARKS.md item 33, open.)
+CLIMB = [dict(kv=kv, dtype=dt, k_trend=tr, ns=ns)
+         for kv, dt in (("same", BF16), ("same", FP16), ("int8", BF16), ("fp8", FP16))
+         for tr in (0.002, 0.05) for ns in (0, 5, 70) if not (kv == "int8" and tr > 0.01)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", CLIMB, ids=[_id(c) for c in CLIMB])
+def test_climbing_scores(case):
+    q, k, v, kw = make_case(B=3, h_q=8, h_kv=2, kv=case["kv"], dtype=case["dtype"], lens=[2000, 1, 700],
+                            k_trend=case["k_trend"], k_jumps=4, seed=int(case["k_trend"] * 1000) + case["ns"])
+    plan = cuda_backend.make_ifa_plan(q, k, None)
+    if case["ns"]:
+        plan = plan.with_splits(case["ns"])
+    out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert float(ref_lse[0].min()) > math.log(2000) + 5  # climbing scores (random ones: ~log(2000))
     assert_close_parity(out, ref_out, name=f"{_id(case)} out")
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
 

@@ -244,7 +244,8 @@ int main() {
       {"h8/1 b1 s1k ns4", 1, 8, 1, 1024, 4},        {"h8/1 b1 s8k ns32", 1, 8, 1, 8192, 32},
       {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},
       {"h8/1 b16 s1k ns4", 16, 8, 1, 1024, 4},      {"h32/8 b1 s8k ns8", 1, 32, 8, 8192, 8},
-      {"h8/1 b1 s128k ns256", 1, 8, 1, 131072, 256},
+      {"h8/1 b1 s128k ns256", 1, 8, 1, 131072, 256}, {"h8/1 b1 s128k ns131", 1, 8, 1, 131072, 131},
+      {"h8/1 b1 s128k ns120", 1, 8, 1, 131072, 120}, {"h8/1 b1 s128k ns124", 1, 8, 1, 131072, 124},
       {"h64/8 b128 s1k", 128, 64, 8, 1024, 1},     {"h8/1 b128 s1k", 128, 8, 1, 1024, 1},
       {"h128/128 b1 s1k", 1, 128, 128, 1024, 1},   {"h32/8 b128 s8k", 128, 32, 8, 8192, 1},
       // multi-wave grids split finer (shorter CTAs, a shorter tail; each pair merged)
@@ -422,10 +423,18 @@ int main() {
       if (r >= kWarm) tg.push_back(ms * 1000.f / sets);
     }
     const float medg = median_of(tg);
-    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d%s%s%s%s)\n",
+    // the CTA shape and merge the launcher took for this call
+    const int variant = pick_variant<BF, KV, D, 16>(t);
+    const int merge = variant == kNarrow  ? merge_mode<BF, KV, D, 16, kNarrow>(ps[0], t)
+                      : variant == kWide1 ? merge_mode<BF, KV, D, 16, has_wide1<BF, KV, D, 16>() ? kWide1 : kWide>(ps[0], t)
+                                          : merge_mode<BF, KV, D, 16, kWide>(ps[0], t);
+    static const char* kVariantNames[] = {"narrow", "wide", "wide1"};
+    static const char* kMergeNames[] = {"kernel", "counter", "cluster"};
+    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d, %s, %s%s%s%s%s)\n",
                 sh.name, kKvName, DUALOPS_IFA_ABLATE, ABLATE_TAG, med, medg,
-                kv_bytes / (medg * 1e3), sets, sh.NS, kv_delta > 0 ? ", V-K MB " : "",
-                kv_delta > 0 ? delta_env : "", page > 0 ? ", page " : "", page > 0 ? page_env : "");
+                kv_bytes / (medg * 1e3), sets, sh.NS, kVariantNames[variant], sh.NS > 1 ? kMergeNames[merge] : "-",
+                kv_delta > 0 ? ", V-K MB " : "", kv_delta > 0 ? delta_env : "", page > 0 ? ", page " : "",
+                page > 0 ? page_env : "");
 #if DUALOPS_IFA_TRACE
     {
       const int a = sets / 2, bset = sets > 1 ? a + 1 : a;

@@ -39,6 +39,14 @@ namespace dualops::cuda::ifa {
 
 constexpr int kAblate = DUALOPS_IFA_ABLATE;
 
+// Online softmax (ifa_split_kernel.cuh): a row's reference max moves only when a score passes it
+// by more than kLazySlack (log2 units), so p <= 2^kLazySlack. DUALOPS_IFA_LAZY_SLACK sets it in
+// measurement builds (BENCHMARKS.md item 33).
+#ifndef DUALOPS_IFA_LAZY_SLACK
+#define DUALOPS_IFA_LAZY_SLACK 8
+#endif
+constexpr float kLazySlack = DUALOPS_IFA_LAZY_SLACK;
+
 constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 
 // CTA shapes. Wide: one CTA per SM holding all the SM's warps and pipeline bytes (for grids of

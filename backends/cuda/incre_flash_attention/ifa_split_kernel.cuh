@@ -798,13 +798,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
     // Scale, bias, mask (log2 domain), online softmax. Keys at/after a row's limit, in an
     // invalid block, or masked, become -inf before anything else can touch them.
+    // The row reference m_run moves only when a score passes it by more than kLazySlack (log2
+    // units; p then stays <= 2^kLazySlack, exact in fp32 l / acc and in the p parts): most
+    // chunks take one warp vote instead of the row-max shuffles, the alpha exp2 and the
+    // accumulator rescale (BENCHMARKS.md item 33: skipping the padding half of the m16 tile
+    // besides, for q_rows <= 8, measured nothing more).
     uint32_t pa[MTILES][PP][SUB][4];  // p (bf16: as hi + lo parts), one A fragment per chunk
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt) {
+      float lmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int hf = 0; hf < 2 && (kAblate & 2) == 0; ++hf) {
         const int rr = mt * 16 + g + 8 * hf;
-        float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
@@ -828,13 +833,30 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
         for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) mx = fmaxf(mx, s[mt][nt][2 * hf + e]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[mt][hf], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m_run[mt][hf] - m_use);
-        m_run[mt][hf] = m_new;
+          for (int e = 0; e < 2; ++e) lmax[hf] = fmaxf(lmax[hf], s[mt][nt][2 * hf + e]);
+      }
+      // (-inf + slack is -inf: a row's first key always moves its reference)
+      const bool grow = lmax[0] > m_run[mt][0] + kLazySlack || lmax[1] > m_run[mt][1] + kLazySlack;
+      if ((kAblate & 2) == 0 && __any_sync(0xffffffffu, grow)) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          float mx = lmax[hf];
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[mt][hf], mx);
+          const float alpha = exp2f(m_run[mt][hf] - (m_new == -INFINITY ? 0.f : m_new));  // 0 from -inf
+          m_run[mt][hf] = m_new;
+          l_run[mt][hf] *= alpha;
+#pragma unroll
+          for (int jn = 0; jn < NTILES; ++jn) {
+            acc[mt][jn][2 * hf] *= alpha;
+            acc[mt][jn][2 * hf + 1] *= alpha;
+          }
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2 && (kAblate & 2) == 0; ++hf) {
+        const float m_use = m_run[mt][hf] == -INFINITY ? 0.f : m_run[mt][hf];
         float lsum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < 2 * SUB; ++nt)
@@ -844,14 +866,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
             s[mt][nt][2 * hf + e] = pv;
             lsum += pv;
           }
-        l_run[mt][hf] = l_run[mt][hf] * alpha + lsum;
-        if (__any_sync(0xffffffffu, alpha != 1.f)) {
-#pragma unroll
-          for (int jn = 0; jn < NTILES; ++jn) {
-            acc[mt][jn][2 * hf] *= alpha;
-            acc[mt][jn][2 * hf + 1] *= alpha;
-          }
-        }
+        l_run[mt][hf] += lsum;
       }
       // C fragments of a chunk's two key n-tiles are the A fragment of p for its 16-key k-step.
 #pragma unroll
