@@ -86,7 +86,7 @@ if has sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units" 2>&1 | tee "$OUT/$tool.log" | tail -12
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128)" 2>&1 | tee "$OUT/$tool.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi

@@ -22,9 +22,8 @@
 // the per-chunk math so its cost can be timed (results are wrong then). 1: q.k^T mma, 2: online
 // softmax, 4: p.v mma, 8: bf16 p as one part instead of hi + lo, 16: q fragments in registers,
 // 64: copies without the src-size operand (every row read), 128: copies without the L2
-// evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo), 512:
-// int8 keys converted exactly (x, not 1152 + x with the bias folded into the row constant),
-// 1024: return right after the grid-dependency wait (the launch floor).
+// evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo), 1024:
+// return right after the grid-dependency wait (the launch floor).
 // 0 in every real build.
 #ifndef DUALOPS_IFA_ABLATE
 #define DUALOPS_IFA_ABLATE 0
@@ -176,7 +175,7 @@ struct SmemLayout {
   static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
   static constexpr int kVScales = C::kVScalesInSmem ? 2 * D * 4 : 0;  // the head's value scales, offsets
   static constexpr int kRowInfo = M_TILE * (4 + 4 * 8);  // mask / pse / out / lse offsets i64, row_add f32
-  static constexpr int kStats = (2 * C::kWarps + 3) * M_TILE * 4 + 16;  // warp m / l, final m / l, q sums
+  static constexpr int kStats = (2 * C::kWarps + 2) * M_TILE * 4 + 16;  // warp m / l, final m / l, scratch
   static constexpr int kTotal = kKv + kQfrag + kVScales + kRowInfo + kStats;
   static_assert(C::kWarps * M_TILE * D * 4 <= kKv, "output merge reuses the K/V stages");
   static_assert(kTotal <= 227 * 1024, "fits one Hopper SM");

@@ -167,10 +167,6 @@ struct Int8Cvt {
   // fp16, so 1024 + (x + 128) - 1152 = x.
   static __device__ __forceinline__ uint32_t lo(uint32_t x) { return fix(prmt(x, 0x64646464u, 0x5140)); }
   static __device__ __forceinline__ uint32_t hi(uint32_t x) { return fix(prmt(x, 0x64646464u, 0x5342)); }
-  // Without the subtraction: half2(1152 + b0, 1152 + b1) (exact).
-  static constexpr float kBias = 1152.f;
-  static __device__ __forceinline__ uint32_t lo_biased(uint32_t x) { return prmt(x, 0x64646464u, 0x5140); }
-  static __device__ __forceinline__ uint32_t hi_biased(uint32_t x) { return prmt(x, 0x64646464u, 0x5342); }
   static __device__ __forceinline__ uint32_t fix(uint32_t v) {
     __half2 h = *reinterpret_cast<__half2*>(&v);
     h = __hsub2(h, __half2half2(__ushort_as_half(0x6480)));  // 1152

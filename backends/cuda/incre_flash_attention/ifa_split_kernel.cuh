@@ -271,11 +271,12 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
   constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
   constexpr int PP = C::kPParts;
-  // int8 keys enter the mma as 1152 + x (one PRMT per two values, no subtraction); the
-  // 1152 * sum(q) that adds to every score of a row is taken off the row's score constant.
-  // Measured -5 % on bandwidth-bound int8 calls (BENCHMARKS.md v10); bit 512 turns it off.
-  // One m-tile only: with two, the row sums tip the narrow D = 128 kernel into spilling.
-  constexpr bool kFoldK = std::is_same_v<KVT, int8_t> && QP == 2 && MTILES == 1 && (kAblate & 512) == 0;
+  // int8 key offsets: the per-row score term sum_d q_d s_d o_d is summed from the q values,
+  // scales and offsets the q-tile load brings into registers (v15), where each thread's q pairs
+  // lie in one row (one m-tile, NT a multiple of 128); otherwise one warp per row reads them.
+  // (int8 keys enter the mma exactly, as x: the 1152 + x fold of v10 saved the subtraction but
+  // put a 1-key request's lse up to 2e-3 off on q with a one-signed bias, BENCHMARKS.md item 34.)
+  constexpr bool kOffsetsInRegs = std::is_same_v<KVT, int8_t> && QP == 2 && MTILES == 1;
 
   DUALOPS_IFA_TRACE_BEGIN(p.out);
   extern __shared__ __align__(128) uint8_t smem[];
@@ -291,8 +292,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float* warp_l = warp_m + NW * M_TILE;  // [NW][M_TILE]
   float* fin_m = warp_l + NW * M_TILE;   // [M_TILE]
   float* fin_l = fin_m + M_TILE;         // [M_TILE]
-  int* scratch = reinterpret_cast<int*>(fin_l + 2 * M_TILE);
-  float* qsum = fin_l + M_TILE;  // [M_TILE] sum of a row's scaled q (int8 keys, kFoldK)
+  int* scratch = reinterpret_cast<int*>(fin_l + M_TILE);
   float4* ebuf = reinterpret_cast<float4*>(kv_smem);  // [NW][MTILES][NTILES][32], after the main loop
   float* clu_out = reinterpret_cast<float*>(kv_smem + CML::kOut);  // cluster merge: this CTA's partial
   float* clu_lse = reinterpret_cast<float*>(kv_smem + CML::kLse);  //   [M_TILE][D] and [M_TILE]
@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // ---- q tile (and key scales) into registers: every load goes out at once, with kv_lens ----
   uint32_t qraw[QIT];                 // two raw 16-bit q values (d, d + 1)
   float ksc[C::kQuant ? QIT : 1][2];  // key scales of d, d + 1
-  float kof[kFoldK ? QIT : 1][2];     // int8 key offsets of d, d + 1 (0 without offsets)
+  float kof[kOffsetsInRegs ? QIT : 1][2];  // int8 key offsets of d, d + 1 (0 without offsets)
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
     const int kt = (tid >> 7) + it * (NT / 128);  // (mt, ks) of this round
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       ksc[it][0] = in_tile ? k_scale[d] : 0.f;
       ksc[it][1] = in_tile ? k_scale[d + 1] : 0.f;
     }
-    if constexpr (kFoldK) {
+    if constexpr (kOffsetsInRegs) {
       kof[it][0] = in_tile && k_offset != nullptr ? k_offset[d] : 0.f;
       kof[it][1] = in_tile && k_offset != nullptr ? k_offset[d + 1] : 0.f;
     }
@@ -589,7 +589,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
-    if (kFoldK && tid < M_TILE) qsum[tid] = 0.f, row_add[tid] = 0.f;
+    if (kOffsetsInRegs && tid < M_TILE) row_add[tid] = 0.f;
     float amax = 0.f;  // over the tile's rows (rows past q_rows hold 0)
 #pragma unroll
     for (int it = 0; it < QIT; ++it) {
@@ -605,18 +605,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     e = min(max(e, -100), 100);
     qmul = ldexpf(1.f, e);
   }
-  // kFoldK: with one m-tile and NT a multiple of 128, a thread's pairs all lie in one row,
+  // kOffsetsInRegs: with one m-tile and NT a multiple of 128, a thread's pairs all lie in one row,
   // (lane / 16) + 8 * (lane % 2) of the warp's rows, shared with the lanes that differ in bits
   // 1..3: a local sum, three shuffles, one shared atomic per row and warp.
-  static_assert(!kFoldK || (MTILES == 1 && NT % 128 == 0), "one q row per thread");
-  float qpart = 0.f, opart = 0.f;  // kFoldK: the row's sum of scaled q; of q . scale . offset
+  static_assert(!kOffsetsInRegs || (MTILES == 1 && NT % 128 == 0), "one q row per thread");
+  float opart = 0.f;  // kOffsetsInRegs: the row's sum of q . scale . offset
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
     const int idx = tid + it * NT;
     if (kQPairs % NT != 0 && idx >= kQPairs) break;
     const int reg = idx & 3, ln = (idx >> 2) & 31, ks = (idx >> 7) % KSTEPS, mt = (idx >> 7) / KSTEPS;
     float v[2] = {bits_to_f32<QT>(qraw[it] & 0xffffu), bits_to_f32<QT>(qraw[it] >> 16)};
-    if constexpr (kFoldK) opart += v[0] * ksc[it][0] * kof[it][0] + v[1] * ksc[it][1] * kof[it][1];
+    if constexpr (kOffsetsInRegs) opart += v[0] * ksc[it][0] * kof[it][0] + v[1] * ksc[it][1] * kof[it][1];
     if constexpr (C::kQuant) v[0] *= ksc[it][0] * qmul, v[1] *= ksc[it][1] * qmul;
     uint32_t* dst = reinterpret_cast<uint32_t*>(qfrag + ((mt * KSTEPS + ks) * QP) * 32 + ln) + reg;
     if constexpr (QP == 2) {
@@ -624,32 +624,23 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       split2<MT>(v[0], v[1], hi, lo);
       dst[0] = hi;
       dst[32 * 4] = lo;
-      if constexpr (kFoldK) {  // the row's sum of q as the mma sees it (hi + lo)
-        const float2 h2 = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-        const float2 l2 = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-        qpart += (h2.x + l2.x) + (h2.y + l2.y);
-      }
     } else {
       dst[0] = pack2<MT>(v[0], v[1]);
     }
   }
-  if constexpr (kFoldK) {
+  if constexpr (kOffsetsInRegs) {
 #pragma unroll
-    for (int o = 2; o <= 8; o <<= 1) {
-      qpart += __shfl_xor_sync(0xffffffffu, qpart, o);
-      opart += __shfl_xor_sync(0xffffffffu, opart, o);
-    }
+    for (int o = 2; o <= 8; o <<= 1) opart += __shfl_xor_sync(0xffffffffu, opart, o);
     if ((lane & 14) == 0) {
       const int rr = (((tid >> 2) & 31) >> 2) + 8 * (lane & 1);
-      atomicAdd(&qsum[rr], qpart);
       atomicAdd(&row_add[rr], opart * p.softmax_scale * kLog2e);
     }
   }
-  // Per-row log2-domain score offset of an int8 key offset: with kFoldK summed above from the
-  // q values, scales and offsets already in registers; otherwise one warp per row reads them
-  // (a global round trip: 0.45 us of an int8 16-key call, BENCHMARKS.md v15).
+  // Per-row log2-domain score offset of an int8 key offset: with kOffsetsInRegs summed above
+  // from the q values, scales and offsets already in registers; otherwise one warp per row reads
+  // them (a global round trip: 0.45 us of an int8 16-key call, BENCHMARKS.md v15).
   const float score_mul = p.softmax_scale * kLog2e / qmul;
-  for (int rr = warp; !kFoldK && rr < M_TILE; rr += NW) {
+  for (int rr = warp; !kOffsetsInRegs && rr < M_TILE; rr += NW) {
     float acc = 0.f;
     if (k_offset != nullptr && row0 + rr < q_rows) {
       const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
@@ -672,7 +663,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int rr = mt * 16 + g + 8 * hf;
       const int r = min(row0 + rr, q_rows - 1);
       const int i = r % s_q;
-      radd[mt][hf] = kFoldK ? row_add[rr] - Int8Cvt::kBias * qsum[rr] * score_mul : row_add[rr];
+      radd[mt][hf] = row_add[rr];
       lim[mt][hf] = p.causal ? min(k_end, kv_len - s_q + i + 1) : k_end;
     }
   DUALOPS_IFA_MARK_BAR(kTrQReady, row_add);
@@ -773,13 +764,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
           for (int nt = 0; nt < 2 * SUB; ++nt) {
             const uint32_t word = Cvt::prep(s4 == 0 ? w[nt].x : s4 == 1 ? w[nt].y : s4 == 2 ? w[nt].z : w[nt].w);
-            if constexpr (kFoldK) {
-              bk[nt][0] = Int8Cvt::lo_biased(word);
-              bk[nt][1] = Int8Cvt::hi_biased(word);
-            } else {
-              bk[nt][0] = Cvt::lo(word);
-              bk[nt][1] = Cvt::hi(word);
-            }
+            bk[nt][0] = Cvt::lo(word);
+            bk[nt][1] = Cvt::hi(word);
           }
 #pragma unroll
           for (int mt = 0; mt < MTILES; ++mt) {
