@@ -6,7 +6,8 @@
 # instruction-fetch probe after the first epilogue barrier (DUALOPS_IFA_TRACE=2; +W also runs
 # it once before the grid-dependency wait), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
-# backends/cuda/incre_flash_attention/*.cuh *.h there), +mX runs with DUALOPS_IFA_MERGE=X
+# backends/cuda/incre_flash_attention/*.cuh *.h there, e.g. to benchmarks/cuda/old_kernel, which
+# git ignores: name it in the device tool's carry), +mX runs with DUALOPS_IFA_MERGE=X
 # (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else
 # the launcher picks), +gN spreads a multi-wave grid's first wave over N ns
 # (DUALOPS_IFA_STAGGER_NS), +PN N pipeline fills prefetched into L2 before the grid-dependency
