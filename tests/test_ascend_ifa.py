@@ -37,9 +37,10 @@ def _poison(t):
 
 def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None, dtype=FP16,
               kv_dtype=None, int8_offset=True, block_size=0, causal=False, mask=None, pse=None,
-              noncontig_q=False):
+              noncontig_q=False, q_bias=0.0):
     """Inputs of one call (public-API keyword arguments) with unused cache slots poisoned.
-    mask / pse: None, "full" ([B,H_q,S_q,S_kv]), "bcast" (broadcast dims), "row" (key dim 1)."""
+    mask / pse: None, "full" ([B,H_q,S_q,S_kv]), "bcast" (broadcast dims), "row" (key dim 1).
+    q_bias: added to every channel of q (a one-signed bias)."""
     lens = list(lens)
     assert len(lens) == B
     S = S_max or max(max(lens), 1)
@@ -50,6 +51,8 @@ def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None,
         q = torch.randn(B, H_q, S_q, D, generator=gen).to(dtype).transpose(1, 2)
     else:
         q = torch.randn(B, S_q, H_q, D, generator=gen).to(dtype)
+    if q_bias:
+        q = (q.float() + q_bias).to(dtype)
     k = torch.randn(B, S, H_kv, D, generator=gen)
     v = torch.randn(B, S, H_kv, D, generator=gen)
     kw = {}
@@ -218,6 +221,17 @@ def test_int8_cache(gen, dtype, int8_offset):
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_fp8_cache(gen, dtype):
     case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(0, 120), dtype=dtype, kv_dtype=torch.float8_e4m3fn)
+    run_and_check(case)
+
+
+@pytest.mark.parametrize("kv", ["int8_asym", "int8_sym", "fp8", "same"])
+def test_biased_q_short_requests(gen, kv):
+    """q biased +2 in every channel (a large channel sum) on requests of 1 and 17 keys, whose lse
+    is little more than the scores: the same cases as the CUDA kernels' (tests/test_cuda_ifa.py,
+    BENCHMARKS.md item 34)."""
+    kv_dtype = {"int8_asym": torch.int8, "int8_sym": torch.int8, "fp8": torch.float8_e4m3fn, "same": None}[kv]
+    case = make_case(gen, B=2, H_q=8, H_kv=2, D=128, lens=(1, 17), dtype=BF16, kv_dtype=kv_dtype,
+                     int8_offset=kv != "int8_sym", q_bias=2.0)
     run_and_check(case)
 
 
