@@ -58,16 +58,26 @@ __global__ void k_spin(long long cycles) {
   while (clock64() - t0 < cycles) {
   }
 }
-// bf16 values of moderate magnitude (never NaN / zero): real data, not zeros (METHOD.md);
-// with fp8 = true, e4m3 bytes of moderate magnitude (never NaN)
-__global__ void k_fill(uint32_t* p, int64_t n, uint32_t seed, bool fp8 = false) {
+// Cache words, real data, not zeros (METHOD.md): kFillBf16 (bf16 values of moderate magnitude,
+// never NaN / zero), kFillFp8 (e4m3 bytes of moderate magnitude, never NaN), or kFillInt8Tri
+// (int8 bytes of a triangular distribution on [-63, 63], like a quantized Gaussian; the bf16
+// pattern read as int8 bytes is 60 or -68 in every other byte, 0..127 in the rest).
+// ABLATE_INT8_TRI=1 picks the last for int8 caches.
+enum FillMode : int { kFillBf16 = 0, kFillFp8 = 1, kFillInt8Tri = 2 };
+__global__ void k_fill(uint32_t* p, int64_t n, uint32_t seed, int mode = kFillBf16) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed * 40503u ^ static_cast<uint32_t>(i >> 32);
     x ^= x >> 15;
     x *= 2246822519u;
     x ^= x >> 13;
-    p[i] = fp8 ? (x & 0xb7b7b7b7u) | 0x08080808u : (x & 0x807f807fu) | 0x3c003c00u;
+    if (mode == kFillInt8Tri) {
+      uint32_t y = x * 2246822519u ^ (x >> 16), w = 0;
+      for (int j = 0; j < 4; ++j) w |= (((x >> (8 * j)) & 0x3fu) + ((y >> (8 * j)) & 0x3fu) - 63u & 0xffu) << (8 * j);
+      p[i] = w;
+    } else {
+      p[i] = mode == kFillFp8 ? (x & 0xb7b7b7b7u) | 0x08080808u : (x & 0x807f807fu) | 0x3c003c00u;
+    }
   }
 }
 __global__ void k_fill_f32(float* p, int n, float lo, float hi) {
@@ -296,8 +306,12 @@ int main() {
   const int64_t kv_delta = delta_env ? std::atoll(delta_env) << 20 : 0;
   const char* page_env = std::getenv("ABLATE_PAGE");
   const int page = page_env ? std::atoi(page_env) : 0;
+  const char* tri_env = std::getenv("ABLATE_INT8_TRI");
+  const int fill = ABLATE_KV_INT8 == 2                                        ? kFillFp8
+                   : ABLATE_KV_INT8 == 1 && tri_env && std::atoi(tri_env) > 0 ? kFillInt8Tri
+                                                                              : kFillBf16;
   constexpr int64_t kL2x3 = 180ll << 20;
-  std::printf("ablate=%d cache=%s\n", DUALOPS_IFA_ABLATE, kKvName);
+  std::printf("ablate=%d cache=%s%s\n", DUALOPS_IFA_ABLATE, kKvName, fill == kFillInt8Tri ? " (triangular bytes)" : "");
   for (const Shape& sh : shapes) {
     if (!shape_selected(sh.name)) continue;
     // paged: per blocks of `page` keys per request, B * per blocks in the pool
@@ -367,8 +381,8 @@ int main() {
         p.lse_accum = alloc(static_cast<int64_t>(sh.B) * sh.HKV * sh.NS * q_rows * 4);
       }
       k_fill<<<1024, 256>>>(static_cast<uint32_t*>(p.q), static_cast<int64_t>(sh.B) * sh.HQ * D / 2, 1 + s);
-      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems * kKvBytes / 4, 7 + s, ABLATE_KV_INT8 == 2);
-      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems * kKvBytes / 4, 13 + s, ABLATE_KV_INT8 == 2);
+      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.k), kv_elems * kKvBytes / 4, 7 + s, fill);
+      k_fill<<<4096, 256>>>(static_cast<uint32_t*>(p.v), kv_elems * kKvBytes / 4, 13 + s, fill);
       CK(cudaGetLastError());
       p.q_stride_b = static_cast<int64_t>(sh.HQ) * D, p.q_stride_s = static_cast<int64_t>(sh.HQ) * D, p.q_stride_h = D;
       p.k_stride_0 = p.v_stride_0 = static_cast<int64_t>(page > 0 ? page : sh.S) * sh.HKV * D;
