@@ -73,7 +73,7 @@ __global__ void k_fill(uint32_t* p, int64_t n, uint32_t seed, int mode = kFillBf
     x ^= x >> 13;
     if (mode == kFillInt8Tri) {
       uint32_t y = x * 2246822519u ^ (x >> 16), w = 0;
-      for (int j = 0; j < 4; ++j) w |= (((x >> (8 * j)) & 0x3fu) + ((y >> (8 * j)) & 0x3fu) - 63u & 0xffu) << (8 * j);
+      for (int j = 0; j < 4; ++j) w |= ((((x >> (8 * j)) & 0x3fu) + ((y >> (8 * j)) & 0x3fu) - 63u) & 0xffu) << (8 * j);
       p[i] = w;
     } else {
       p[i] = mode == kFillFp8 ? (x & 0xb7b7b7b7u) | 0x08080808u : (x & 0x807f807fu) | 0x3c003c00u;

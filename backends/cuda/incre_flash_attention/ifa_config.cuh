@@ -175,7 +175,7 @@ struct SmemLayout {
   static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
   static constexpr int kVScales = C::kVScalesInSmem ? 2 * D * 4 : 0;  // the head's value scales, offsets
   static constexpr int kRowInfo = M_TILE * (4 + 4 * 8);  // mask / pse / out / lse offsets i64, row_add f32
-  static constexpr int kStats = (2 * C::kWarps + 2) * M_TILE * 4 + 16;  // warp m / l, final m / l, scratch
+  static constexpr int kStats = (2 * C::kWarps + 2) * M_TILE * 4 + 16;  // warp m / l, final m / l; scratch
   static constexpr int kTotal = kKv + kQfrag + kVScales + kRowInfo + kStats;
   static_assert(C::kWarps * M_TILE * D * 4 <= kKv, "output merge reuses the K/V stages");
   static_assert(kTotal <= 227 * 1024, "fits one Hopper SM");
