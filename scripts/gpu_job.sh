@@ -2,7 +2,7 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [placement] [kvgap]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [placement] [kvgap] [host]
 #   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
 #   --full` on every backend here, cuda vs ascend_sim pairs included
 #   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
@@ -12,7 +12,9 @@
 #   trace: where a call's time goes, phase by phase, in the split kernel (DUALOPS_IFA_TRACE
 #   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
 #   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py); kvgap:
-#   the same calls with K and V at several distances in one allocation (ifa_kv_gap.py)
+#   the same calls with K and V at several distances in one allocation (ifa_kv_gap.py); host:
+#   host time of eager calls (ifa_host_overhead.py), and again with the package copy at
+#   benchmarks/cuda/old_python/python when one was carried (an A/B of the Python glue)
 #   shapes, small, durations, splits, layouts and profile run benchmarks/cuda/ifa_probes.py
 #   (PROBE_QUICK=1: the first configuration of each list only)
 #   (default: build test bench sanitize; SANITIZE_TOOLS="memcheck racecheck" by default)
@@ -102,6 +104,23 @@ if has trace; then
   ABLATE_SHAPES="${TRACE_SHAPES:-b1 s16,h8/1 b1 s1k,h8/1 b1 s8k,h8/1 b1 s128k,h32/8 b16 s1k}" OUT="$OUT" \
     bash benchmarks/cuda/run_kernel_ablate.sh 0+t 2>&1 | grep -v "^ptxas" | tee "$OUT/trace.txt" | tail -80
 fi
+if has host; then
+  echo "== host overhead of eager calls"
+  for round in 1 2 3; do  # old and new alternately: the host's speed drifts between processes
+    if [ -d benchmarks/cuda/old_python/python/dualops ]; then
+      cp -f python/dualops/_C*.so benchmarks/cuda/old_python/python/dualops/ 2>/dev/null
+      echo "-- round $round, old package (benchmarks/cuda/old_python)"
+      PYTHONPATH=$PWD/benchmarks/cuda/old_python/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
+        $PY benchmarks/cuda/ifa_host_overhead.py --json "$OUT/host_old_$round.json" 2>&1 | tee -a "$OUT/host_old.log"
+      echo "-- round $round, this package"
+    fi
+    prof=""; [ $round -eq 1 ] && prof="--profile"
+    PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
+      $PY benchmarks/cuda/ifa_host_overhead.py $prof --json "$OUT/host_$round.json" 2>&1 | tee -a "$OUT/host.log"
+    [ -d benchmarks/cuda/old_python/python/dualops ] || break
+  done
+fi
+
 if has kvgap; then
   echo "== kvgap"
   timeout 400 $PY benchmarks/cuda/ifa_kv_gap.py 2>&1 | tee "$OUT/kvgap.log"

@@ -39,6 +39,54 @@ def test_ifa_cpu_dispatches_to_reference_and_matches_it():
     assert torch.equal(lse, ref_lse)
 
 
+def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
+    """A backend with a prepare step (CUDA: IfaLaunch) is prepared once per call signature and
+    backend: later calls with new data of the same shapes, dtypes, strides and scalars reuse it
+    (with that call's tensors and the defaults the first call filled); any change of those, or
+    validate="full", goes through validation again."""
+    from types import SimpleNamespace
+
+    from dualops import ops
+
+    ref = importlib.import_module("dualops.backends.reference")
+    made = []
+
+    def prepare(q, k_cache, v_cache, *, plan, softmax_scale, causal, **kw0):
+        made.append((tuple(q.stride()), softmax_scale, causal))
+
+        def launch(q, k_cache, v_cache, **kw):
+            kw.update(softmax_scale=softmax_scale, causal=causal)  # what the prepared launch holds
+            return ref.incre_flash_attention(q, k_cache, v_cache, plan=None, **kw)
+        return launch
+
+    fake = SimpleNamespace(status=ref.status, incre_flash_attention=ref.incre_flash_attention,
+                           prepare_incre_flash_attention=prepare)
+    real_module = backends_pkg.module
+    monkeypatch.setattr(ops.backends, "module", lambda name: fake if name == "reference" else real_module(name))
+    monkeypatch.setattr(ops, "_PREPARED", {})
+
+    def check(q, k, v, lens, **kw):
+        out = dualops.incre_flash_attention(q, k, v, kv_lens=lens, **kw)
+        want, _ = dualops.reference.incre_flash_attention(q, k, v, kv_lens=lens, **kw)
+        assert torch.equal(out, want.to(bf16))
+
+    q, k, v, lens = _ifa_args()
+    check(q, k, v, lens, causal=True)
+    for _ in range(2):  # fresh data, same signature: no new prepare
+        q2, k2, v2, _lens = _ifa_args()
+        check(q2, k2, v2, torch.tensor([3, 40], dtype=torch.int32), causal=True)
+    assert made == [(tuple(q.stride()), 64 ** -0.5, True)]
+    check(q, k, v, lens, causal=False)  # another scalar
+    check(q, k, v, lens, causal=True, softmax_scale=0.5)
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)  # same shape, other strides
+    check(qt, k, v, lens, causal=True)
+    assert len(made) == 4 and made[-1][0] == tuple(qt.stride())
+    dualops.incre_flash_attention(q, k, v, kv_lens=lens, causal=True, validate="full")
+    assert len(made) == 5  # full validation reads values: never served from the cache
+    with pytest.raises(TypeError, match="q dtype"):  # new signature: validated, with its error
+        dualops.incre_flash_attention(q.float(), k, v, kv_lens=lens, causal=True)
+
+
 def test_default_softmax_scale_is_d_to_minus_half():
     q, k, v, lens = _ifa_args()
     a = dualops.incre_flash_attention(q, k, v, kv_lens=lens)

@@ -37,6 +37,12 @@ def test_fast_params_packing_matches_schema():
     assert cuda_backend.pack_ifa_params(**vals) == schema.pack_params("incre_flash_attention", **vals)
     with pytest.raises(ValueError, match="unknown field"):
         cuda_backend.pack_ifa_params(bogus=1)
+    # IfaLaunch packs the leading pointers per call and appends the rest, packed once
+    ptrs = {f: 0x100 * (i + 1) for i, f in enumerate(cuda_backend._PTR_FIELDS)}
+    rest = dict(q_stride_b=-3, num_blocks=1 << 40, softmax_scale=0.125, causal=1, q_dtype=2, kv_dtype=4)
+    head = cuda_backend._ptr_head()
+    tail = cuda_backend.pack_ifa_params(**rest)[head.size:]
+    assert head.pack(*ptrs.values()) + tail == schema.pack_params("incre_flash_attention", **ptrs, **rest)
 
 
 def test_plan_packs_to_the_tiling_header():
@@ -608,6 +614,38 @@ def test_cuda_graph_decode_step(page):
     cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)  # warm-up outside capture
     torch.cuda.synchronize()
     _capture_and_check_replays(q, k, v, kw, plan, bk, ([2999, 1], [1500, 2100], [0, 2048]))
+
+
+# The public API keeps one prepared launch (cuda_backend.IfaLaunch) per call signature
+# (ops._PREPARED): later calls with the same shapes, dtypes, strides and scalars only gather
+# their tensors' addresses, allocate the outputs and launch.
+REUSE = [dict(kv="same", page=0, h_q=8, h_kv=1, s_max=3000),                 # split + combine kernel
+         dict(kv="int8", page=64, h_q=16, h_kv=2, s_max=700),               # paged, scales, offsets
+         dict(kv="fp8", page=0, h_q=8, h_kv=2, S_q=3, causal=True, mask="per_batch", pse="fp16", s_max=200)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", REUSE, ids=[_id(c) for c in REUSE])
+def test_prepared_launch_reused_across_calls(case):
+    """Calls with fresh tensors and kv_lens values of one signature reuse the prepared launch and
+    each gets its own data's answer (checked against the reference); a view of the same shape and
+    strides that starts off a 16-byte boundary still gets the error."""
+    from dualops import ops
+
+    ops._PREPARED.clear()
+    for seed in range(3):
+        lens = [case["s_max"], 1 + 7 * seed, 64 - 9 * seed]  # paged: the same number of blocks each time
+        q, k, v, kw = make_case(B=3, seed=seed, lens=lens, **case)
+        check(q, k, v, kw, name=f"reuse {seed}")
+        assert len(ops._PREPARED) == 1
+    launch = next(iter(ops._PREPARED.values()))[2]
+    assert isinstance(launch, cuda_backend.IfaLaunch)
+    flat = torch.empty(k.numel() + 16, dtype=k.dtype, device=k.device)
+    k_off = flat[1:1 + k.numel()].view(k.shape)  # same shape and strides, start 1 element in
+    k_off.copy_(k)
+    with pytest.raises(ValueError, match="k_cache must start on a 16-byte boundary"):
+        dualops.incre_flash_attention(q, k_off, v, backend="cuda", **kw)
+    assert len(ops._PREPARED) == 1
 
 
 # ----------------------------------------------------------------------------- errors

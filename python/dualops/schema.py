@@ -249,22 +249,42 @@ _VALIDATED: dict = {}
 _VALIDATED_MAX = 512
 
 
+_PLAIN = frozenset((type(None), bool, int, float, str))
+
+
 def _signature(op: str, values: dict):
     import torch
 
     sig = [op]
+    add = sig.append
+    tensor, dtype = torch.Tensor, torch.dtype
     for name, v in values.items():
-        if isinstance(v, torch.Tensor):
-            sig += (name, v.shape, v.dtype, v.device, v.stride())
-        elif v is None or isinstance(v, (bool, int, float, str, torch.dtype)):
-            sig += (name, type(v), v)
+        c = v.__class__
+        if c in _PLAIN or c is dtype:
+            add((name, c, v))
+        elif isinstance(v, tensor):
+            add((name, v.shape, v.dtype, v.device, v.stride()))
+        elif isinstance(v, (bool, int, float, str)):  # subclasses of the scalars
+            add((name, c, v))
         else:
             return None
+    sig = tuple(sig)
     try:
-        hash(tuple(sig))
+        hash(sig)
     except TypeError:  # symbolic shapes under torch.compile: no caching
         return None
-    return tuple(sig)
+    return sig
+
+
+def signature(op: str, values: dict):
+    """A call's signature (hashable), or None where it has none (symbolic shapes, other objects):
+    two calls with the same one validate alike."""
+    return _signature(op, values)
+
+
+def filled_defaults(values: dict, v: Validated) -> dict:
+    """The arguments validation filled in (given as None or left out, set in ``v``)."""
+    return {k: x for k, x in v.args.items() if values.get(k) is None and x is not None}
 
 
 def validate(op: str, values: dict, *, full: bool = False) -> Validated:
@@ -285,8 +305,7 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
         if sig is not None:
             if len(_VALIDATED) >= _VALIDATED_MAX:
                 _VALIDATED.clear()
-            filled = {k: v for k, v in out.args.items() if values.get(k) is None and v is not None}
-            _VALIDATED[sig] = (filled, out.dims, out.modes, out.features)
+            _VALIDATED[sig] = (filled_defaults(values, out), out.dims, out.modes, out.features)
     if full:
         from . import full_checks
 

@@ -58,11 +58,7 @@ def _params_struct(op: str) -> tuple[struct.Struct, tuple[str, ...]]:
 
 def pack_ifa_params(**values) -> bytes:
     """Fast equivalent of ``schema.pack_params("incre_flash_attention", **values)``."""
-    st, names = _params_struct(_OP)
-    unknown = set(values) - set(names)
-    if unknown:
-        raise ValueError(f"pack_params({_OP}): unknown field(s) {sorted(unknown)}")
-    return st.pack(*(values.get(n, 0) or 0 for n in names))
+    return _params_struct(_OP)[0].pack(*_fields_template(**values))
 
 
 # One zeroed int32 buffer of in-kernel merge counters per (device, stream): the kernel leaves it
@@ -70,8 +66,8 @@ def pack_ifa_params(**values) -> bytes:
 _MERGE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
 
-def _merge_counters(C, dev, stream) -> int:
-    key = (dev.index if dev.index is not None else torch.cuda.current_device(), stream.cuda_stream)
+def _merge_counters(C, dev, dev_index: int, stream: int) -> int:
+    key = (dev_index, stream)
     buf = _MERGE_COUNTERS.get(key)
     if buf is None:
         if torch.cuda.is_current_stream_capturing():
@@ -98,10 +94,13 @@ def make_ifa_plan(q, k_cache, block_table):
     return plan_for_tensors(q, k_cache, block_table, detect(q.device))
 
 
-def _check_cache_layout(name, t):
-    es = t.element_size()
+def _check_cache_start(name, t):
     if t.data_ptr() % 16:
         raise ValueError(f"{name} must start on a 16-byte boundary, got address {t.data_ptr():#x}")
+
+
+def _check_cache_strides(name, t):
+    es = t.element_size()
     for dim in range(3):
         if (t.stride(dim) * es) % 16:
             raise ValueError(f"{name} strides must be multiples of 16 bytes (head rows are copied 16 B "
@@ -110,58 +109,141 @@ def _check_cache_layout(name, t):
 
 # ----------------------------------------------------------------------------- the op
 
+# The current stream as a raw cudaStream_t, without building a torch.cuda.Stream object
+# (~2 us of host time per call); the public API where this torch lacks the private one.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(dev_index: int) -> int:
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(dev_index)
+    return torch.cuda.current_stream(dev_index).cuda_stream
+
+
+class IfaLaunch:
+    """What a CUDA IFA call's shapes, dtypes, strides and flags fix: the plan and its bytes, the
+    constant fields of the params struct, the output and workspace sizes. ``ops.py`` keeps one per
+    call signature, so a decode loop's repeated calls only gather pointers, allocate the outputs
+    and launch (BENCHMARKS.md "Host overhead of an eager call")."""
+
+    __slots__ = ("C", "plan", "plan_bytes", "tail", "out_shape", "lse_shape", "n_o", "n_ws",
+                 "convert_kv_lens", "convert_block_table", "float_pse", "quant", "splits")
+
+    def __init__(self, q, k_cache, v_cache, *, kv_lens, block_table, softmax_scale, causal,
+                 atten_mask, pse_shift, k_scale, v_scale, k_offset, v_offset, plan):
+        if plan is None:
+            plan = make_ifa_plan(q, k_cache, block_table)
+        else:
+            check_plan_for_tensors(plan, q, k_cache, block_table)
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            _check_cache_strides(name, t)
+        if atten_mask is not None and atten_mask.dtype != torch.bool:
+            raise TypeError(f"atten_mask must be bool, got {atten_mask.dtype}")
+        B, S_q, H_q, D = q.shape
+        self.plan, self.plan_bytes = plan, _plan_bytes(plan)
+        self.out_shape, self.lse_shape = (B, S_q, H_q, D), (B, H_q, S_q)  # out: q's dtype
+        n_o, n_l = plan.workspace_floats()
+        self.n_o, self.n_ws, self.splits = n_o, n_o + n_l, plan.num_splits > 1
+        dev = q.device
+        self.convert_kv_lens = not (kv_lens.device == dev and kv_lens.dtype == torch.int32 and kv_lens.is_contiguous())
+        self.convert_block_table = block_table is not None and (
+            block_table.stride(-1) != 1 or block_table.dtype != torch.int32)
+        self.float_pse = pse_shift is not None and pse_shift.dtype != torch.float32
+        self.quant = k_cache.dtype in _QUANT
+        # Every field but the pointers (filled per call by __call__): same strides as these
+        # tensors, which the signature guarantees for every later call through this object.
+        bt_stride = 0 if block_table is None else (block_table.stride(0) if not self.convert_block_table
+                                                   else int(block_table.shape[1]))
+        ms, ps = _strides4(atten_mask), _strides4(pse_shift)
+        out_strides = (S_q * H_q * D, H_q * D, D)  # torch.empty(B, S_q, H_q, D)
+        self.C = native.require()
+        # Every field after the pointers, packed once (the pointers lead the struct: _ptr_head).
+        self.tail = _params_struct(_OP)[0].pack(*_fields_template(
+            q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
+            k_stride_0=k_cache.stride(0), k_stride_1=k_cache.stride(1), k_stride_2=k_cache.stride(2),
+            v_stride_0=v_cache.stride(0), v_stride_1=v_cache.stride(1), v_stride_2=v_cache.stride(2),
+            out_stride_b=out_strides[0], out_stride_s=out_strides[1], out_stride_h=out_strides[2],
+            block_table_stride=bt_stride,
+            mask_stride_b=ms[0], mask_stride_h=ms[1], mask_stride_q=ms[2], mask_stride_k=ms[3],
+            pse_stride_b=ps[0], pse_stride_h=ps[1], pse_stride_q=ps[2], pse_stride_k=ps[3],
+            num_blocks=int(k_cache.shape[0]) if block_table is not None else 0,
+            softmax_scale=float(softmax_scale), causal=int(bool(causal)),
+            q_dtype=schema.dtype_code(q.dtype), kv_dtype=schema.dtype_code(k_cache.dtype)))[_ptr_head().size:]
+
+    def __call__(self, q, k_cache, v_cache, *, kv_lens, block_table, atten_mask, pse_shift,
+                 k_scale, v_scale, k_offset, v_offset, **_fixed):
+        """Launch on the current stream. The tensors must have the shapes, dtypes and strides of
+        the ones this object was made from (``_fixed``: the scalars it already holds)."""
+        C = self.C
+        _check_cache_start("k_cache", k_cache)
+        _check_cache_start("v_cache", v_cache)
+        dev = q.device
+        if self.convert_kv_lens:
+            kv_lens = kv_lens.to(device=dev, dtype=torch.int32).contiguous()
+        if self.convert_block_table:
+            block_table = block_table.to(torch.int32).contiguous()
+        if self.float_pse:
+            pse_shift = pse_shift.float()
+        out = q.new_empty(self.out_shape)
+        lse = q.new_empty(self.lse_shape, dtype=torch.float32)
+        # split-KV partials: o_accum then lse_accum in one buffer, alive until the launch is queued
+        work = q.new_empty(self.n_ws, dtype=torch.float32) if self.n_ws else None
+        ws = _ptr(work)
+        dev_index = q.get_device()
+        stream = _current_stream(dev_index)
+        if self.quant:
+            k_scale, v_scale, k_offset, v_offset = (_f32(t, dev) for t in (k_scale, v_scale, k_offset, v_offset))
+        else:
+            k_scale = v_scale = k_offset = v_offset = None
+        params = _ptr_head().pack(
+            q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            kv_lens.data_ptr(), _ptr(block_table), _ptr(atten_mask), _ptr(pse_shift), _ptr(k_scale),
+            _ptr(v_scale), _ptr(k_offset), _ptr(v_offset), ws, ws + 4 * self.n_o if ws else 0,
+            _merge_counters(C, dev, dev_index, stream) if self.splits else 0) + self.tail
+        C.cuda_incre_flash_attention(params, self.plan_bytes, stream)
+        return out, lse
+
+
+def _f32(t, dev):
+    if t is None or (t.dtype == torch.float32 and t.is_contiguous() and t.device == dev):
+        return t
+    return t.to(device=dev, dtype=torch.float32).contiguous()
+
+
+# The params fields holding device addresses, in the order IfaLaunch.__call__ packs them.
+_PTR_FIELDS = ("q", "k", "v", "out", "lse", "kv_lens", "block_table", "atten_mask", "pse_shift",
+               "k_scale", "v_scale", "k_offset", "v_offset", "o_accum", "lse_accum", "merge_counters")
+
+
+@functools.lru_cache(maxsize=1)
+def _ptr_head() -> struct.Struct:
+    """The struct's leading pointer fields (IfaLaunch packs them per call and appends the rest,
+    packed once); the schema must keep them first, in this order."""
+    names = _params_struct(_OP)[1]
+    if names[:len(_PTR_FIELDS)] != _PTR_FIELDS:
+        raise RuntimeError(f"{_OP} kernel_params must start with the pointers {_PTR_FIELDS}, got {names}")
+    return struct.Struct("<" + "Q" * len(_PTR_FIELDS))
+
+
+def _fields_template(**values) -> list:
+    """The params struct's fields in order: ``values`` set, every other field (the pointers) 0."""
+    names = _params_struct(_OP)[1]
+    unknown = set(values) - set(names)
+    if unknown:
+        raise ValueError(f"pack_params({_OP}): unknown field(s) {sorted(unknown)}")
+    return [values.get(n, 0) or 0 for n in names]
+
+
+def prepare_incre_flash_attention(q, k_cache, v_cache, **kw) -> IfaLaunch:
+    """The reusable part of ``incre_flash_attention`` for these tensors' signature (ops.py caches
+    it per signature); call the result with the tensors to launch."""
+    return IfaLaunch(q, k_cache, v_cache, **kw)
+
 
 def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_scale, causal,
                           atten_mask, pse_shift, k_scale, v_scale, k_offset, v_offset, plan=None):
     """docs/internals.md "Backend module interface". Returns (out, lse)."""
-    C = native.require()
-    B, S_q, H_q, D = q.shape
-    if plan is None:
-        plan = make_ifa_plan(q, k_cache, block_table)
-    else:
-        check_plan_for_tensors(plan, q, k_cache, block_table)
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        _check_cache_layout(name, t)
-    dev = q.device
-    if kv_lens.device != dev or kv_lens.dtype != torch.int32 or not kv_lens.is_contiguous():
-        kv_lens = kv_lens.to(device=dev, dtype=torch.int32).contiguous()
-    bt_stride = 0
-    if block_table is not None:
-        if block_table.stride(-1) != 1 or block_table.dtype != torch.int32:
-            block_table = block_table.to(torch.int32).contiguous()
-        bt_stride = block_table.stride(0)
-    quant = k_cache.dtype in _QUANT
-    scales = [None if t is None else t.to(device=dev, dtype=torch.float32).contiguous()
-              for t in (k_scale, v_scale, k_offset, v_offset)]
-    if atten_mask is not None and atten_mask.dtype != torch.bool:
-        raise TypeError(f"atten_mask must be bool, got {atten_mask.dtype}")
-    if pse_shift is not None and pse_shift.dtype != torch.float32:
-        pse_shift = pse_shift.float()
-
-    out = torch.empty(B, S_q, H_q, D, dtype=q.dtype, device=dev)
-    lse = torch.empty(B, H_q, S_q, dtype=torch.float32, device=dev)
-    n_o, n_l = plan.workspace_floats()
-    o_acc = torch.empty(n_o, dtype=torch.float32, device=dev) if n_o else None
-    l_acc = torch.empty(n_l, dtype=torch.float32, device=dev) if n_l else None
-    ms, ps = _strides4(atten_mask), _strides4(pse_shift)
-    stream = torch.cuda.current_stream(dev)
-    params = pack_ifa_params(
-        q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=out.data_ptr(),
-        lse=lse.data_ptr(), kv_lens=kv_lens.data_ptr(), block_table=_ptr(block_table),
-        atten_mask=_ptr(atten_mask), pse_shift=_ptr(pse_shift),
-        k_scale=_ptr(scales[0]) if quant else 0, v_scale=_ptr(scales[1]) if quant else 0,
-        k_offset=_ptr(scales[2]) if quant else 0, v_offset=_ptr(scales[3]) if quant else 0,
-        o_accum=_ptr(o_acc), lse_accum=_ptr(l_acc),
-        merge_counters=_merge_counters(C, dev, stream) if plan.num_splits > 1 else 0,
-        q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
-        k_stride_0=k_cache.stride(0), k_stride_1=k_cache.stride(1), k_stride_2=k_cache.stride(2),
-        v_stride_0=v_cache.stride(0), v_stride_1=v_cache.stride(1), v_stride_2=v_cache.stride(2),
-        out_stride_b=out.stride(0), out_stride_s=out.stride(1), out_stride_h=out.stride(2),
-        block_table_stride=bt_stride,
-        mask_stride_b=ms[0], mask_stride_h=ms[1], mask_stride_q=ms[2], mask_stride_k=ms[3],
-        pse_stride_b=ps[0], pse_stride_h=ps[1], pse_stride_q=ps[2], pse_stride_k=ps[3],
-        num_blocks=int(k_cache.shape[0]) if block_table is not None else 0,
-        softmax_scale=float(softmax_scale), causal=int(bool(causal)),
-        q_dtype=schema.dtype_code(q.dtype), kv_dtype=schema.dtype_code(k_cache.dtype))
-    C.cuda_incre_flash_attention(params, _plan_bytes(plan), stream.cuda_stream)
-    return out, lse
+    kw = dict(kv_lens=kv_lens, block_table=block_table, atten_mask=atten_mask, pse_shift=pse_shift,
+              k_scale=k_scale, v_scale=v_scale, k_offset=k_offset, v_offset=v_offset)
+    launch = IfaLaunch(q, k_cache, v_cache, softmax_scale=softmax_scale, causal=causal, plan=plan, **kw)
+    return launch(q, k_cache, v_cache, **kw)
