@@ -1027,7 +1027,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // Each warp stores its rescaled fragments in fragment order (16 B per lane, no bank
   // conflicts); then every thread sums one slot over the warps and writes it out.
   // (Merging the row states in every thread instead, one barrier less, measured +0.3 us on
-  // small calls: BENCHMARKS.md v11.)
+  // small calls: BENCHMARKS.md v11.) A tile of <= 8 q rows (decode with <= 8 q heads per KV
+  // head) keeps only rows 0..7 of the m16 fragment, 8 B per lane: the rows 8..15 are padding,
+  // and half the shared-memory traffic is ~0.3 us of a single-wave call (BENCHMARKS.md item 35).
+  const bool half_rows = MTILES == 1 && q_rows - row0 <= 8;
+  float2* ebuf2 = reinterpret_cast<float2*>(ebuf);  // [NW][NTILES][32] when half_rows
 #pragma unroll
   for (int mt = 0; mt < MTILES && warp < n_active; ++mt) {
     float f[2];
@@ -1037,21 +1041,36 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const float lt = fin_l[rr];
       f[hf] = (lt > 0.f && m_run[mt][hf] != -INFINITY) ? exp2f(m_run[mt][hf] - fin_m[rr]) / lt : 0.f;
     }
+    if (half_rows) {
 #pragma unroll
-    for (int jn = 0; jn < NTILES; ++jn)
-      ebuf[((warp * MTILES + mt) * NTILES + jn) * 32 + lane] =
-          make_float4(acc[mt][jn][0] * f[0], acc[mt][jn][1] * f[0], acc[mt][jn][2] * f[1], acc[mt][jn][3] * f[1]);
+      for (int jn = 0; jn < NTILES; ++jn)
+        ebuf2[(warp * NTILES + jn) * 32 + lane] = make_float2(acc[0][jn][0] * f[0], acc[0][jn][1] * f[0]);
+    } else {
+#pragma unroll
+      for (int jn = 0; jn < NTILES; ++jn)
+        ebuf[((warp * MTILES + mt) * NTILES + jn) * 32 + lane] =
+            make_float4(acc[mt][jn][0] * f[0], acc[mt][jn][1] * f[0], acc[mt][jn][2] * f[1], acc[mt][jn][3] * f[1]);
+    }
   }
   __syncthreads();
   DUALOPS_IFA_MARK_BAR(kTrEbuf, fin_m);
 
   for (int slot = tid, k = 0; slot < kSlots; slot += NT, ++k) {
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);  // (.z / .w: rows 8..15, unused when half_rows)
+    if (half_rows) {
 #pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      if (w >= n_active) break;
-      const float4 x = ebuf[w * kSlots + slot];
-      o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+      for (int w = 0; w < NW; ++w) {
+        if (w >= n_active) break;
+        const float2 x = ebuf2[w * kSlots + slot];
+        o.x += x.x, o.y += x.y;
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        if (w >= n_active) break;
+        const float4 x = ebuf[w * kSlots + slot];
+        o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
+      }
     }
     const int ln = slot & 31, jn = (slot >> 5) % NTILES, mt = (slot >> 5) / NTILES;
     const int d0 = C::pv_d(jn, 2 * (ln & 3)), d1 = C::pv_d(jn, 2 * (ln & 3) + 1);
