@@ -252,7 +252,10 @@ _VALIDATED_MAX = 512
 _PLAIN = frozenset((type(None), bool, int, float, str))
 
 
-def _signature(op: str, values: dict):
+def signature(op: str, values: dict):
+    """A call's signature (hashable: shapes, dtypes, devices and strides of its tensors, type and
+    value of its scalars), or None where it has none (symbolic shapes, other objects): two calls
+    with the same one validate alike."""
     import torch
 
     sig = [op]
@@ -276,12 +279,6 @@ def _signature(op: str, values: dict):
     return sig
 
 
-def signature(op: str, values: dict):
-    """A call's signature (hashable), or None where it has none (symbolic shapes, other objects):
-    two calls with the same one validate alike."""
-    return _signature(op, values)
-
-
 def filled_defaults(values: dict, v: Validated) -> dict:
     """The arguments validation filled in (given as None or left out, set in ``v``)."""
     return {k: x for k, x in v.args.items() if values.get(k) is None and x is not None}
@@ -293,7 +290,7 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
     Raises TypeError (wrong kind or dtype) or ValueError (shape, range, consistency) naming the
     argument, what was expected and what was given. ``full=True`` also runs the schema's
     ``full_checks`` that read tensor values (a device sync); those are never cached."""
-    sig = _signature(op, values)
+    sig = signature(op, values)
     hit = _VALIDATED.get(sig) if sig is not None else None
     if hit is not None:
         filled, dims, modes, features = hit
