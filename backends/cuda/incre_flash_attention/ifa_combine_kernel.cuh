@@ -3,9 +3,9 @@
 // One CTA per (row, 32-column chunk): 16 groups of 8 threads (a float4 each) take every 16th
 // split and load all of their splits' lse values and outputs at once (PartialMerge: one L2
 // round trip for up to 128 splits), then group 0 merges the 16 groups' states through shared
-// memory (one barrier). Work per row is tiny; what matters is few dependent round trips and
-// barriers (the previous version: lse loads, a max and a sum reduction, then the output loads:
-// two round trips and six barriers -- BENCHMARKS.md v12).
+// memory (one barrier; all 15 at once, PartialMerge::merge_all). Work per row is tiny; what
+// matters is few dependent round trips and barriers (the previous version: lse loads, a max and
+// a sum reduction, then the output loads: two round trips and six barriers -- BENCHMARKS.md v12).
 // The split kernel merges small split counts itself (ifa_split_kernel.cuh); this kernel takes
 // the calls whose partials are too many for one CTA to read quickly.
 #pragma once
@@ -15,8 +15,11 @@
 
 namespace dualops::cuda::ifa {
 
+#ifndef DUALOPS_IFA_COMBINE_COLS
+#define DUALOPS_IFA_COMBINE_COLS 32  // (measurement builds may set 16 or 64)
+#endif
 constexpr int kCombineThreads = 128;
-constexpr int kCombineCols = 32;  // head-dim columns of one combine CTA
+constexpr int kCombineCols = DUALOPS_IFA_COMBINE_COLS;  // head-dim columns of one combine CTA
 
 template <typename QT, int D>
 __global__ void __launch_bounds__(kCombineThreads)
@@ -41,8 +44,10 @@ __global__ void __launch_bounds__(kCombineThreads)
   // call's split kernel) be scheduled now, so its CTAs start on the SMs the split kernel frees
   // and do their set-up while this kernel runs; then wait until the partials are complete and
   // visible (a no-op when launched the ordinary way).
+  DUALOPS_IFA_CTRACE_BEGIN(p.out);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  DUALOPS_IFA_CTRACE(kCtWaited);
   PartialMerge st;
   st.add_splits<8>(grp, ns, GROUPS, [&](int s, float& lse, float4& o) {
     lse = __ldcg(la + static_cast<int64_t>(s) * q_rows);
@@ -51,10 +56,12 @@ __global__ void __launch_bounds__(kCombineThreads)
   part[grp][tid % TPG] = st;
   __syncthreads();
   if (grp != 0) return;
-#pragma unroll
-  for (int k = 1; k < GROUPS; ++k) st.merge(part[k][tid]);
+  st.merge_all<GROUPS - 1>([&](int k) -> const PartialMerge& { return part[k + 1][tid]; });
+  DUALOPS_IFA_DEP(st.l);
+  DUALOPS_IFA_CTRACE(kCtMerged);
   st.store<QT>(static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h, c);
   if (tid == 0 && blockIdx.y == 0) static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * t.s_q + i] = st.lse();
+  DUALOPS_IFA_CTRACE(kCtExit);
 }
 
 }  // namespace dualops::cuda::ifa

@@ -125,14 +125,24 @@ struct PartialMerge {
       m = mx;
     }
   }
-  // Another state of the same row and columns.
-  __device__ __forceinline__ void merge(const PartialMerge& o) {
-    const float mx = fmaxf(m, o.m);
-    if (mx == -INFINITY) return;
-    const float a = __expf(m - mx), c = __expf(o.m - mx);
-    l = l * a + o.l * c;
-    acc.x = acc.x * a + o.acc.x * c, acc.y = acc.y * a + o.acc.y * c;
-    acc.z = acc.z * a + o.acc.z * c, acc.w = acc.w * a + o.acc.w * c;
+  // N other states of the same row and columns, get(k) the k-th: the maximum first, then every
+  // weight at once, so the merge is one short dependent chain whatever N (merging them one by
+  // one chains N rescales: BENCHMARKS.md item 36).
+  template <int N, typename Get>
+  __device__ __forceinline__ void merge_all(Get&& get) {
+    float mx = m;
+#pragma unroll
+    for (int k = 0; k < N; ++k) mx = fmaxf(mx, get(k).m);
+    if (mx == -INFINITY) return;  // no key in any state
+    const float sc = __expf(m - mx);  // 0 while m is -inf
+    l *= sc, acc.x *= sc, acc.y *= sc, acc.z *= sc, acc.w *= sc;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const PartialMerge& o = get(k);
+      const float w = __expf(o.m - mx);  // 0 for a state without keys
+      l += o.l * w;
+      acc.x += o.acc.x * w, acc.y += o.acc.y * w, acc.z += o.acc.z * w, acc.w += o.acc.w * w;
+    }
     m = mx;
   }
   // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then).
@@ -201,7 +211,9 @@ enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 // block (a lane per block, its id read here: a stale id only misdirects a hint; splits of at
 // least 2 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
 // moves the call's whole read into the tail of the kernel ahead, which it then slows (b16 h8/1
-// s1k, 8 splits of 128 keys: +0.6 us, v14).
+// s1k, 8 splits of 128 keys: +0.6 us, v14). Prefetching the second fill right after the wait
+// saved ~1 us on long calls but cost +1.4 to +1.7 us on short calls in multi-call graphs,
+// whose first-fill prefetch is still in flight then (BENCHMARKS.md item 36): not done.
 template <typename C>
 __device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionParams& p,
                                                     const IncreFlashAttentionTiling& t, int b, int kvh,
