@@ -9,7 +9,7 @@
 #   and without PDL, other split counts, SDPA; SMALL_ONLY_AUTO=1: the default build only);
 #   splits: split counts around the plan's; durations: Nsight Compute kernel durations;
 #   ablate: the split kernel with parts of its per-chunk math compiled out (ABLATE_SET)
-#   trace: where a call's time goes, phase by phase, in the split kernel (DUALOPS_IFA_TRACE
+#   trace: where a call's time goes, phase by phase, in the split and combine kernels (DUALOPS_IFA_TRACE
 #   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
 #   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py); kvgap:
 #   the same calls with K and V at several distances in one allocation (ifa_kv_gap.py); host:

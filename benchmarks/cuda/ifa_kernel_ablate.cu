@@ -235,6 +235,34 @@ void print_trace(const Shape& sh, int ctas) {
   line("B entry", 1, kTrEntry);
   line("B grid wait", 1, kTrWaited);
   line("B first chunk", 1, kTrFirstChunk);
+  // The combine kernel of call A (if the call ran one): where its CTAs sat and when they passed
+  // their marks, on the same time line.
+  static unsigned long long ct[2][kTraceCombineCtas][kCtMarks];
+  CK(cudaMemcpyFromSymbol(ct, g_ifa_ctrace, sizeof(ct)));
+  std::vector<int> per_sm(1024, 0), split_sm(1024, 0);
+  for (int c = 0; c < ctas; ++c)
+    if (tr[0][c][kTrEntry] != 0) split_sm[tr[0][c][kTrSmid] & 1023] = 1;
+  int n = 0, on_split = 0;
+  for (int c = 0; c < kTraceCombineCtas; ++c) {
+    if (ct[0][c][kCtEntry] == 0) continue;
+    ++n;
+    const int sm = static_cast<int>(ct[0][c][kCtSmid] & 1023);
+    on_split += split_sm[sm];
+    ++per_sm[sm];
+  }
+  if (n == 0) return;
+  const int sms = static_cast<int>(std::count_if(per_sm.begin(), per_sm.end(), [](int x) { return x > 0; }));
+  std::printf("    combine A: %d CTAs on %d SMs (max %d per SM; %d on SMs that ran a split CTA of A)\n", n, sms,
+              *std::max_element(per_sm.begin(), per_sm.end()), on_split);
+  static const char* cnames[kCtMarks] = {"", "entry", "grid wait", "merged", "exit"};
+  for (int m = kCtEntry; m < kCtMarks; ++m) {
+    std::vector<float> v;
+    for (int c = 0; c < kTraceCombineCtas; ++c)
+      if (ct[0][c][m] != 0) v.push_back(static_cast<float>(rel(ct[0][c][m])));
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    std::printf("    at combine A %-9s min %7.0f p50 %7.0f max %7.0f\n", cnames[m], v.front(), v[v.size() / 2], v.back());
+  }
 }
 #endif
 
@@ -455,6 +483,8 @@ int main() {
       const void* outs[2] = {ps[a].out, ps[bset].out};
       static unsigned long long zero[2][kTraceCtas][kTrMarks];
       CK(cudaMemcpyToSymbol(g_ifa_trace, zero, sizeof(zero)));
+      static unsigned long long czero[2][kTraceCombineCtas][kCtMarks];
+      CK(cudaMemcpyToSymbol(g_ifa_ctrace, czero, sizeof(czero)));
       CK(cudaMemcpyToSymbol(g_ifa_trace_out, outs, sizeof(outs)));
       k_spin<<<1, 1, 0, st>>>(200000);
       CK(cudaGraphLaunch(exec, st));

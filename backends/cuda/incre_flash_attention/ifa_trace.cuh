@@ -32,13 +32,25 @@ enum TraceMark : int {
   kTrMerged,        // split merge done
   kTrGlobalEntry,   // %globaltimer at entry (ns)
   kTrGlobalExit,    // %globaltimer at exit (ns)
+  kTrSmid,          // %smid of the CTA
   kTrMarks
 };
 constexpr int kTraceCtas = 4096;
+// The combine kernel's CTAs of the same two calls: %smid, then %globaltimer (ns) at entry, when
+// griddepcontrol.wait returned, when thread 0 had merged the groups' states and at exit.
+enum CombineTraceMark : int { kCtSmid = 0, kCtEntry, kCtWaited, kCtMerged, kCtExit, kCtMarks };
+constexpr int kTraceCombineCtas = 1024;
 
 #if DUALOPS_IFA_TRACE
 __device__ unsigned long long g_ifa_trace[2][kTraceCtas][kTrMarks];
 __device__ const void* g_ifa_trace_out[2];
+__device__ unsigned long long g_ifa_ctrace[2][kTraceCombineCtas][kCtMarks];
+
+__device__ __forceinline__ unsigned long long sm_id() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
 
 __device__ __forceinline__ unsigned long long trace_clock() {
   unsigned long long t;
@@ -65,20 +77,32 @@ __device__ __noinline__ uint32_t trace_probe(uint32_t x) {
   return x;
 }
 
-// This CTA's row, or nullptr when the call is not traced or this is not thread 0.
-__device__ __forceinline__ unsigned long long* trace_row(const void* out) {
+// This CTA's row of `tab` (the split kernel's g_ifa_trace or the combine kernel's g_ifa_ctrace),
+// or nullptr when the call is not traced or this is not thread 0.
+template <int CTAS, int MARKS>
+__device__ __forceinline__ unsigned long long* trace_row(unsigned long long (&tab)[2][CTAS][MARKS], const void* out) {
   if (threadIdx.x != 0) return nullptr;
   const int cta = blockIdx.x + blockIdx.y * gridDim.x;
-  if (cta >= kTraceCtas) return nullptr;
+  if (cta >= CTAS) return nullptr;
   for (int k = 0; k < 2; ++k)
-    if (out == g_ifa_trace_out[k]) return g_ifa_trace[k][cta];
+    if (out == g_ifa_trace_out[k]) return tab[k][cta];
   return nullptr;
 }
 #define DUALOPS_IFA_TRACE_BEGIN(out)                                   \
   const unsigned long long tr_c0_ = ::dualops::cuda::ifa::trace_clock(); \
   const unsigned long long tr_g0_ = ::dualops::cuda::ifa::global_ns(); \
-  unsigned long long* const tr_row_ = ::dualops::cuda::ifa::trace_row(out); \
-  if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrEntry] = tr_c0_, tr_row_[::dualops::cuda::ifa::kTrGlobalEntry] = tr_g0_
+  unsigned long long* const tr_row_ = ::dualops::cuda::ifa::trace_row(::dualops::cuda::ifa::g_ifa_trace, out); \
+  if (tr_row_)                                                           \
+  tr_row_[::dualops::cuda::ifa::kTrEntry] = tr_c0_, tr_row_[::dualops::cuda::ifa::kTrGlobalEntry] = tr_g0_, \
+  tr_row_[::dualops::cuda::ifa::kTrSmid] = ::dualops::cuda::ifa::sm_id()
+// The combine kernel's marks (kCt*, %globaltimer).
+#define DUALOPS_IFA_CTRACE_BEGIN(out)                                              \
+  unsigned long long* const ctr_row_ = ::dualops::cuda::ifa::trace_row(::dualops::cuda::ifa::g_ifa_ctrace, out); \
+  if (ctr_row_)                                                                   \
+  ctr_row_[::dualops::cuda::ifa::kCtSmid] = ::dualops::cuda::ifa::sm_id(),         \
+  ctr_row_[::dualops::cuda::ifa::kCtEntry] = ::dualops::cuda::ifa::global_ns()
+#define DUALOPS_IFA_CTRACE(m) \
+  do { if (ctr_row_) ctr_row_[::dualops::cuda::ifa::m] = ::dualops::cuda::ifa::global_ns(); } while (0)
 #define DUALOPS_IFA_MARK(m) \
   do { if (tr_row_) tr_row_[::dualops::cuda::ifa::m] = ::dualops::cuda::ifa::trace_clock(); } while (0)
 // A mark right after a barrier. __syncthreads compiles to BAR.SYNC.DEFER_BLOCKING: the warp
@@ -113,6 +137,12 @@ __device__ __forceinline__ unsigned long long* trace_row(const void* out) {
   } while (0)
 #define DUALOPS_IFA_DEP(x) \
   do {                     \
+  } while (0)
+#define DUALOPS_IFA_CTRACE_BEGIN(out) \
+  do {                                \
+  } while (0)
+#define DUALOPS_IFA_CTRACE(m) \
+  do {                        \
   } while (0)
 #endif
 
