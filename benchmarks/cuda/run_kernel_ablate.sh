@@ -42,7 +42,10 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n =~ \+x([A-Z_]+)([0-9]+) ]] && extra+=" -D${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"
   kdir="$root/backends/cuda/incre_flash_attention"
   [[ $n == *+o* ]] && kdir="$(cd "${ABLATE_OLD_DIR:?+o needs ABLATE_OLD_DIR}" && pwd)"
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \
+  # (the package's CUDA flags, CMakeLists.txt: --use_fast_math; before the eighteenth session the
+  # driver built without it and its times sat 0.3-0.6 us above the sweep's on split calls:
+  # BENCHMARKS.md item 36)
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --use_fast_math --expt-relaxed-constexpr -lineinfo -Xptxas -v -DDUALOPS_IFA_ABLATE=$a -DABLATE_KV_INT8=$kv \
     -DABLATE_TAG="\"$n\"" $extra \
     -I "$root/ops/include" -I "$kdir" \
     -o "$out/ifa_kernel_ablate_$n" "$here/ifa_kernel_ablate.cu" 2> "$out/ptxas_ablate_$n.txt" &
