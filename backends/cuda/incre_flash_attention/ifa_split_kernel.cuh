@@ -97,32 +97,19 @@ struct PartialMerge {
   float m = -INFINITY, l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   // Splits s0, s0 + step, ... (< s_end) of one (row, 4 columns): all K loads of a round go out
-  // at once, so a round costs one memory round trip.
+  // at once, so a round costs one memory round trip; each split is a state of weight 1.
   // load(s, lse, o) fetches split s.
   template <int K, typename Load>
   __device__ __forceinline__ void add_splits(int s0, int s_end, int step, Load&& load) {
     for (; s0 < s_end; s0 += K * step) {
-      float lv[K];
-      float4 v[K];
+      PartialMerge sp[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int s = s0 + k * step;
-        lv[k] = -INFINITY, v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (s < s_end) load(s, lv[k], v[k]);
+        sp[k].l = 1.f;
+        if (s < s_end) load(s, sp[k].m, sp[k].acc);  // (m -inf, acc 0 past s_end: weight 0)
       }
-      float mx = m;
-#pragma unroll
-      for (int k = 0; k < K; ++k) mx = fmaxf(mx, lv[k]);
-      if (mx == -INFINITY) continue;  // no key in any split so far
-      const float sc = __expf(m - mx);  // 0 while m is -inf
-      l *= sc, acc.x *= sc, acc.y *= sc, acc.z *= sc, acc.w *= sc;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float w = __expf(lv[k] - mx);  // 0 for a split without keys
-        l += w;
-        acc.x += w * v[k].x, acc.y += w * v[k].y, acc.z += w * v[k].z, acc.w += w * v[k].w;
-      }
-      m = mx;
+      merge_all<K>([&](int k) -> const PartialMerge& { return sp[k]; });
     }
   }
   // N other states of the same row and columns, get(k) the k-th: the maximum first, then every
