@@ -463,14 +463,16 @@ PREFETCH += [dict(dtype=FP16, D=128, layout="bshd"), dict(dtype=FP16, D=128, lay
 @needs_cuda
 @pytest.mark.parametrize("case", PREFETCH, ids=[_id(c) for c in PREFETCH])
 def test_first_fill_prefetch_layouts(case):
-    """Long splits (one per request, and two) on every layout the prefetch reads: a head's rows
+    """Long splits (one per request, two, three) on every layout the prefetches read: a head's rows
     dense (a BHSD tensor seen as [B, S, H, D]), heads packed in a row (BSHD), paged blocks -- the
     fill spans several blocks of 16, and the table entries past a request hold -1 or ids past the
-    pool, which the prefetch reads before kv_lens and must ignore -- and k / v interleaved (not
+    pool, which the prefetches read before kv_lens and must ignore -- and k / v interleaved (not
     prefetched). NaN in every unused slot, so a prefetch that leaked into the arithmetic fails."""
     lay, D = case["layout"], case["D"]
     page = {"page16": 16, "page64": 64}.get(lay, 0)
-    lens = [2200, 3, 1300, 0]  # one split of 2208 keys, two of 1104 or three of 736: every fill rule engages
+    # one split of 4512 keys (the second fill is prefetched too, after the wait: splits of >= 4096
+    # keys), two of 2256 or three of 1504: every fill rule engages
+    lens = [4500, 3, 1300, 0]
     q, k, v, kw = make_case(B=4, h_q=8, h_kv=2, D=D, dtype=case["dtype"], lens=lens, page=page,
                             fused_kv=lay == "fused", seed=zlib.crc32(_id(case).encode()) % 1000)
     if lay == "bhsd":
@@ -597,6 +599,20 @@ def test_every_cta_shape(shape):
                 "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
                 " or forced_split_plans or one_chunk_units or split_kv_long_context or multi_wave_grids or graph_decode_step"
                 " or whole_groups_then_splits", timeout=900)
+
+
+@needs_cuda
+@pytest.mark.skipif(os.environ.get("DUALOPS_IFA_SECOND_FILL_KEYS") is not None, reason="runs in the subprocess itself")
+@pytest.mark.parametrize("keys", ["512", "0"])
+def test_second_fill_prefetch_forced(keys):
+    """The prefetch tests again with the second-fill L2 prefetch after the grid-dependency wait
+    forced on for splits of >= 512 keys, and off (DUALOPS_IFA_SECOND_FILL_KEYS, read once per
+    process: a subprocess): by default the launcher turns it on only on GPUs with little DRAM
+    bandwidth per SM (the H100) and for splits of >= 4096 keys, so either GPU would otherwise
+    cover one setting. Junk block ids past each request, NaN in unused slots, graph replays."""
+    _rerun_with("DUALOPS_IFA_SECOND_FILL_KEYS", keys,
+                "first_fill_prefetch or split_kv_long_context or multi_wave_grids or graph_decode_step",
+                timeout=600)
 
 
 # ----------------------------------------------------------------------------- CUDA graphs

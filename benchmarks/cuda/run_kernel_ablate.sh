@@ -10,7 +10,8 @@
 # git ignores: name it in the device tool's carry), +mX runs with DUALOPS_IFA_MERGE=X
 # (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else
 # the launcher picks), +gN spreads a multi-wave grid's first wave over N ns
-# (DUALOPS_IFA_STAGGER_NS), +PN N pipeline fills prefetched into L2 before the grid-dependency
+# (DUALOPS_IFA_STAGGER_NS), +FN prefetches the second fill after the wait from splits of N keys
+# up (DUALOPS_IFA_SECOND_FILL_KEYS; 0: none), +PN N pipeline fills prefetched into L2 before the grid-dependency
 # wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits of N fills up
 # (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
 # +xDUALOPS_IFA_FOO1; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
@@ -60,7 +61,8 @@ for pg in ${ABLATE_PAGES:-0}; do
       [[ $n == *+n* ]] && shape=narrow
       [[ $n == *+cw* ]] && shape=wide
       [[ $n =~ \+g([0-9]+) ]] && stagger=${BASH_REMATCH[1]}
-      env ${shape:+DUALOPS_IFA_CTA_SHAPE=$shape} ${stagger:+DUALOPS_IFA_STAGGER_NS=$stagger} \
+      fill2=""; [[ $n =~ \+F([0-9]+) ]] && fill2=${BASH_REMATCH[1]}
+      env ${shape:+DUALOPS_IFA_CTA_SHAPE=$shape} ${stagger:+DUALOPS_IFA_STAGGER_NS=$stagger} ${fill2:+DUALOPS_IFA_SECOND_FILL_KEYS=$fill2} \
         ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
     done
   done

@@ -125,13 +125,16 @@ struct Cfg {
 #endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids
-  // are a load the prefetch waits for (prefetch_first_fill, ifa_split_kernel.cuh, has the
+  // are a load the prefetch waits for (prefetch_fill, ifa_split_kernel.cuh, has the
   // measurements; BENCHMARKS.md v16). DUALOPS_IFA_PAGED_PREFETCH_FILLS sets it (measurement builds).
 #ifdef DUALOPS_IFA_PAGED_PREFETCH_FILLS
   static constexpr int kPagedPrefetchMinKeys = DUALOPS_IFA_PAGED_PREFETCH_FILLS * kPrefetchKeys;
 #else
   static constexpr int kPagedPrefetchMinKeys = 2 * kPrefetchKeys;
 #endif
+  // Whether the kernel has the second-fill prefetch after the grid-dependency wait (for the
+  // splits the launcher picks, second_fill_keys; ifa_split_kernel.cuh). 16-bit caches, as above.
+  static constexpr bool kSecondFill = kPrefetchKeys > 0;
   // int8 caches: the value scales / offsets go to shared memory with the first K/V copies, not
   // loaded per column in the epilogue (same-lease A/B, v13: int8 small calls -0.3 to -0.4 us,
   // large ones -2 to -4 %). Not for fp8: there it took small calls -0.2 us but large ones +4 %

@@ -105,6 +105,22 @@ inline int stagger_ns(int shape, bool quant) {
   return v >= 0 ? v : (shape == kNarrow && !quant) ? kStaggerNs : 0;
 }
 
+// Splits of at least this many keys prefetch their second pipeline fill into L2 right after the
+// grid-dependency wait (first wave only; ifa_split_kernel.cuh), on GPUs with < 30 GB/s of DRAM
+// bandwidth per SM; 0: none. BENCHMARKS.md item 37, same-lease A/B, graph us: H100 b16 h32/8 s8k
+// 177.8 -> 175.6, b16 h8/1 s32k 92.8 -> 92.2, paged64 -1 to -1.5 us, but the H200 +0.4 to +0.9 us
+// on the same calls (121.2 -> 121.8); shorter splits lost 1.4 to 1.7 us in multi-call graphs
+// (item 36: b1 h8/1 s128k, 1024-key splits), later waves of multi-wave grids +0.6 % (item 37).
+// DUALOPS_IFA_SECOND_FILL_KEYS = N sets it for every call (0: none; for measurements), read once.
+constexpr int kSecondFillKeys = 4096;
+inline int second_fill_keys() {
+  static const int v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_SECOND_FILL_KEYS");
+    return e ? std::atoi(e) : dram_gbps_per_sm() < 30.0 ? kSecondFillKeys : 0;
+  }();
+  return v;
+}
+
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
 // applies (for measurements; cluster falls back to counter, counter to kernel), read once.
 inline int merge_override() {
@@ -228,7 +244,7 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   const int wave = sm_count() * C::kCtasPerSm;
   const bool waves = static_cast<int64_t>(cfg.gridDim.x) * cfg.gridDim.y > wave;
   const int stagger = waves ? stagger_ns(SHAPE, C::kQuant) : 0;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode, wave, stagger);
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode, wave, stagger, second_fill_keys());
   if (err != cudaSuccess || t.num_splits == 1 || mode != kMergeKernel) return err;
   cfg.attrs = la;
   cfg.numAttrs = 1;

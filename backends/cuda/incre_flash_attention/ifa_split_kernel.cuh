@@ -183,7 +183,7 @@ __device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p,
 enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 
 // L2 prefetch of the first pipeline fill of a plan unit (batch b, KV head kvh, keys k_begin ..
-// + Cfg::kPrefetchKeys of its split, both tensors: warp 0 K, warp 1 V) before the grid-dependency wait,
+// + Cfg::kPrefetchKeys of its split, both tensors: warp warp0 K, warp0 + 1 V) before the grid-dependency wait,
 // while the kernel ahead finishes, so that the unit's first copies after the wait hit L2
 // (16-bit caches, Cfg::kPrefetchKeys). A prefetch returns no data, so it is safe before the
 // wait: L2 is the point of coherence, and rows the kernel ahead still writes are read fresh by
@@ -198,17 +198,19 @@ enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
 // block (a lane per block, its id read here: a stale id only misdirects a hint; splits of at
 // least 2 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
 // moves the call's whole read into the tail of the kernel ahead, which it then slows (b16 h8/1
-// s1k, 8 splits of 128 keys: +0.6 us, v14). Prefetching the second fill right after the wait
-// saved ~1 us on long calls but cost +1.4 to +1.7 us on short calls in multi-call graphs,
-// whose first-fill prefetch is still in flight then (BENCHMARKS.md item 36): not done.
+// s1k, 8 splits of 128 keys: +0.6 us, v14).
+// The same function prefetches the second fill (k_from = k_begin + kPrefetchKeys, warps 2 and 3)
+// right after the wait, in the first wave's splits of at least second_fill_keys keys (a kernel
+// argument, the launcher's second_fill_keys(): the H100 only): there HBM would otherwise idle while
+// the first copies come from L2.
 template <typename C>
-__device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionParams& p,
-                                                    const IncreFlashAttentionTiling& t, int b, int kvh,
-                                                    int k_begin, int k_cap, int span) {
+__device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p,
+                                              const IncreFlashAttentionTiling& t, int b, int kvh,
+                                              int k_from, int k_cap, int span, int warp0) {
   constexpr int D = C::kD;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int nk = min(C::kPrefetchKeys, k_cap - k_begin);
-  if (warp >= 2 || nk <= 0 || span <= C::kPrefetchKeys) return;
+  const int warp = (threadIdx.x >> 5) - warp0, lane = threadIdx.x & 31;
+  const int nk = min(C::kPrefetchKeys, k_cap - k_from);
+  if (warp < 0 || warp >= 2 || nk <= 0 || span <= C::kPrefetchKeys) return;
   // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
   // round trip when the kernel ahead has already ended; it pays from splits of two fills up
   // (Cfg::kPagedPrefetchMinKeys; H100 b1 h32/8 s8k, 16 splits of 512 keys: paged 18.4 -> 17.2
@@ -223,12 +225,12 @@ __device__ __forceinline__ void prefetch_first_fill(const IncreFlashAttentionPar
   const int64_t elt = sizeof(typename C::KV);
   const bool dense = s1 == D, packed = s2 == D && s1 == static_cast<int64_t>(t.h_kv) * D;
   // segment `lane`: keys [ka, kb) of one block (contiguous: one segment, the batch's rows)
-  int ka = k_begin, kb = k_begin + nk;
+  int ka = k_from, kb = k_from + nk;
   int64_t seg_base = static_cast<int64_t>(b) * s0;  // elements to the block's / batch's row 0
   bool ok = dense || packed;
   if (t.block_size > 0) {
     const PageMath pm(t.block_size);
-    const int pg = pm.block(k_begin) + lane;
+    const int pg = pm.block(k_from) + lane;
     ka = max(ka, pg * t.block_size);
     kb = min(kb, (pg + 1) * t.block_size);
     ok = ok && ka < kb;
@@ -261,7 +263,7 @@ template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
                      const __grid_constant__ IncreFlashAttentionTiling t, int merge_mode, int stagger_ctas,
-                     int stagger_ns) {
+                     int stagger_ns, int second_fill_keys) {
   using C = Cfg<QT, KVT, D, SHAPE>;
   using MT = typename C::MT;
   using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
@@ -320,11 +322,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // the prefetch after the set-up (BENCHMARKS.md item 31), graph us: H200 b16 h32/8 s8k 124.3 ->
   // 123.4, b1 h32/8 s8k 14.8 -> 14.3, b16 h8/1 s8k 22.1 -> 21.4, b1 h8/1 s128k 22.8 -> 22.3;
   // H100 b1 h32/8 s8k 17.1 -> 16.5, b16 h8/1 s8k 27.8 -> 26.6; nothing slower by more than 0.1 us.
-  if constexpr (C::kPrefetchKeys > 0) {
-    // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
-    const bool first_wave = blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
-    if (first_wave) prefetch_first_fill<C>(p, t, b, kvh, k_begin, k_cap, span);
-  }
+  // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
+  const bool first_wave =
+      C::kPrefetchKeys > 0 && blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
+  if (first_wave) prefetch_fill<C>(p, t, b, kvh, k_begin, k_cap, span, 0);
 
   // ---- before the grid-dependency wait: every address, from the parameters alone ------------
   // A CTA sits in the wait while the kernel before it finishes (programmatic dependent launch),
@@ -446,6 +447,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const uint64_t until = global_ns() + static_cast<uint64_t>(cta) * stagger_ns / stagger_ctas;
       while (global_ns() < until) __nanosleep(128);
     }
+  }
+  if constexpr (C::kSecondFill) {
+    if (first_wave && second_fill_keys > 0 && span >= max(second_fill_keys, 2 * C::kPrefetchKeys))
+      prefetch_fill<C>(p, t, b, kvh, k_begin + C::kPrefetchKeys, k_cap, span, 2);
   }
   if constexpr ((kAblate & 1024) != 0) {  // measurement build: launch and wait only
     DUALOPS_IFA_MARK_EXIT();
