@@ -132,9 +132,6 @@ struct Cfg {
 #else
   static constexpr int kPagedPrefetchMinKeys = 2 * kPrefetchKeys;
 #endif
-  // Whether the kernel has the second-fill prefetch after the grid-dependency wait (for the
-  // splits the launcher picks, second_fill_keys; ifa_split_kernel.cuh). 16-bit caches, as above.
-  static constexpr bool kSecondFill = kPrefetchKeys > 0;
   // int8 caches: the value scales / offsets go to shared memory with the first K/V copies, not
   // loaded per column in the epilogue (same-lease A/B, v13: int8 small calls -0.3 to -0.4 us,
   // large ones -2 to -4 %). Not for fp8: there it took small calls -0.2 us but large ones +4 %

@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       while (global_ns() < until) __nanosleep(128);
     }
   }
-  if constexpr (C::kSecondFill) {
+  if constexpr (C::kPrefetchKeys > 0) {  // the second fill (launcher: second_fill_keys)
     if (first_wave && second_fill_keys > 0 && span >= max(second_fill_keys, 2 * C::kPrefetchKeys))
       prefetch_fill<C>(p, t, b, kvh, k_begin + C::kPrefetchKeys, k_cap, span, 2);
   }
