@@ -90,6 +90,11 @@ if has sanitize; then
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
       $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128)" 2>&1 | tee "$OUT/$tool.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # the lockstep pipeline (on by default only on the H100, for long units) forced on everywhere
+    echo "== compute-sanitizer $tool, lockstep pipeline forced"
+    DUALOPS_IFA_LOCKSTEP_KEYS=16 timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (whole_groups and same)" 2>&1 | tee "$OUT/${tool}_lockstep.log" | tail -6
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
 if has ablate; then

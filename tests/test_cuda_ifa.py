@@ -619,6 +619,25 @@ def test_second_fill_prefetch_forced(keys):
 
 
 @needs_cuda
+@pytest.mark.skipif(os.environ.get("DUALOPS_IFA_LOCKSTEP_KEYS") is not None, reason="runs in the subprocess itself")
+@pytest.mark.parametrize("keys", ["16", "0"])
+def test_lockstep_pipeline_forced(keys):
+    """The variant matrix again with the lockstep pipeline (16-bit caches: one chunk in flight per
+    warp, the CTA's warps stepping together behind a named barrier) forced on for every unit of
+    >= 16 keys, and off (DUALOPS_IFA_LOCKSTEP_KEYS, read once per process: a subprocess): by
+    default the launcher runs it only on GPUs with little DRAM bandwidth per SM (the H100) and for
+    units of >= 2048 keys, so either GPU would otherwise cover one setting. Warps with one chunk
+    more than others, empty and 1-key requests, paged caches with junk block ids, splits merged
+    every way, graph replays."""
+    selection = ("dtypes_head_dims_layouts or page_sizes or multi_token_queries or masks_and_bias"
+                 " or forced_split_plans or one_chunk_units or climbing_scores or split_kv_long_context"
+                 " or first_fill_prefetch or multi_wave_grids or whole_groups_then_splits or graph_decode_step")
+    if keys == "0":
+        selection = "split_kv_long_context or first_fill_prefetch or whole_groups_then_splits or graph_decode_step"
+    _rerun_with("DUALOPS_IFA_LOCKSTEP_KEYS", keys, selection, timeout=900)
+
+
+@needs_cuda
 @pytest.mark.parametrize("page", [0, 64])
 def test_cuda_graph_decode_step(page):
     """Capture a decode step (plan made beforehand), then replay it on new q values and new

@@ -538,6 +538,8 @@ int main(int argc, char** argv) {
   ADD("b cta-cp 128thr tk128 x3 nohint", 128, 3 * 65536, false, 128, (k_cta_cp<128, 128, 3, 0>));
   ADD("b cta-cp 256thr tk128 x3 nohint", 256, 3 * 65536, false, 128, (k_cta_cp<256, 128, 3, 0>));
   ADD("b cta-cp 256thr tk128 x3 ef", 256, 3 * 65536, false, 128, (k_cta_cp<256, 128, 3, 1>));
+  ADD("b cta-cp 256thr tk128 x2 ef", 256, 2 * 65536, false, 128, (k_cta_cp<256, 128, 2, 1>));
+  ADD("b cta-cp 128thr tk128 x2 ef", 128, 2 * 65536, false, 128, (k_cta_cp<128, 128, 2, 1>));
   ADD("b cta-cp 128thr tk64 x3 nohint", 128, 3 * 32768, false, 64, (k_cta_cp<128, 64, 3, 0>));
   ADD("b cta-cp 128thr tk64 x2 nohint", 128, 2 * 32768, false, 64, (k_cta_cp<128, 64, 2, 0>));
   // (c) TMA: 1 producer warp + 4 consumer warps

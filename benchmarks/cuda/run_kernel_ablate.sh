@@ -11,10 +11,11 @@
 # (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else
 # the launcher picks), +gN spreads a multi-wave grid's first wave over N ns
 # (DUALOPS_IFA_STAGGER_NS), +FN prefetches the second fill after the wait from splits of N keys
-# up (DUALOPS_IFA_SECOND_FILL_KEYS; 0: none), +PN N pipeline fills prefetched into L2 before the grid-dependency
+# up (DUALOPS_IFA_SECOND_FILL_KEYS; 0: none), +LN runs units of N keys up in the lockstep pipeline
+# (DUALOPS_IFA_LOCKSTEP_KEYS; 0: none), +PN N pipeline fills prefetched into L2 before the grid-dependency
 # wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits of N fills up
 # (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
-# +xDUALOPS_IFA_FOO1; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
+# +xDUALOPS_IFA_FOO1; several may follow each other; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
 # =name: that name exactly);
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
 # allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15;
@@ -40,7 +41,10 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
   [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   [[ $n =~ \+Q([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PAGED_PREFETCH_FILLS=${BASH_REMATCH[1]}"
-  [[ $n =~ \+x([A-Z_]+)([0-9]+) ]] && extra+=" -D${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"
+  rest=$n  # every +xNAMEN token
+  while [[ $rest =~ \+x([A-Z_0-9]*[A-Z_])([0-9]+)(.*) ]]; do
+    extra+=" -D${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"; rest=${BASH_REMATCH[3]}
+  done
   kdir="$root/backends/cuda/incre_flash_attention"
   [[ $n == *+o* ]] && kdir="$(cd "${ABLATE_OLD_DIR:?+o needs ABLATE_OLD_DIR}" && pwd)"
   # (the package's CUDA flags, CMakeLists.txt: --use_fast_math; before the eighteenth session the
@@ -62,7 +66,9 @@ for pg in ${ABLATE_PAGES:-0}; do
       [[ $n == *+cw* ]] && shape=wide
       [[ $n =~ \+g([0-9]+) ]] && stagger=${BASH_REMATCH[1]}
       fill2=""; [[ $n =~ \+F([0-9]+) ]] && fill2=${BASH_REMATCH[1]}
+      lock=""; [[ $n =~ \+L([0-9]+) ]] && lock=${BASH_REMATCH[1]}
       env ${shape:+DUALOPS_IFA_CTA_SHAPE=$shape} ${stagger:+DUALOPS_IFA_STAGGER_NS=$stagger} ${fill2:+DUALOPS_IFA_SECOND_FILL_KEYS=$fill2} \
+        ${lock:+DUALOPS_IFA_LOCKSTEP_KEYS=$lock} \
         ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
     done
   done

@@ -58,7 +58,11 @@ constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 // (BENCHMARKS.md item 32); a step of one chunk inside the kSub = 2 kernel instead re-scheduled
 // its main loop (int8 b16 h32/8 s32k +3 %), so it is a kernel of its own, launched only for
 // variants whose wide kSub is 2.
-enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2 };
+// WideLs: a wide CTA running the lockstep pipeline (16-bit caches, one chunk per step; the
+// launcher's pick for long units on GPUs of little DRAM bandwidth per SM; ifa_split_kernel.cuh).
+// A kernel of its own, so that the other kernels' main loops stay as they were: a run-time choice
+// in one kernel slowed the H200's calls by up to 1 % (BENCHMARKS.md item 38).
+enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3 };
 
 template <typename QT, typename KVT, int D, int SHAPE>
 struct Cfg {
@@ -113,6 +117,8 @@ struct Cfg {
   static constexpr int kSub = SHAPE == kWide1 || kStages < 6 ? 1 : 2;
 #endif
   static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
+  static constexpr bool kLockstep = SHAPE == kWideLs;
+  static_assert(!kLockstep || (!kQuant && kSub == 1), "lockstep pipeline: 16-bit caches, one chunk per step");
   // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched
   // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). 16-bit caches only: in the
   // 8-bit kernels the same code made every call 2-7 % slower (main loops scheduled otherwise;

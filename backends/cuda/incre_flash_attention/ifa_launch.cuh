@@ -121,6 +121,22 @@ inline int second_fill_keys() {
   return v;
 }
 
+// Units of at least this many keys run the lockstep pipeline (16-bit caches; ifa_split_kernel.cuh:
+// one chunk in flight per warp, the CTA's warps stepping together) on GPUs with < 30 GB/s of
+// DRAM bandwidth per SM; 0: none. BENCHMARKS.md item 38, same-lease A/B, H100 graph us: b16
+// h32/8 s32k 688.5 -> 684.4, b1 h128/128 s32k 693.8 -> 688.5, b1 h32/8 s128k 177.5 -> 175.1, b1
+// h32/8 s32k (2048-key splits) 47.8 -> 47.4; 1024-key splits lose (b1 h8/1 s128k 26.0 -> 26.4)
+// and so does the H200 (+0.3 to +1.3 % on most calls). DUALOPS_IFA_LOCKSTEP_KEYS = N sets it
+// for every call (0: none; for measurements), read once.
+constexpr int kLockstepKeys = 2048;
+inline int lockstep_keys() {
+  static const int v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_LOCKSTEP_KEYS");
+    return e ? std::atoi(e) : dram_gbps_per_sm() < 30.0 ? kLockstepKeys : 0;
+  }();
+  return v;
+}
+
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
 // applies (for measurements; cluster falls back to counter, counter to kernel), read once.
 inline int merge_override() {
@@ -264,12 +280,23 @@ constexpr bool has_wide1() {
   return M_TILE <= 32 && Cfg<QT, KVT, D, kWide>::kSub > 1;
 }
 
+// Variants whose wide kernel steps one chunk at a time on a 16-bit cache have a lockstep one
+// (kWideLs), which takes the units of at least lockstep_keys() keys (the H100's long units).
+template <typename QT, typename KVT, int D, int M_TILE>
+constexpr bool has_wide_ls() {
+  return !Cfg<QT, KVT, D, kWide>::kQuant && Cfg<QT, KVT, D, kWide>::kSub == 1;
+}
+
 template <typename QT, typename KVT, int D, int M_TILE>
 int pick_variant(const IncreFlashAttentionTiling& t) {
   const int shape = pick_shape(t, M_TILE);
   if constexpr (has_wide1<QT, KVT, D, M_TILE>()) {
     if (shape == kWide && shape_override() < 0 && unit_keys(t) <= Cfg<QT, KVT, D, kWide>::kWarps * kChunkKeys)
       return kWide1;
+  }
+  if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) {
+    if (shape == kWide && shape_override() < 0 && lockstep_keys() > 0 && unit_keys(t) >= lockstep_keys())
+      return kWideLs;
   }
   return shape;
 }
@@ -281,6 +308,9 @@ cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttenti
       return launch_variant<QT, KVT, D, M_TILE, kNarrow>(p, t, stream);
     case kWide1:
       if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWide1>(p, t, stream);
+      break;
+    case kWideLs:
+      if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWideLs>(p, t, stream);
       break;
   }
   return launch_variant<QT, KVT, D, M_TILE, kWide>(p, t, stream);
@@ -310,6 +340,9 @@ int smem_m(const IncreFlashAttentionTiling& t) {
       return SmemLayout<QT, KVT, D, M_TILE, kNarrow>::kTotal;
     case kWide1:
       if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWide1>::kTotal;
+      break;
+    case kWideLs:
+      if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWideLs>::kTotal;
       break;
   }
   return SmemLayout<QT, KVT, D, M_TILE, kWide>::kTotal;

@@ -570,9 +570,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // warp, where that would double the math, run the kSub = 1 kernel: kWide1, ifa_launch.cuh.)
   constexpr int SUB = MTILES <= 2 ? C::kSub : 1;  // 4 m-tiles x 2 chunks of scores would spill
   const int my_steps = (my_chunks + SUB - 1) / SUB, my_issued = my_steps * SUB;
+  // Lockstep pipeline (kWideLs: 16-bit caches, one chunk per step; launcher: lockstep_keys, the
+  // H100's units of >= 2048 keys): each warp keeps one chunk in flight -- the next one goes out after
+  // the current one has landed -- and the CTA's warps start every step together (a named
+  // barrier), so the CTA reads 128 consecutive keys at a time with 64 KB in flight (D 128). On
+  // GPUs of little DRAM bandwidth per SM the stream runs ~1 % faster so (BENCHMARKS.md item 38:
+  // fewer, more orderly requests); the H200 and short splits lose with it.
+  constexpr bool kLockstep = C::kLockstep;
+  static_assert(!kLockstep || SUB == 1, "lockstep pipeline: one chunk per step");
+  const int lock_steps = n_chunks / NW;  // steps every warp has
 #pragma unroll
   for (int j = 0; j < STAGES - SUB; ++j) {
-    if (j < my_issued) issue(j);
+    if (j < my_issued && (j == 0 || !kLockstep)) issue(j);
     cp_async_commit();
   }
   DUALOPS_IFA_MARK(kTrIssued);
@@ -701,13 +710,21 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     bool blk_ok[SUB];
 #pragma unroll
     for (int t = 0; t < SUB; ++t) blk_ok[t] = ((bad_blocks >> ((j0 + t) & 31)) & 1u) == 0;
-#pragma unroll
-    for (int t = 0; t < SUB; ++t) {
-      if (j0 + STAGES - SUB + t < my_issued) issue(j0 + STAGES - SUB + t);
+    if constexpr (kLockstep) {
+      if (st < lock_steps) asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+      cp_async_wait<0>();
+      __syncwarp();
+      if (j0 + 1 < my_issued) issue(j0 + 1);  // stage (j0 + 1) % STAGES: chunk j0 - 2's, long read
       cp_async_commit();
+    } else {
+#pragma unroll
+      for (int t = 0; t < SUB; ++t) {
+        if (j0 + STAGES - SUB + t < my_issued) issue(j0 + STAGES - SUB + t);
+        cp_async_commit();
+      }
+      cp_async_wait<STAGES - SUB>();
+      __syncwarp();
     }
-    cp_async_wait<STAGES - SUB>();
-    __syncwarp();
 #if DUALOPS_IFA_TRACE
     if (st == 0) DUALOPS_IFA_MARK(kTrFirstChunk);
 #endif
