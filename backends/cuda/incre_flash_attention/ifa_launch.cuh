@@ -105,6 +105,14 @@ inline int stagger_ns(int shape, bool quant) {
   return v >= 0 ? v : (shape == kNarrow && !quant) ? kStaggerNs : 0;
 }
 
+// A key length for the rules below that only GPUs with < 30 GB/s of DRAM bandwidth per SM take
+// (the H100; the narrow-CTA rule's line): `keys` there, 0 elsewhere; the environment variable
+// `var` = N sets it for every call instead (0: none; for measurements). Callers read it once.
+inline int low_dram_bw_keys(const char* var, int keys) {
+  const char* e = std::getenv(var);
+  return e ? std::atoi(e) : dram_gbps_per_sm() < 30.0 ? keys : 0;
+}
+
 // Splits of at least this many keys prefetch their second pipeline fill into L2 right after the
 // grid-dependency wait (first wave only; ifa_split_kernel.cuh), on GPUs with < 30 GB/s of DRAM
 // bandwidth per SM; 0: none. BENCHMARKS.md item 37, same-lease A/B, graph us: H100 b16 h32/8 s8k
@@ -114,14 +122,11 @@ inline int stagger_ns(int shape, bool quant) {
 // DUALOPS_IFA_SECOND_FILL_KEYS = N sets it for every call (0: none; for measurements), read once.
 constexpr int kSecondFillKeys = 4096;
 inline int second_fill_keys() {
-  static const int v = [] {
-    const char* e = std::getenv("DUALOPS_IFA_SECOND_FILL_KEYS");
-    return e ? std::atoi(e) : dram_gbps_per_sm() < 30.0 ? kSecondFillKeys : 0;
-  }();
+  static const int v = low_dram_bw_keys("DUALOPS_IFA_SECOND_FILL_KEYS", kSecondFillKeys);
   return v;
 }
 
-// Units of at least this many keys run the lockstep pipeline (16-bit caches; ifa_split_kernel.cuh:
+// Units of at least this many keys run the lockstep-pipeline kernel (kWideLs; 16-bit caches; ifa_split_kernel.cuh:
 // one chunk in flight per warp, the CTA's warps stepping together) on GPUs with < 30 GB/s of
 // DRAM bandwidth per SM; 0: none. BENCHMARKS.md item 38, same-lease A/B, H100 graph us: b16
 // h32/8 s32k 688.5 -> 684.4, b1 h128/128 s32k 693.8 -> 688.5, b1 h32/8 s128k 177.5 -> 175.1, b1
@@ -130,10 +135,7 @@ inline int second_fill_keys() {
 // for every call (0: none; for measurements), read once.
 constexpr int kLockstepKeys = 2048;
 inline int lockstep_keys() {
-  static const int v = [] {
-    const char* e = std::getenv("DUALOPS_IFA_LOCKSTEP_KEYS");
-    return e ? std::atoi(e) : dram_gbps_per_sm() < 30.0 ? kLockstepKeys : 0;
-  }();
+  static const int v = low_dram_bw_keys("DUALOPS_IFA_LOCKSTEP_KEYS", kLockstepKeys);
   return v;
 }
 
