@@ -85,16 +85,19 @@ if has bench || has quickbench; then
 fi
 
 if has sanitize; then
+  # sanitize TOOL LOG SELECTION [VAR=VALUE ...]: the CUDA tests SELECTION picks under compute-sanitizer
+  sanitize() {
+    local tool=$1 log=$2 sel=$3; shift 3
+    env "$@" timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
-    timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128)" 2>&1 | tee "$OUT/$tool.log" | tail -12
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    sanitize $tool $tool "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128)"
     # the lockstep pipeline (on by default only on the H100, for long units) forced on everywhere
     echo "== compute-sanitizer $tool, lockstep pipeline forced"
-    DUALOPS_IFA_LOCKSTEP_KEYS=16 timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "smoke or (first_fill_prefetch and page16) or (whole_groups and same)" 2>&1 | tee "$OUT/${tool}_lockstep.log" | tail -6
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    sanitize $tool ${tool}_lockstep "smoke or (first_fill_prefetch and page16) or (whole_groups and same)" DUALOPS_IFA_LOCKSTEP_KEYS=16
   done
 fi
 if has ablate; then

@@ -126,13 +126,13 @@ inline int second_fill_keys() {
   return v;
 }
 
-// Units of at least this many keys run the lockstep-pipeline kernel (kWideLs; 16-bit caches; ifa_split_kernel.cuh:
-// one chunk in flight per warp, the CTA's warps stepping together) on GPUs with < 30 GB/s of
-// DRAM bandwidth per SM; 0: none. BENCHMARKS.md item 38, same-lease A/B, H100 graph us: b16
-// h32/8 s32k 688.5 -> 684.4, b1 h128/128 s32k 693.8 -> 688.5, b1 h32/8 s128k 177.5 -> 175.1, b1
-// h32/8 s32k (2048-key splits) 47.8 -> 47.4; 1024-key splits lose (b1 h8/1 s128k 26.0 -> 26.4)
-// and so does the H200 (+0.3 to +1.3 % on most calls). DUALOPS_IFA_LOCKSTEP_KEYS = N sets it
-// for every call (0: none; for measurements), read once.
+// Units of at least this many keys run the lockstep-pipeline kernel (kWideLs, 16-bit caches;
+// ifa_split_kernel.cuh: one chunk in flight per warp, the CTA's warps stepping together) on GPUs
+// with < 30 GB/s of DRAM bandwidth per SM; 0: none. BENCHMARKS.md item 38, same-lease A/B, H100
+// graph us: b16 h32/8 s32k 697.0 -> 693.5, b1 h128/128 s32k 705.5 -> 699.0, b1 h32/8 s128k
+// 178.1 -> 176.6, b1 h32/8 s32k (2048-key splits) 47.7 -> 47.3; 1024-key splits lose (b1 h8/1
+// s128k 26.0 -> 26.4) and so does the H200 (+0.3 to +1.3 % on most calls).
+// DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call (0: none; for measurements), read once.
 constexpr int kLockstepKeys = 2048;
 inline int lockstep_keys() {
   static const int v = low_dram_bw_keys("DUALOPS_IFA_LOCKSTEP_KEYS", kLockstepKeys);
