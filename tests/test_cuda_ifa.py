@@ -513,10 +513,11 @@ def test_split_merge_repeats_and_graph_replays(num_splits):
     _capture_and_check_replays(q, k, v, kw, plan, bk, [None] * 3)
 
 
-def _rerun_with(var, value, selection, *, timeout):
+def _rerun_with(var, value, selection, *, timeout, extra_env=None):
     """Run the tests of this file that `selection` (-k) picks in a subprocess with the launcher
-    override `var` set to `value` (read once per process), and require them all to pass."""
-    env = dict(os.environ, **{var: value})
+    override `var` set to `value` (read once per process; `extra_env`: more overrides), and require
+    them all to pass."""
+    env = dict(os.environ, **{var: value}, **(extra_env or {}))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", selection],
                        env=env, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -620,21 +621,25 @@ def test_second_fill_prefetch_forced(keys):
 
 @needs_cuda
 @pytest.mark.skipif(os.environ.get("DUALOPS_IFA_LOCKSTEP_KEYS") is not None, reason="runs in the subprocess itself")
-@pytest.mark.parametrize("keys", ["16", "0"])
+@pytest.mark.parametrize("keys", ["16", "16-burst", "0"])
 def test_lockstep_pipeline_forced(keys):
     """The variant matrix again with the lockstep pipeline (16-bit caches: one chunk in flight per
     warp, the CTA's warps stepping together behind a named barrier) forced on for every unit of
-    >= 16 keys, and off (DUALOPS_IFA_LOCKSTEP_KEYS, read once per process: a subprocess): by
-    default the launcher runs it only on GPUs with little DRAM bandwidth per SM (the H100) and for
-    units of >= 2048 keys, so either GPU would otherwise cover one setting. Warps with one chunk
-    more than others, empty and 1-key requests, paged caches with junk block ids, splits merged
-    every way, graph replays."""
+    >= 16 keys, in its barrier-first order ("16": DUALOPS_IFA_LOCKSTEP_BURST_KEYS=0) and in its
+    burst order on every contiguous cache ("16-burst": =16), and off ("0"; DUALOPS_IFA_LOCKSTEP_KEYS,
+    read once per process: a subprocess): by default the launcher runs it only on GPUs with little
+    DRAM bandwidth per SM (the H100) and for units of >= 2048 keys, in the burst order for
+    contiguous units of >= 8192, so either GPU would otherwise cover one setting. Warps with one
+    chunk more than others, empty and 1-key requests, paged caches with junk block ids, splits
+    merged every way, graph replays."""
     selection = ("dtypes_head_dims_layouts or page_sizes or multi_token_queries or masks_and_bias"
                  " or forced_split_plans or one_chunk_units or climbing_scores or split_kv_long_context"
                  " or first_fill_prefetch or multi_wave_grids or whole_groups_then_splits or graph_decode_step")
     if keys == "0":
         selection = "split_kv_long_context or first_fill_prefetch or whole_groups_then_splits or graph_decode_step"
-    _rerun_with("DUALOPS_IFA_LOCKSTEP_KEYS", keys, selection, timeout=900)
+    burst = "16" if keys.endswith("-burst") else "0"
+    _rerun_with("DUALOPS_IFA_LOCKSTEP_KEYS", keys.split("-")[0], selection, timeout=900,
+                extra_env={"DUALOPS_IFA_LOCKSTEP_BURST_KEYS": burst})
 
 
 @needs_cuda

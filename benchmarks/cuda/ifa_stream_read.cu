@@ -144,7 +144,11 @@ __device__ __forceinline__ uint4 ldg128(const void* p) {
 // WORK > 0 adds WORK dependent-on-the-data FMAs per chunk and lane after the chunk is read
 // (4 independent chains), standing in for the kernel's per-chunk math (v4 counted ~720
 // instructions per chunk per warp): how much does consuming a chunk slow the stream?
-template <int NW, int STAGES, int HINT, int WORK = 0>
+// LS > 0: the lockstep pipeline (one chunk in flight per warp, the next issued once it lands;
+// the CTA's warps step together). LS 1 as the split kernel's kWideLs: barrier, wait for the own
+// chunk, issue the next; LS 2 as the per-CTA tiles: wait for the own chunk, barrier (every
+// warp's chunk landed), issue the next.
+template <int NW, int STAGES, int HINT, int WORK = 0, int LS = 0>
 __global__ void __launch_bounds__(NW * 32) k_warp_cp(Work w) {
   extern __shared__ __align__(128) uint8_t smem[];
   constexpr int kChunk = 16, kStage = kChunk * kRowBytes * 2;
@@ -172,16 +176,26 @@ __global__ void __launch_bounds__(NW * 32) k_warp_cp(Work w) {
   };
 #pragma unroll
   for (int j = 0; j < STAGES - 1; ++j) {
-    if (j < my) issue(j);
+    if (j < my && (j == 0 || LS == 0)) issue(j);
     cp_commit();
   }
   unsigned acc = 0;
   float sink = 0.f;
+  const int lock_steps = n_chunks / NW;
   for (int j = 0; j < my; ++j) {
-    if (j + STAGES - 1 < my) issue(j + STAGES - 1);
-    cp_commit();
-    cp_wait<STAGES - 1>();
-    __syncwarp();
+    if constexpr (LS > 0) {
+      if (LS == 1 && j < lock_steps) asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory");
+      cp_wait<0>();
+      if (LS == 2 && j < lock_steps) asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory");
+      __syncwarp();
+      if (j + 1 < my) issue(j + 1);
+      cp_commit();
+    } else {
+      if (j + STAGES - 1 < my) issue(j + STAGES - 1);
+      cp_commit();
+      cp_wait<STAGES - 1>();
+      __syncwarp();
+    }
     const uint32_t s = wbase + (j % STAGES) * kStage;
     lds_xor<kStage / (32 * 16)>(acc, s + lane * 16, 32 * 16);
     if constexpr (WORK > 0) {
@@ -529,6 +543,9 @@ int main(int argc, char** argv) {
   ADD("a warp-cp 8w x3 nohint", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 0>));
   ADD("a warp-cp 4w x3 ef (ours narrow)", 128, 4 * 3 * 8192, false, 128, (k_warp_cp<4, 3, 1>));
   ADD("a warp-cp 8w x2 ef", 256, 8 * 2 * 8192, false, 128, (k_warp_cp<8, 2, 1>));
+  ADD("a warp-cp 8w x3 ef ls1 (kWideLs)", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 1, 0, 1>));
+  ADD("a warp-cp 8w x3 ef ls2 (tile order)", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 1, 0, 2>));
+  ADD("a warp-cp 8w x3 nohint ls1", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 0, 0, 1>));
   ADD("a+ 8w x3 ef +256 FMA/chunk", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 1, 256>));
   ADD("a+ 8w x3 ef +512 FMA/chunk", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 1, 512>));
   ADD("a+ 8w x3 ef +1024 FMA/chunk", 256, 8 * 3 * 8192, false, 128, (k_warp_cp<8, 3, 1, 1024>));

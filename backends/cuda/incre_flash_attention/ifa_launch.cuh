@@ -139,6 +139,23 @@ inline int lockstep_keys() {
   return v;
 }
 
+// Contiguous-cache units of at least this many keys run the lockstep kernel's burst order (the
+// step's barrier after the wait: the CTA's next 128 keys go out together once all of the
+// previous ones landed; ifa_split_kernel.cuh). BENCHMARKS.md item 39, same-lease A/B, H100 graph
+// us: b16 h32/8 s32k 684.1 -> 676.7, b1 h128/128 s32k 690.1 -> 684.6, b16 h32/8 s128k 2747.2 ->
+// 2710.2, b128 h8/1 s32k 687.7 -> 681.4; shorter units lose (b1 h32/8 s32k, 2048-key splits,
+// 47.3 -> 48.0) and so do paged caches (paged64 b16 h32/8 s32k 700.0 -> 704.3). The H200 keeps
+// lockstep_keys() at 0: it loses with either order.
+// DUALOPS_IFA_LOCKSTEP_BURST_KEYS = N sets it (0: never), read once.
+constexpr int kLockstepBurstKeys = 8192;
+inline int lockstep_burst_keys() {
+  static const int v = [] {
+    const char* e = std::getenv("DUALOPS_IFA_LOCKSTEP_BURST_KEYS");
+    return e ? std::atoi(e) : kLockstepBurstKeys;
+  }();
+  return v;
+}
+
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
 // applies (for measurements; cluster falls back to counter, counter to kernel), read once.
 inline int merge_override() {
@@ -262,7 +279,9 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   const int wave = sm_count() * C::kCtasPerSm;
   const bool waves = static_cast<int64_t>(cfg.gridDim.x) * cfg.gridDim.y > wave;
   const int stagger = waves ? stagger_ns(SHAPE, C::kQuant) : 0;
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode, wave, stagger, second_fill_keys());
+  const int burst = SHAPE == kWideLs && p.block_table == nullptr && lockstep_burst_keys() > 0 &&
+                    unit_keys(t) >= lockstep_burst_keys();
+  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode, wave, stagger, second_fill_keys(), burst);
   if (err != cudaSuccess || t.num_splits == 1 || mode != kMergeKernel) return err;
   cfg.attrs = la;
   cfg.numAttrs = 1;

@@ -263,7 +263,7 @@ template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
                      const __grid_constant__ IncreFlashAttentionTiling t, int merge_mode, int stagger_ctas,
-                     int stagger_ns, int second_fill_keys) {
+                     int stagger_ns, int second_fill_keys, int lockstep_burst) {
   using C = Cfg<QT, KVT, D, SHAPE>;
   using MT = typename C::MT;
   using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
@@ -572,10 +572,13 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int my_steps = (my_chunks + SUB - 1) / SUB, my_issued = my_steps * SUB;
   // Lockstep pipeline (kWideLs: 16-bit caches, one chunk per step; launcher: lockstep_keys, the
   // H100's units of >= 2048 keys): each warp keeps one chunk in flight -- the next one goes out after
-  // the current one has landed -- and the CTA's warps start every step together (a named
-  // barrier), so the CTA reads 128 consecutive keys at a time with 64 KB in flight (D 128). On
-  // GPUs of little DRAM bandwidth per SM the stream runs ~1 % faster so (BENCHMARKS.md item 38:
-  // fewer, more orderly requests); the H200 and short splits lose with it.
+  // the current one has landed -- and the CTA's warps step together behind a named barrier, so
+  // the CTA reads 128 consecutive keys at a time with 64 KB in flight (D 128). The barrier comes
+  // before the wait (warps issue as their own chunk lands) or, with lockstep_burst (launcher:
+  // contiguous caches, units of >= 8192 keys), after it: every warp's chunk has landed and the
+  // next 128 keys go out in one burst. On GPUs of little DRAM bandwidth per SM the stream runs
+  // ~0.5-1 % faster with the lockstep and ~1 % more with the burst (BENCHMARKS.md items 38, 39:
+  // fewer, more orderly requests); the H200, short splits and the burst on paged caches lose.
   constexpr bool kLockstep = C::kLockstep;
   static_assert(!kLockstep || SUB == 1, "lockstep pipeline: one chunk per step");
   const int lock_steps = n_chunks / NW;  // steps every warp has
@@ -711,8 +714,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
     for (int t = 0; t < SUB; ++t) blk_ok[t] = ((bad_blocks >> ((j0 + t) & 31)) & 1u) == 0;
     if constexpr (kLockstep) {
-      if (st < lock_steps) asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+      const bool together = st < lock_steps;
+      if (together && !lockstep_burst) asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
       cp_async_wait<0>();
+      if (together && lockstep_burst) asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
       __syncwarp();
       if (j0 + 1 < my_issued) issue(j0 + 1);  // stage (j0 + 1) % STAGES: chunk j0 - 2's, long read
       cp_async_commit();
