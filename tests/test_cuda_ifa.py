@@ -628,10 +628,10 @@ def test_lockstep_pipeline_forced(keys):
     >= 16 keys, in its barrier-first order ("16": DUALOPS_IFA_LOCKSTEP_BURST_KEYS=0) and in its
     burst order on every contiguous cache ("16-burst": =16), and off ("0"; DUALOPS_IFA_LOCKSTEP_KEYS,
     read once per process: a subprocess): by default the launcher runs it only on GPUs with little
-    DRAM bandwidth per SM (the H100) and for units of >= 2048 keys, in the burst order for
-    contiguous units of >= 8192, so either GPU would otherwise cover one setting. Warps with one
-    chunk more than others, empty and 1-key requests, paged caches with junk block ids, splits
-    merged every way, graph replays."""
+    DRAM bandwidth per SM (the H100) and for units of >= 2048 keys (>= 1024 in single-wave grids),
+    in the burst order for contiguous units of >= 8192, so either GPU would otherwise cover one
+    setting. Warps with one chunk more than others, empty and 1-key requests, paged caches with
+    junk block ids, splits merged every way, graph replays."""
     selection = ("dtypes_head_dims_layouts or page_sizes or multi_token_queries or masks_and_bias"
                  " or forced_split_plans or one_chunk_units or climbing_scores or split_kv_long_context"
                  " or first_fill_prefetch or multi_wave_grids or whole_groups_then_splits or graph_decode_step")

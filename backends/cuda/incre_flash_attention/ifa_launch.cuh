@@ -130,13 +130,16 @@ inline int second_fill_keys() {
 // ifa_split_kernel.cuh: one chunk in flight per warp, the CTA's warps stepping together) on GPUs
 // with < 30 GB/s of DRAM bandwidth per SM; 0: none. BENCHMARKS.md item 38, same-lease A/B, H100
 // graph us: b16 h32/8 s32k 697.0 -> 693.5, b1 h128/128 s32k 705.5 -> 699.0, b1 h32/8 s128k
-// 178.1 -> 176.6, b1 h32/8 s32k (2048-key splits) 47.7 -> 47.3; 1024-key splits lose (b1 h8/1
-// s128k 26.0 -> 26.4) and so does the H200 (+0.3 to +1.3 % on most calls).
-// DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call (0: none; for measurements), read once.
-constexpr int kLockstepKeys = 2048;
-inline int lockstep_keys() {
-  static const int v = low_dram_bw_keys("DUALOPS_IFA_LOCKSTEP_KEYS", kLockstepKeys);
-  return v;
+// 178.1 -> 176.6, b1 h32/8 s32k (2048-key splits) 47.7 -> 47.3; and the H200 loses (+0.3 to
+// +1.3 % on most calls). Single-wave grids take it from 1024 keys (item 39, v29 kernel: b16 h32/8
+// s1k 24.4 -> 24.0, paged64 b16 h8/1 s8k 26.7 -> 26.4 and b1 h8/1 s128k 27.2 -> 26.8, their
+// contiguous calls level), multi-wave ones not (b128 h32/8 s1k 176.7 -> 182.1); 512-key splits
+// lose (b1 h32/8 s8k 15.7 -> 16.1).
+// DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call and grid (0: none; for measurements), read once.
+constexpr int kLockstepKeys = 2048, kLockstepKeysOneWave = 1024;
+inline int lockstep_keys(bool one_wave) {
+  static const int v = low_dram_bw_keys("DUALOPS_IFA_LOCKSTEP_KEYS", -1);  // -1: the H100's two lengths
+  return v != -1 ? v : one_wave ? kLockstepKeysOneWave : kLockstepKeys;
 }
 
 // Contiguous-cache units of at least this many keys run the lockstep kernel's burst order (the
@@ -145,7 +148,7 @@ inline int lockstep_keys() {
 // us: b16 h32/8 s32k 684.1 -> 676.7, b1 h128/128 s32k 690.1 -> 684.6, b16 h32/8 s128k 2747.2 ->
 // 2710.2, b128 h8/1 s32k 687.7 -> 681.4; shorter units lose (b1 h32/8 s32k, 2048-key splits,
 // 47.3 -> 48.0) and so do paged caches (paged64 b16 h32/8 s32k 700.0 -> 704.3). The H200 keeps
-// lockstep_keys() at 0: it loses with either order.
+// lockstep_keys(..) at 0: it loses with either order.
 // DUALOPS_IFA_LOCKSTEP_BURST_KEYS = N sets it (0: never), read once.
 constexpr int kLockstepBurstKeys = 8192;
 inline int lockstep_burst_keys() {
@@ -302,7 +305,7 @@ constexpr bool has_wide1() {
 }
 
 // Variants whose wide kernel steps one chunk at a time on a 16-bit cache have a lockstep one
-// (kWideLs), which takes the units of at least lockstep_keys() keys (the H100's long units).
+// (kWideLs), which takes the units of at least lockstep_keys(one_wave) keys (the H100's long units).
 template <typename QT, typename KVT, int D, int M_TILE>
 constexpr bool has_wide_ls() {
   return !Cfg<QT, KVT, D, kWide>::kQuant && Cfg<QT, KVT, D, kWide>::kSub == 1;
@@ -316,8 +319,9 @@ int pick_variant(const IncreFlashAttentionTiling& t) {
       return kWide1;
   }
   if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) {
-    if (shape == kWide && shape_override() < 0 && lockstep_keys() > 0 && unit_keys(t) >= lockstep_keys())
-      return kWideLs;
+    const bool one_wave = static_cast<int64_t>(t.num_units) * ((t.q_rows + M_TILE - 1) / M_TILE) <= sm_count();
+    const int min_keys = lockstep_keys(one_wave);
+    if (shape == kWide && shape_override() < 0 && min_keys > 0 && unit_keys(t) >= min_keys) return kWideLs;
   }
   return shape;
 }
