@@ -33,6 +33,13 @@ inline int sm_count() {
   return n;
 }
 
+// The integer in the environment variable `var` (a launcher override, for measurements and
+// tests), else `fallback`.
+inline int env_int(const char* var, int fallback) {
+  const char* e = std::getenv(var);
+  return e ? std::atoi(e) : fallback;
+}
+
 // DUALOPS_IFA_CTA_SHAPE = narrow | wide forces one CTA shape (for measurements), read once.
 inline int shape_override() {
   static const int v = [] {
@@ -98,20 +105,13 @@ inline int pick_shape(const IncreFlashAttentionTiling& t, int m_tile) {
 // call (0: none; for measurements), read once.
 constexpr int kStaggerNs = 8000;
 inline int stagger_ns(int shape, bool quant) {
-  static const int v = [] {
-    const char* e = std::getenv("DUALOPS_IFA_STAGGER_NS");
-    return e ? std::atoi(e) : -1;
-  }();
+  static const int v = env_int("DUALOPS_IFA_STAGGER_NS", -1);
   return v >= 0 ? v : (shape == kNarrow && !quant) ? kStaggerNs : 0;
 }
 
 // A key length for the rules below that only GPUs with < 30 GB/s of DRAM bandwidth per SM take
-// (the H100; the narrow-CTA rule's line): `keys` there, 0 elsewhere; the environment variable
-// `var` = N sets it for every call instead (0: none; for measurements). Callers read it once.
-inline int low_dram_bw_keys(const char* var, int keys) {
-  const char* e = std::getenv(var);
-  return e ? std::atoi(e) : dram_gbps_per_sm() < 30.0 ? keys : 0;
-}
+// (the H100; the narrow-CTA rule's line): `keys` there, 0 (never) elsewhere.
+inline int low_dram_bw_keys(int keys) { return dram_gbps_per_sm() < 30.0 ? keys : 0; }
 
 // Splits of at least this many keys prefetch their second pipeline fill into L2 right after the
 // grid-dependency wait (first wave only; ifa_split_kernel.cuh), on GPUs with < 30 GB/s of DRAM
@@ -122,7 +122,7 @@ inline int low_dram_bw_keys(const char* var, int keys) {
 // DUALOPS_IFA_SECOND_FILL_KEYS = N sets it for every call (0: none; for measurements), read once.
 constexpr int kSecondFillKeys = 4096;
 inline int second_fill_keys() {
-  static const int v = low_dram_bw_keys("DUALOPS_IFA_SECOND_FILL_KEYS", kSecondFillKeys);
+  static const int v = env_int("DUALOPS_IFA_SECOND_FILL_KEYS", low_dram_bw_keys(kSecondFillKeys));
   return v;
 }
 
@@ -138,8 +138,8 @@ inline int second_fill_keys() {
 // DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call and grid (0: none; for measurements), read once.
 constexpr int kLockstepKeys = 2048, kLockstepKeysOneWave = 1024;
 inline int lockstep_keys(bool one_wave) {
-  static const int v = low_dram_bw_keys("DUALOPS_IFA_LOCKSTEP_KEYS", -1);  // -1: the H100's two lengths
-  return v != -1 ? v : one_wave ? kLockstepKeysOneWave : kLockstepKeys;
+  static const int forced = env_int("DUALOPS_IFA_LOCKSTEP_KEYS", -1);
+  return forced >= 0 ? forced : low_dram_bw_keys(one_wave ? kLockstepKeysOneWave : kLockstepKeys);
 }
 
 // Contiguous-cache units of at least this many keys run the lockstep kernel's burst order (the
@@ -152,10 +152,7 @@ inline int lockstep_keys(bool one_wave) {
 // DUALOPS_IFA_LOCKSTEP_BURST_KEYS = N sets it (0: never), read once.
 constexpr int kLockstepBurstKeys = 8192;
 inline int lockstep_burst_keys() {
-  static const int v = [] {
-    const char* e = std::getenv("DUALOPS_IFA_LOCKSTEP_BURST_KEYS");
-    return e ? std::atoi(e) : kLockstepBurstKeys;
-  }();
+  static const int v = env_int("DUALOPS_IFA_LOCKSTEP_BURST_KEYS", kLockstepBurstKeys);
   return v;
 }
 
