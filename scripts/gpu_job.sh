@@ -98,7 +98,7 @@ if has sanitize; then
     # the lockstep pipeline (on by default only on the H100, for long units) forced on everywhere,
     # in its burst order on contiguous caches
     echo "== compute-sanitizer $tool, lockstep pipeline forced"
-    sanitize $tool ${tool}_lockstep "smoke or (first_fill_prefetch and page16) or (whole_groups and same)" \
+    sanitize $tool ${tool}_lockstep "smoke or (first_fill_prefetch and page16) or (whole_groups and (same or int8)) or (8bit_query_rows and 256)" \
       DUALOPS_IFA_LOCKSTEP_KEYS=16 DUALOPS_IFA_LOCKSTEP_BURST_KEYS=16
   done
 fi

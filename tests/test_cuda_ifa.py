@@ -623,18 +623,21 @@ def test_second_fill_prefetch_forced(keys):
 @pytest.mark.skipif(os.environ.get("DUALOPS_IFA_LOCKSTEP_KEYS") is not None, reason="runs in the subprocess itself")
 @pytest.mark.parametrize("keys", ["16", "16-burst", "0"])
 def test_lockstep_pipeline_forced(keys):
-    """The variant matrix again with the lockstep pipeline (16-bit caches: one chunk in flight per
-    warp, the CTA's warps stepping together behind a named barrier) forced on for every unit of
-    >= 16 keys, in its barrier-first order ("16": DUALOPS_IFA_LOCKSTEP_BURST_KEYS=0) and in its
-    burst order on every contiguous cache ("16-burst": =16), and off ("0"; DUALOPS_IFA_LOCKSTEP_KEYS,
-    read once per process: a subprocess): by default the launcher runs it only on GPUs with little
-    DRAM bandwidth per SM (the H100) and for units of >= 2048 keys (>= 1024 in single-wave grids),
-    in the burst order for contiguous units of >= 8192, so either GPU would otherwise cover one
-    setting. Warps with one chunk more than others, empty and 1-key requests, paged caches with
-    junk block ids, splits merged every way, graph replays."""
+    """The variant matrix again with the lockstep pipeline (one step's chunks in flight per warp:
+    16-bit caches one, 8-bit two; the CTA's warps stepping together behind a named barrier; 8-bit
+    kernels also prefetch their first fill into L2) forced on for every unit of >= 16 keys, in its
+    barrier-first order ("16": DUALOPS_IFA_LOCKSTEP_BURST_KEYS=0) and in its burst order on every
+    contiguous cache ("16-burst": =16), and off ("0"; DUALOPS_IFA_LOCKSTEP_KEYS, read once per
+    process: a subprocess): by default the launcher runs it only on GPUs with little DRAM bandwidth
+    per SM (the H100) and for units of >= 2048 keys (>= 1024 in single-wave grids), in the burst
+    order for contiguous units of >= 8192, so either GPU would otherwise cover one setting. Every
+    cache type, head dim and q tile (8-bit caches with 1-64 q rows per KV head, one-signed q),
+    warps with one chunk more than others, empty and 1-key requests, paged caches with junk block
+    ids, splits merged every way, graph replays."""
     selection = ("dtypes_head_dims_layouts or page_sizes or multi_token_queries or masks_and_bias"
                  " or forced_split_plans or one_chunk_units or climbing_scores or split_kv_long_context"
-                 " or first_fill_prefetch or multi_wave_grids or whole_groups_then_splits or graph_decode_step")
+                 " or first_fill_prefetch or multi_wave_grids or whole_groups_then_splits or graph_decode_step"
+                 " or 8bit_query_rows or biased_q_short_requests")
     if keys == "0":
         selection = "split_kv_long_context or first_fill_prefetch or whole_groups_then_splits or graph_decode_step"
     burst = "16" if keys.endswith("-burst") else "0"

@@ -277,6 +277,7 @@ int main() {
       {"h8/1 b1 s8k", 1, 8, 1, 8192, 64},          {"h8/1 b1 s32k", 1, 8, 1, 32768, 128},
       {"h32/8 b1 s8k", 1, 32, 8, 8192, 16},         {"h32/8 b1 s32k", 1, 32, 8, 32768, 16},
       {"h8/1 b16 s8k", 16, 8, 1, 8192, 8},          {"h8/1 b16 s32k", 16, 8, 1, 32768, 8},
+      {"h64/8 b1 s32k", 1, 64, 8, 32768, 16},
       {"h64/8 b1 s8k", 1, 64, 8, 8192, 16},         {"h32/8 b16 s128k", 16, 32, 8, 131072, 1},
       {"h8/1 b128 s32k", 128, 8, 1, 32768, 1},       {"h64/8 b16 s32k", 16, 64, 8, 32768, 1},
       // other split counts than the plan's (planner checks)
@@ -471,7 +472,7 @@ int main() {
     const int merge = variant == kNarrow  ? merge_mode<BF, KV, D, 16, kNarrow>(ps[0], t)
                       : variant == kWide1 ? merge_mode<BF, KV, D, 16, has_wide1<BF, KV, D, 16>() ? kWide1 : kWide>(ps[0], t)
                                           : merge_mode<BF, KV, D, 16, kWide>(ps[0], t);
-    static const char* kVariantNames[] = {"narrow", "wide", "wide1"};
+    static const char* kVariantNames[] = {"narrow", "wide", "wide1", "lockstep"};
     static const char* kMergeNames[] = {"kernel", "counter", "cluster"};
     std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d, %s, %s%s%s%s%s)\n",
                 sh.name, kKvName, DUALOPS_IFA_ABLATE, ABLATE_TAG, med, medg,

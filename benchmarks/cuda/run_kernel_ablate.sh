@@ -24,7 +24,8 @@
 # in a permuted pool); ABLATE_INT8_TRI=1: int8 caches of triangular bytes (a quantized Gaussian's
 # shape) instead of the bf16 bit pattern.
 # The N = 0 build runs first and last: the two show the run-to-run spread.
-# ABLATE_NCU=1 also profiles the N = 0 build with Nsight Compute; ABLATE_SASS=1 dumps its SASS.
+# ABLATE_NCU=1 also profiles the N = 0 build (ABLATE_NCU_TAG=N: that build) with Nsight Compute;
+# ABLATE_SASS=1 dumps its SASS.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -75,10 +76,11 @@ for pg in ${ABLATE_PAGES:-0}; do
     done
   done
 done
-if [ "${ABLATE_SASS:-0}" = 1 ]; then cuobjdump --dump-sass "$out/ifa_kernel_ablate_0" > "$out/ifa_kernel_0.sass"; fi
+nt=${ABLATE_NCU_TAG:-0}
+if [ "${ABLATE_SASS:-0}" = 1 ]; then cuobjdump --dump-sass "$out/ifa_kernel_ablate_$nt" > "$out/ifa_kernel_0.sass"; fi
 if [ "${ABLATE_NCU:-0}" = 1 ]; then
   timeout 300 ncu --set full -k regex:ifa_split_kernel -c 2 -s 6 --import-source yes -o "$out/ifa_kernel_0" \
-    "$out/ifa_kernel_ablate_0" > "$out/ncu_log.txt" 2>&1
+    "$out/ifa_kernel_ablate_$nt" > "$out/ncu_log.txt" 2>&1
   ncu --import "$out/ifa_kernel_0.ncu-rep" --page details > "$out/ncu_details.txt" 2>&1
   ncu --import "$out/ifa_kernel_0.ncu-rep" --page raw --csv > "$out/ncu_raw.csv" 2>&1
   grep -E "Duration|DRAM Throughput|Issue Slots|Warp Cycles Per Issued|Stall|No Eligible|Active Warps" "$out/ncu_details.txt" | head -40

@@ -58,8 +58,9 @@ constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 // (BENCHMARKS.md item 32); a step of one chunk inside the kSub = 2 kernel instead re-scheduled
 // its main loop (int8 b16 h32/8 s32k +3 %), so it is a kernel of its own, launched only for
 // variants whose wide kSub is 2.
-// WideLs: a wide CTA running the lockstep pipeline (16-bit caches, one chunk per step; the
+// WideLs: a wide CTA running the lockstep pipeline (one step's chunks in flight per warp; the
 // launcher's pick for long units on GPUs of little DRAM bandwidth per SM; ifa_split_kernel.cuh).
+// On 8-bit caches it is also the only kernel that prefetches its first fill into L2 (below).
 // A kernel of its own, so that the other kernels' main loops stay as they were: a run-time choice
 // in one kernel slowed the H200's calls by up to 1 % (BENCHMARKS.md item 38).
 enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3 };
@@ -118,16 +119,17 @@ struct Cfg {
 #endif
   static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
   static constexpr bool kLockstep = SHAPE == kWideLs;
-  static_assert(!kLockstep || (!kQuant && kSub == 1), "lockstep pipeline: 16-bit caches, one chunk per step");
+  static_assert(!kLockstep || kStages >= 2 * kSub, "lockstep pipeline: a step's chunks and the next step's");
   // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched
-  // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). 16-bit caches only: in the
-  // 8-bit kernels the same code made every call 2-7 % slower (main loops scheduled otherwise;
-  // BENCHMARKS.md v14). DUALOPS_IFA_PREFETCH_FILLS sets how many fills (0: none; measurement
-  // builds).
+  // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). Every 16-bit kernel; of the
+  // 8-bit ones only the lockstep kernel (the H100's): compiled into the others it made the H200's
+  // 8-bit calls 0.5-7 % slower (BENCHMARKS.md v14, items 23 and 31), while the H100 gains up to
+  // 9 % (item 40). DUALOPS_IFA_PREFETCH_FILLS sets how many fills for every kernel (0: none;
+  // measurement builds).
 #ifdef DUALOPS_IFA_PREFETCH_FILLS
   static constexpr int kPrefetchFills = DUALOPS_IFA_PREFETCH_FILLS;
 #else
-  static constexpr int kPrefetchFills = kQuant ? 0 : 1;
+  static constexpr int kPrefetchFills = kQuant && !kLockstep ? 0 : 1;
 #endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids

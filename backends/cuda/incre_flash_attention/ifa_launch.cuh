@@ -126,9 +126,13 @@ inline int second_fill_keys() {
   return v;
 }
 
-// Units of at least this many keys run the lockstep-pipeline kernel (kWideLs, 16-bit caches;
-// ifa_split_kernel.cuh: one chunk in flight per warp, the CTA's warps stepping together) on GPUs
-// with < 30 GB/s of DRAM bandwidth per SM; 0: none. BENCHMARKS.md item 38, same-lease A/B, H100
+// Units of at least this many keys run the lockstep-pipeline kernel (kWideLs; ifa_split_kernel.cuh:
+// one step's chunks in flight per warp, the CTA's warps stepping together; on 8-bit caches also
+// the first fill prefetched into L2) on GPUs with < 30 GB/s of DRAM bandwidth per SM; 0: none.
+// 8-bit caches (BENCHMARKS.md item 40, same-lease A/B, H100 graph us, wide -> lockstep): int8 b16 h32/8 s32k
+// 366.6 -> 348.8, b1 h32/8 s32k 31.5 -> 28.6, b16 h8/1 s32k 53.4 -> 51.0, paged64 b16 h32/8 s32k
+// 372.9 -> 358.9, b16 h8/1 s8k (1024-key splits) 19.9 -> 19.5; fp8 alike; 512-key splits level.
+// 16-bit caches: BENCHMARKS.md item 38, same-lease A/B, H100
 // graph us: b16 h32/8 s32k 697.0 -> 693.5, b1 h128/128 s32k 705.5 -> 699.0, b1 h32/8 s128k
 // 178.1 -> 176.6, b1 h32/8 s32k (2048-key splits) 47.7 -> 47.3; and the H200 loses (+0.3 to
 // +1.3 % on most calls). Single-wave grids take it from 1024 keys (item 39, v29 kernel: b16 h32/8
@@ -301,11 +305,12 @@ constexpr bool has_wide1() {
   return M_TILE <= 32 && Cfg<QT, KVT, D, kWide>::kSub > 1;
 }
 
-// Variants whose wide kernel steps one chunk at a time on a 16-bit cache have a lockstep one
-// (kWideLs), which takes the units of at least lockstep_keys(one_wave) keys (the H100's long units).
+// Variants of an 8-bit cache, and those whose wide kernel steps one chunk at a time on a 16-bit
+// cache, have a lockstep one (kWideLs), which takes the units of at least lockstep_keys(one_wave)
+// keys (the H100's long units). (16-bit D 64, two chunks a step, has none: not measured.)
 template <typename QT, typename KVT, int D, int M_TILE>
 constexpr bool has_wide_ls() {
-  return !Cfg<QT, KVT, D, kWide>::kQuant && Cfg<QT, KVT, D, kWide>::kSub == 1;
+  return Cfg<QT, KVT, D, kWide>::kQuant || Cfg<QT, KVT, D, kWide>::kSub == 1;
 }
 
 template <typename QT, typename KVT, int D, int M_TILE>

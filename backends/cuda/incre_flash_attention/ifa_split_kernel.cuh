@@ -570,21 +570,23 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // warp, where that would double the math, run the kSub = 1 kernel: kWide1, ifa_launch.cuh.)
   constexpr int SUB = MTILES <= 2 ? C::kSub : 1;  // 4 m-tiles x 2 chunks of scores would spill
   const int my_steps = (my_chunks + SUB - 1) / SUB, my_issued = my_steps * SUB;
-  // Lockstep pipeline (kWideLs: 16-bit caches, one chunk per step; launcher: lockstep_keys, the
-  // H100's units of >= 2048 keys): each warp keeps one chunk in flight -- the next one goes out after
-  // the current one has landed -- and the CTA's warps step together behind a named barrier, so
-  // the CTA reads 128 consecutive keys at a time with 64 KB in flight (D 128). The barrier comes
-  // before the wait (warps issue as their own chunk lands) or, with lockstep_burst (launcher:
-  // contiguous caches, units of >= 8192 keys), after it: every warp's chunk has landed and the
-  // next 128 keys go out in one burst. On GPUs of little DRAM bandwidth per SM the stream runs
-  // ~0.5-1 % faster with the lockstep and ~1 % more with the burst (BENCHMARKS.md items 38, 39:
-  // fewer, more orderly requests); the H200, short splits and the burst on paged caches lose.
+  // Lockstep pipeline (kWideLs; launcher: lockstep_keys, the H100's long units): each warp keeps
+  // one step's chunks in flight (16-bit caches one chunk, 8-bit two) -- the next step's go out
+  // after the current one's have landed -- and the CTA's warps step together behind a named
+  // barrier, so the CTA reads 128 (8-bit: 256) consecutive keys at a time with 64 KB in flight
+  // (D 128). The barrier comes before the wait (warps issue as their own chunks land) or, with
+  // lockstep_burst (launcher: contiguous caches, units of >= 8192 keys), after it: every warp's
+  // chunks have landed and the next keys go out in one burst. On GPUs of little DRAM bandwidth
+  // per SM the 16-bit stream runs ~0.5-1 % faster with the lockstep and ~1 % more with the burst
+  // (BENCHMARKS.md items 38, 39: fewer, more orderly requests), and the 8-bit SMs end their units
+  // together instead of over 7 us (item 40); the H200, short splits and the burst on paged caches
+  // lose.
   constexpr bool kLockstep = C::kLockstep;
-  static_assert(!kLockstep || SUB == 1, "lockstep pipeline: one chunk per step");
-  const int lock_steps = n_chunks / NW;  // steps every warp has
+  static_assert(!kLockstep || STAGES >= 2 * SUB, "lockstep pipeline: a step's chunks and the next step's");
+  const int lock_steps = (n_chunks / NW + SUB - 1) / SUB;  // steps every warp has
 #pragma unroll
   for (int j = 0; j < STAGES - SUB; ++j) {
-    if (j < my_issued && (j == 0 || !kLockstep)) issue(j);
+    if (j < my_issued && (j < SUB || !kLockstep)) issue(j);
     cp_async_commit();
   }
   DUALOPS_IFA_MARK(kTrIssued);
@@ -719,7 +721,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       cp_async_wait<0>();
       if (together && lockstep_burst) asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
       __syncwarp();
-      if (j0 + 1 < my_issued) issue(j0 + 1);  // stage (j0 + 1) % STAGES: chunk j0 - 2's, long read
+#pragma unroll
+      for (int t = 0; t < SUB; ++t)  // stage (j0 + SUB + t) % STAGES: chunk j0 - SUB + t's or older, read
+        if (j0 + SUB + t < my_issued) issue(j0 + SUB + t);
       cp_async_commit();
     } else {
 #pragma unroll
