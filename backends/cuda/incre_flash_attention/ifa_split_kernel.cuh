@@ -578,9 +578,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // lockstep_burst (launcher: contiguous caches, units of >= 8192 keys), after it: every warp's
   // chunks have landed and the next keys go out in one burst. On GPUs of little DRAM bandwidth
   // per SM the 16-bit stream runs ~0.5-1 % faster with the lockstep and ~1 % more with the burst
-  // (BENCHMARKS.md items 38, 39: fewer, more orderly requests), and the 8-bit SMs end their units
-  // together instead of over 7 us (item 40); the H200, short splits and the burst on paged caches
-  // lose.
+  // (BENCHMARKS.md items 38, 39: fewer, more orderly requests) and the 8-bit one 1.5-5 % (item 40:
+  // its SMs' ends spread over 4.6 us instead of 7); the H200, short splits and the burst on paged
+  // caches lose.
   constexpr bool kLockstep = C::kLockstep;
   static_assert(!kLockstep || STAGES >= 2 * SUB, "lockstep pipeline: a step's chunks and the next step's");
   const int lock_steps = (n_chunks / NW + SUB - 1) / SUB;  // steps every warp has
