@@ -100,6 +100,11 @@ if has sanitize; then
     echo "== compute-sanitizer $tool, lockstep pipeline forced"
     sanitize $tool ${tool}_lockstep "smoke or (first_fill_prefetch and page16) or (whole_groups and (same or int8)) or (8bit_query_rows and 256)" \
       DUALOPS_IFA_LOCKSTEP_KEYS=16 DUALOPS_IFA_LOCKSTEP_BURST_KEYS=16
+    # the 8-bit narrow kernel with the first-fill prefetch (on by default only on the H100, for
+    # grids of many short units) on every call
+    echo "== compute-sanitizer $tool, narrow CTAs with the prefetch forced"
+    sanitize $tool ${tool}_narrow_pf "smoke or (whole_groups and int8) or (8bit_query_rows and 256)" \
+      DUALOPS_IFA_CTA_SHAPE=narrow DUALOPS_IFA_NARROW_PREFETCH=1
   done
 fi
 if has ablate; then

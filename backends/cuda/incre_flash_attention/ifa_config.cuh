@@ -63,7 +63,10 @@ constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 // On 8-bit caches it is also the only kernel that prefetches its first fill into L2 (below).
 // A kernel of its own, so that the other kernels' main loops stay as they were: a run-time choice
 // in one kernel slowed the H200's calls by up to 1 % (BENCHMARKS.md item 38).
-enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3 };
+// NarrowPf: a narrow CTA that prefetches its first fill into L2 (8-bit caches; the launcher's pick
+// for narrow grids on GPUs of little DRAM bandwidth per SM, where it gains 2-4.5 %, while the
+// H200's narrow 8-bit calls lose 1.3 % with the prefetch: BENCHMARKS.md items 23, 40).
+enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3, kNarrowPf = 4 };
 
 template <typename QT, typename KVT, int D, int SHAPE>
 struct Cfg {
@@ -98,14 +101,15 @@ struct Cfg {
   static __host__ __device__ __forceinline__ int v_at(int r, int c) { return r * kRowBytes + ((c ^ v_swz(r)) << 4); }
   static constexpr int kTensorBytesK = kChunkKeys * kRowBytes;
   static constexpr int kStageBytes = 2 * kChunkKeys * kRowBytes;  // K rows then V rows
+  static constexpr bool kNarrowCta = SHAPE == kNarrow || SHAPE == kNarrowPf;
 #ifdef DUALOPS_IFA_WIDE_WARPS  // measurement builds: another warp count for wide CTAs
-  static constexpr int kWarps = SHAPE != kNarrow ? ((!kQuant && D == 256) ? 4 : DUALOPS_IFA_WIDE_WARPS) : 4;
+  static constexpr int kWarps = !kNarrowCta ? ((!kQuant && D == 256) ? 4 : DUALOPS_IFA_WIDE_WARPS) : 4;
 #else
-  static constexpr int kWarps = SHAPE != kNarrow ? ((!kQuant && D == 256) ? 4 : 8) : 4;
+  static constexpr int kWarps = !kNarrowCta ? ((!kQuant && D == 256) ? 4 : 8) : 4;
 #endif
-  static constexpr int kCtasPerSm = SHAPE == kNarrow ? 2 : 1;
+  static constexpr int kCtasPerSm = kNarrowCta ? 2 : 1;
   // K/V pipeline bytes per CTA: wide CTAs take most of an SM, narrow ones a bit under half.
-  static constexpr int kSmemBudget = (SHAPE == kNarrow ? (kQuant ? 96 : 105) : (kQuant ? 200 : 210)) * 1024;
+  static constexpr int kSmemBudget = (kNarrowCta ? (kQuant ? 96 : 105) : (kQuant ? 200 : 210)) * 1024;
   static constexpr int kStagesFit = kSmemBudget / (kWarps * kStageBytes);
   static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 8 ? 8 : kStagesFit);
   // 16-key chunks per main-loop step: 2 where the pipeline keeps >= 4 chunks in flight while a
@@ -122,14 +126,14 @@ struct Cfg {
   static_assert(!kLockstep || kStages >= 2 * kSub, "lockstep pipeline: a step's chunks and the next step's");
   // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched
   // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). Every 16-bit kernel; of the
-  // 8-bit ones only the lockstep kernel (the H100's): compiled into the others it made the H200's
-  // 8-bit calls 0.5-7 % slower (BENCHMARKS.md v14, items 23 and 31), while the H100 gains up to
-  // 9 % (item 40). DUALOPS_IFA_PREFETCH_FILLS sets how many fills for every kernel (0: none;
-  // measurement builds).
+  // 8-bit ones only the H100's (the lockstep kernel and the narrow one with the prefetch):
+  // compiled into the others it made the H200's 8-bit calls 0.5-7 % slower (BENCHMARKS.md v14,
+  // items 23 and 31), while the H100 gains up to 9 % (item 40). DUALOPS_IFA_PREFETCH_FILLS sets
+  // how many fills for every kernel (0: none; measurement builds).
 #ifdef DUALOPS_IFA_PREFETCH_FILLS
   static constexpr int kPrefetchFills = DUALOPS_IFA_PREFETCH_FILLS;
 #else
-  static constexpr int kPrefetchFills = kQuant && !kLockstep ? 0 : 1;
+  static constexpr int kPrefetchFills = !kQuant || kLockstep || SHAPE == kNarrowPf ? 1 : 0;
 #endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids

@@ -109,9 +109,10 @@ inline int stagger_ns(int shape, bool quant) {
   return v >= 0 ? v : (shape == kNarrow && !quant) ? kStaggerNs : 0;
 }
 
-// A key length for the rules below that only GPUs with < 30 GB/s of DRAM bandwidth per SM take
-// (the H100; the narrow-CTA rule's line): `keys` there, 0 (never) elsewhere.
-inline int low_dram_bw_keys(int keys) { return dram_gbps_per_sm() < 30.0 ? keys : 0; }
+// GPUs with < 30 GB/s of DRAM bandwidth per SM (the H100; the narrow-CTA rule's line), which the
+// rules below single out; low_dram_bw_keys: a key length there, 0 (never) elsewhere.
+inline bool low_dram_bw() { return dram_gbps_per_sm() < 30.0; }
+inline int low_dram_bw_keys(int keys) { return low_dram_bw() ? keys : 0; }
 
 // Splits of at least this many keys prefetch their second pipeline fill into L2 right after the
 // grid-dependency wait (first wave only; ifa_split_kernel.cuh), on GPUs with < 30 GB/s of DRAM
@@ -157,6 +158,17 @@ inline int lockstep_keys(bool one_wave) {
 constexpr int kLockstepBurstKeys = 8192;
 inline int lockstep_burst_keys() {
   static const int v = env_int("DUALOPS_IFA_LOCKSTEP_BURST_KEYS", kLockstepBurstKeys);
+  return v;
+}
+
+// Narrow grids of an 8-bit cache run the narrow kernel that prefetches its first fill into L2
+// (kNarrowPf) on GPUs with < 30 GB/s of DRAM bandwidth per SM. BENCHMARKS.md item 40, same-lease
+// A/B, H100 graph us, narrow -> with the prefetch: int8 b128 h32/8 s1k 105.0 -> 101.6, b128 h64/8
+// s1k 113.0 -> 108.4, b16 h128/128 s1k 193.1 -> 189.3, fp8 alike (-2.4 to -4.5 %); the H200's
+// narrow 8-bit calls lose 1.3 % with it (item 23). DUALOPS_IFA_NARROW_PREFETCH = 0 | 1 sets it for
+// every GPU (for tests and measurements), read once.
+inline bool narrow_prefetch() {
+  static const bool v = env_int("DUALOPS_IFA_NARROW_PREFETCH", low_dram_bw() ? 1 : 0) != 0;
   return v;
 }
 
@@ -313,9 +325,19 @@ constexpr bool has_wide_ls() {
   return Cfg<QT, KVT, D, kWide>::kQuant || Cfg<QT, KVT, D, kWide>::kSub == 1;
 }
 
+// Variants of an 8-bit cache have a narrow kernel with the first-fill prefetch (kNarrowPf), which
+// takes the narrow grids where narrow_prefetch() holds (the H100).
+template <typename QT, typename KVT, int D, int M_TILE>
+constexpr bool has_narrow_pf() {
+  return Cfg<QT, KVT, D, kNarrow>::kQuant;
+}
+
 template <typename QT, typename KVT, int D, int M_TILE>
 int pick_variant(const IncreFlashAttentionTiling& t) {
   const int shape = pick_shape(t, M_TILE);
+  if constexpr (has_narrow_pf<QT, KVT, D, M_TILE>()) {
+    if (shape == kNarrow && narrow_prefetch()) return kNarrowPf;
+  }
   if constexpr (has_wide1<QT, KVT, D, M_TILE>()) {
     if (shape == kWide && shape_override() < 0 && unit_keys(t) <= Cfg<QT, KVT, D, kWide>::kWarps * kChunkKeys)
       return kWide1;
@@ -333,6 +355,9 @@ cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttenti
   switch (pick_variant<QT, KVT, D, M_TILE>(t)) {
     case kNarrow:
       return launch_variant<QT, KVT, D, M_TILE, kNarrow>(p, t, stream);
+    case kNarrowPf:
+      if constexpr (has_narrow_pf<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kNarrowPf>(p, t, stream);
+      break;
     case kWide1:
       if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWide1>(p, t, stream);
       break;
@@ -365,6 +390,9 @@ int smem_m(const IncreFlashAttentionTiling& t) {
   switch (pick_variant<QT, KVT, D, M_TILE>(t)) {
     case kNarrow:
       return SmemLayout<QT, KVT, D, M_TILE, kNarrow>::kTotal;
+    case kNarrowPf:
+      if constexpr (has_narrow_pf<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kNarrowPf>::kTotal;
+      break;
     case kWide1:
       if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWide1>::kTotal;
       break;
