@@ -105,6 +105,11 @@ if has sanitize; then
     echo "== compute-sanitizer $tool, narrow CTAs with the prefetch forced"
     sanitize $tool ${tool}_narrow_pf "smoke or (whole_groups and int8) or (8bit_query_rows and 256)" \
       DUALOPS_IFA_CTA_SHAPE=narrow DUALOPS_IFA_NARROW_PREFETCH=1
+    # and the wide one (on by default only on the H100, for single-wave grids of units below the
+    # lockstep kernel's)
+    echo "== compute-sanitizer $tool, wide CTAs with the prefetch forced"
+    sanitize $tool ${tool}_wide_pf "smoke or (whole_groups and int8) or (8bit_query_rows and 256) or (biased_q and int8 and 128)" \
+      DUALOPS_IFA_CTA_SHAPE=wide DUALOPS_IFA_WIDE_PREFETCH=1
   done
 fi
 if has ablate; then

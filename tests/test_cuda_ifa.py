@@ -590,20 +590,22 @@ def test_multi_wave_grids(case):
 
 @needs_cuda
 @pytest.mark.skipif(os.environ.get("DUALOPS_IFA_CTA_SHAPE") is not None, reason="runs in the subprocess itself")
-@pytest.mark.parametrize("shape", ["narrow", "narrow-prefetch", "wide"])
+@pytest.mark.parametrize("shape", ["narrow", "narrow-prefetch", "wide", "wide-prefetch"])
 def test_every_cta_shape(shape):
     """The variant matrix again with one CTA shape forced (DUALOPS_IFA_CTA_SHAPE, read once per
     process: a subprocess): by default the launcher picks narrow CTAs only for grids of many short
     units, so the narrow kernels -- and, for multi-wave grids of 16-bit caches, the staggered first
     wave -- would otherwise be covered only by the calls that select them on this GPU. 8-bit caches
-    have two narrow kernels, without the first-fill L2 prefetch ("narrow") and with it
-    ("narrow-prefetch"; DUALOPS_IFA_NARROW_PREFETCH, by default on only on GPUs with little DRAM
-    bandwidth per SM, the H100): each runs here on any GPU."""
+    have two narrow and two wide kernels, without the first-fill L2 prefetch ("narrow", "wide") and
+    with it ("narrow-prefetch", "wide-prefetch"; DUALOPS_IFA_NARROW_PREFETCH / _WIDE_PREFETCH, by
+    default on only on GPUs with little DRAM bandwidth per SM, the H100, and there the wide one only
+    for single-wave grids): each runs here on any GPU."""
+    prefetch = "1" if shape.endswith("prefetch") else "0"
     _rerun_with("DUALOPS_IFA_CTA_SHAPE", shape.split("-")[0],
                 "dtypes_head_dims_layouts or multi_token_queries or masks_and_bias or 8bit_query_rows"
                 " or forced_split_plans or one_chunk_units or split_kv_long_context or multi_wave_grids or graph_decode_step"
                 " or whole_groups_then_splits or biased_q_short_requests", timeout=900,
-                extra_env={"DUALOPS_IFA_NARROW_PREFETCH": "1" if shape.endswith("prefetch") else "0"})
+                extra_env={"DUALOPS_IFA_NARROW_PREFETCH": prefetch, "DUALOPS_IFA_WIDE_PREFETCH": prefetch})
 
 
 @needs_cuda

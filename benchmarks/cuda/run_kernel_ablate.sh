@@ -14,7 +14,9 @@
 # up (DUALOPS_IFA_SECOND_FILL_KEYS; 0: none), +LN runs units of N keys up in the lockstep pipeline
 # (DUALOPS_IFA_LOCKSTEP_KEYS; 0: none), +BN lockstep units of N keys up on contiguous caches in the
 # burst order (DUALOPS_IFA_LOCKSTEP_BURST_KEYS; 0: never), +pN narrow 8-bit grids in the narrow kernel
-# with the first-fill prefetch (N = 1) or without (0) (DUALOPS_IFA_NARROW_PREFETCH), +PN N pipeline fills prefetched into L2 before the grid-dependency
+# with the first-fill prefetch (N = 1) or without (0) (DUALOPS_IFA_NARROW_PREFETCH), +yN wide 8-bit
+# calls in the wide kernel with the first-fill prefetch (1: all of them) or none (0)
+# (DUALOPS_IFA_WIDE_PREFETCH), +PN N pipeline fills prefetched into L2 before the grid-dependency
 # wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits of N fills up
 # (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
 # +xDUALOPS_IFA_FOO1; several may follow each other; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
@@ -72,9 +74,10 @@ for pg in ${ABLATE_PAGES:-0}; do
       lock=""; [[ $n =~ \+L([0-9]+) ]] && lock=${BASH_REMATCH[1]}
       burst=""; [[ $n =~ \+B([0-9]+) ]] && burst=${BASH_REMATCH[1]}
       npf=""; [[ $n =~ \+p([0-9]+) ]] && npf=${BASH_REMATCH[1]}
+      wpf=""; [[ $n =~ \+y([0-9]+) ]] && wpf=${BASH_REMATCH[1]}
       env ${shape:+DUALOPS_IFA_CTA_SHAPE=$shape} ${stagger:+DUALOPS_IFA_STAGGER_NS=$stagger} ${fill2:+DUALOPS_IFA_SECOND_FILL_KEYS=$fill2} \
         ${lock:+DUALOPS_IFA_LOCKSTEP_KEYS=$lock} ${burst:+DUALOPS_IFA_LOCKSTEP_BURST_KEYS=$burst} \
-        ${npf:+DUALOPS_IFA_NARROW_PREFETCH=$npf} \
+        ${npf:+DUALOPS_IFA_NARROW_PREFETCH=$npf} ${wpf:+DUALOPS_IFA_WIDE_PREFETCH=$wpf} \
         ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
     done
   done

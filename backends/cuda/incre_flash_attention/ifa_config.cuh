@@ -34,9 +34,17 @@
 #define DUALOPS_IFA_TRACE 0
 #endif
 
+// Measurement builds: which caches' epilogues stage their output rows in shared memory before
+// the global store (ifa_split_kernel.cuh, kStageOut): 0 none, 1 8-bit caches (every real build),
+// 2 every cache (BENCHMARKS.md item 41).
+#ifndef DUALOPS_IFA_OBUF
+#define DUALOPS_IFA_OBUF 1
+#endif
+
 namespace dualops::cuda::ifa {
 
 constexpr int kAblate = DUALOPS_IFA_ABLATE;
+constexpr int kStagedOut = DUALOPS_IFA_OBUF;
 
 // Online softmax (ifa_split_kernel.cuh): a row's reference max moves only when a score passes it
 // by more than kLazySlack (log2 units), so p <= 2^kLazySlack. DUALOPS_IFA_LAZY_SLACK sets it in
@@ -60,13 +68,15 @@ constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 // variants whose wide kSub is 2.
 // WideLs: a wide CTA running the lockstep pipeline (one step's chunks in flight per warp; the
 // launcher's pick for long units on GPUs of little DRAM bandwidth per SM; ifa_split_kernel.cuh).
-// On 8-bit caches it is also the only kernel that prefetches its first fill into L2 (below).
+// On 8-bit caches it prefetches its first fill into L2, as NarrowPf and WidePf do (below).
 // A kernel of its own, so that the other kernels' main loops stay as they were: a run-time choice
 // in one kernel slowed the H200's calls by up to 1 % (BENCHMARKS.md item 38).
 // NarrowPf: a narrow CTA that prefetches its first fill into L2 (8-bit caches; the launcher's pick
 // for narrow grids on GPUs of little DRAM bandwidth per SM, where it gains 2-4.5 %, while the
 // H200's narrow 8-bit calls lose 1.3 % with the prefetch: BENCHMARKS.md items 23, 40).
-enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3, kNarrowPf = 4 };
+// WidePf: the wide CTA with the first-fill prefetch (8-bit caches; the launcher's pick on those
+// GPUs for single-wave grids of units too short for the lockstep kernel: BENCHMARKS.md item 41).
+enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3, kNarrowPf = 4, kWidePf = 5 };
 
 template <typename QT, typename KVT, int D, int SHAPE>
 struct Cfg {
@@ -126,14 +136,14 @@ struct Cfg {
   static_assert(!kLockstep || kStages >= 2 * kSub, "lockstep pipeline: a step's chunks and the next step's");
   // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched
   // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). Every 16-bit kernel; of the
-  // 8-bit ones only the H100's (the lockstep kernel and the narrow one with the prefetch):
+  // 8-bit ones only the H100's (the lockstep kernel and the narrow and wide ones with the prefetch):
   // compiled into the others it made the H200's 8-bit calls 0.5-7 % slower (BENCHMARKS.md v14,
   // items 23 and 31), while the H100 gains up to 9 % (item 40). DUALOPS_IFA_PREFETCH_FILLS sets
   // how many fills for every kernel (0: none; measurement builds).
 #ifdef DUALOPS_IFA_PREFETCH_FILLS
   static constexpr int kPrefetchFills = DUALOPS_IFA_PREFETCH_FILLS;
 #else
-  static constexpr int kPrefetchFills = !kQuant || kLockstep || SHAPE == kNarrowPf ? 1 : 0;
+  static constexpr int kPrefetchFills = !kQuant || kLockstep || SHAPE == kNarrowPf || SHAPE == kWidePf ? 1 : 0;
 #endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids

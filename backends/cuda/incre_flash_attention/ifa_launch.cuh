@@ -141,10 +141,15 @@ inline int second_fill_keys() {
 // contiguous calls level), multi-wave ones not (b128 h32/8 s1k 176.7 -> 182.1); 512-key splits
 // lose (b1 h32/8 s8k 15.7 -> 16.1).
 // DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call and grid (0: none; for measurements), read once.
-constexpr int kLockstepKeys = 2048, kLockstepKeysOneWave = 1024;
-inline int lockstep_keys(bool one_wave) {
+// 8-bit caches in single-wave grids take it from 4096 keys only: units of 1024-4095 keys run the
+// wide kernel with the first-fill prefetch (kWidePf, wide_prefetch below) there, 0.1-0.6 us faster
+// (item 41); 4096-key splits lose with it (item 40: b16 h8/1 s32k 51.0 -> 52.0).
+// DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call and grid (0: none; for measurements), read once.
+constexpr int kLockstepKeys = 2048, kLockstepKeysOneWave = 1024, kLockstepKeysOneWave8Bit = 4096;
+inline int lockstep_keys(bool one_wave, bool quant) {
   static const int forced = env_int("DUALOPS_IFA_LOCKSTEP_KEYS", -1);
-  return forced >= 0 ? forced : low_dram_bw_keys(one_wave ? kLockstepKeysOneWave : kLockstepKeys);
+  return forced >= 0 ? forced
+                     : low_dram_bw_keys(!one_wave ? kLockstepKeys : quant ? kLockstepKeysOneWave8Bit : kLockstepKeysOneWave);
 }
 
 // Contiguous-cache units of at least this many keys run the lockstep kernel's burst order (the
@@ -170,6 +175,21 @@ inline int lockstep_burst_keys() {
 inline bool narrow_prefetch() {
   static const bool v = env_int("DUALOPS_IFA_NARROW_PREFETCH", low_dram_bw() ? 1 : 0) != 0;
   return v;
+}
+
+// Single-wave wide grids of an 8-bit cache whose units are too short for the lockstep kernel but
+// hold at least kWidePrefetchKeys keys run the wide kernel that prefetches its first fill into L2
+// (kWidePf) on GPUs with < 30 GB/s of DRAM bandwidth per SM. BENCHMARKS.md item 41, same-lease A/B,
+// H100 graph us, v30's kernels (lockstep from 1024 keys, else wide) -> these: int8 b1 h8/1 s128k
+// (1024-key splits) 18.3 -> 17.7, b16 h8/1 s8k 18.2 -> 18.0, b1 h32/8 s32k (2048) 28.7 -> 28.5,
+// b1 h64/8 s32k 29.3 -> 29.1, fp8 -0.2 to -0.3 us; 512-key splits lose (int8 b1 h32/8 s8k 13.0 ->
+// 13.3-13.5), 256-key ones level; the H200's wide 8-bit calls lost 0.5-7 % with the prefetch
+// (items 23 and 31). DUALOPS_IFA_WIDE_PREFETCH = 0 | 1 turns it off everywhere / gives every call
+// of a wide 8-bit kernel this one (for tests and measurements), read once.
+constexpr int kWidePrefetchKeys = 1024;
+inline bool wide_prefetch(bool one_wave, int64_t keys) {
+  static const int forced = env_int("DUALOPS_IFA_WIDE_PREFETCH", -1);
+  return forced >= 0 ? forced != 0 : (low_dram_bw() && one_wave && keys >= kWidePrefetchKeys && shape_override() < 0);
 }
 
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
@@ -326,10 +346,15 @@ constexpr bool has_wide_ls() {
 }
 
 // Variants of an 8-bit cache have a narrow kernel with the first-fill prefetch (kNarrowPf), which
-// takes the narrow grids where narrow_prefetch() holds (the H100).
+// takes the narrow grids where narrow_prefetch() holds (the H100), and a wide one (kWidePf), which
+// takes the single-wave wide grids of units below lockstep_keys(..) where wide_prefetch() holds.
 template <typename QT, typename KVT, int D, int M_TILE>
 constexpr bool has_narrow_pf() {
   return Cfg<QT, KVT, D, kNarrow>::kQuant;
+}
+template <typename QT, typename KVT, int D, int M_TILE>
+constexpr bool has_wide_pf() {
+  return Cfg<QT, KVT, D, kWide>::kQuant;
 }
 
 template <typename QT, typename KVT, int D, int M_TILE>
@@ -342,10 +367,13 @@ int pick_variant(const IncreFlashAttentionTiling& t) {
     if (shape == kWide && shape_override() < 0 && unit_keys(t) <= Cfg<QT, KVT, D, kWide>::kWarps * kChunkKeys)
       return kWide1;
   }
+  const bool one_wave = static_cast<int64_t>(t.num_units) * ((t.q_rows + M_TILE - 1) / M_TILE) <= sm_count();
   if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) {
-    const bool one_wave = static_cast<int64_t>(t.num_units) * ((t.q_rows + M_TILE - 1) / M_TILE) <= sm_count();
-    const int min_keys = lockstep_keys(one_wave);
+    const int min_keys = lockstep_keys(one_wave, Cfg<QT, KVT, D, kWide>::kQuant);
     if (shape == kWide && shape_override() < 0 && min_keys > 0 && unit_keys(t) >= min_keys) return kWideLs;
+  }
+  if constexpr (has_wide_pf<QT, KVT, D, M_TILE>()) {
+    if (shape == kWide && wide_prefetch(one_wave, unit_keys(t))) return kWidePf;
   }
   return shape;
 }
@@ -363,6 +391,9 @@ cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttenti
       break;
     case kWideLs:
       if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWideLs>(p, t, stream);
+      break;
+    case kWidePf:
+      if constexpr (has_wide_pf<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWidePf>(p, t, stream);
       break;
   }
   return launch_variant<QT, KVT, D, M_TILE, kWide>(p, t, stream);
@@ -398,6 +429,9 @@ int smem_m(const IncreFlashAttentionTiling& t) {
       break;
     case kWideLs:
       if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWideLs>::kTotal;
+      break;
+    case kWidePf:
+      if constexpr (has_wide_pf<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWidePf>::kTotal;
       break;
   }
   return SmemLayout<QT, KVT, D, M_TILE, kWide>::kTotal;

@@ -249,13 +249,19 @@ __device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p
   prefetch_l2(base + off, static_cast<uint32_t>(n) * C::kRowBytes);
 }
 
-// Cluster merge: the partial output (M_TILE x D fp32) and lse (M_TILE) of a CTA sit in the K/V
-// stages after the warps' merge buffer.
+// The CTA's output rows (M_TILE x D fp32, rows kOutPitch floats apart) and lse (M_TILE) in the
+// K/V stages after the warps' merge buffer: the partial a cluster merge reads, and the rows an
+// 8-bit cache's epilogue stages there (kStageOut). There the rows are padded by 4 floats: a warp
+// stores one column of 8 rows x 4 column groups 32 apart (Cfg::pv_d), which rows D floats apart
+// put in one bank. Kernels that do not stage keep rows D apart: a different pitch re-scheduled
+// their main loops (the int8 one ran 2.5-3 % slower on the H200 in one such schedule, item 41).
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 struct ClusterMergeLayout {
   using C = Cfg<QT, KVT, D, SHAPE>;
+  static constexpr bool kStaged = kStagedOut == 2 || (kStagedOut == 1 && C::kQuant);  // (kStageOut)
+  static constexpr int kOutPitch = kStaged ? D + 4 : D;
   static constexpr int kOut = C::kWarps * M_TILE * D * 4;  // after ebuf
-  static constexpr int kLse = kOut + M_TILE * D * 4;
+  static constexpr int kLse = kOut + M_TILE * kOutPitch * 4;
   static constexpr bool kFits = kLse + M_TILE * 4 <= SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kKv;
 };
 constexpr int kMaxClusterSplits = 8;  // portable cluster size
@@ -269,6 +275,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   using L = SmemLayout<QT, KVT, D, M_TILE, SHAPE>;
   using CML = ClusterMergeLayout<QT, KVT, D, M_TILE, SHAPE>;
   constexpr bool kClusterMerge = CML::kFits;
+  // 8-bit caches: the epilogue's summed fragments go to shared memory in head-dim order (the
+  // cluster-merge buffer, rows kOutPitch apart) and out from there as whole 16-B runs of a row.
+  // Stored straight from the fragments, a lane's two columns lie 16 apart (Cfg::pv_d), so each
+  // warp store touched 32 sectors instead of 8, and the partials' release and the kernel boundary
+  // waited for four times the writes: H100, split calls of 8 q rows per KV head 0.9-2 us faster
+  // (BENCHMARKS.md item 41). 16-bit caches keep the direct stores (staged: level).
+  constexpr bool kStageOut = CML::kFits && CML::kStaged;
+  constexpr int kOutPitch = CML::kOutPitch;
   constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
   constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
   constexpr int PP = C::kPParts;
@@ -295,8 +309,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float* fin_l = fin_m + M_TILE;         // [M_TILE]
   int* scratch = reinterpret_cast<int*>(fin_l + M_TILE);
   float4* ebuf = reinterpret_cast<float4*>(kv_smem);  // [NW][MTILES][NTILES][32], after the main loop
-  float* clu_out = reinterpret_cast<float*>(kv_smem + CML::kOut);  // cluster merge: this CTA's partial
-  float* clu_lse = reinterpret_cast<float*>(kv_smem + CML::kLse);  //   [M_TILE][D] and [M_TILE]
+  float* clu_out = reinterpret_cast<float*>(kv_smem + CML::kOut);  // the CTA's rows (cluster merge, kStageOut)
+  float* clu_lse = reinterpret_cast<float*>(kv_smem + CML::kLse);  //   [M_TILE][kOutPitch] and [M_TILE]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -1121,16 +1135,38 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
-      if (ns == 1) {
+      if (kStageOut) {
+        float* dst = clu_out + rr * kOutPitch;
+        dst[d0] = v0;
+        dst[d1] = v1;
+      } else if (ns == 1) {
         store2<QT>(static_cast<QT*>(p.out) + out_row[rr], d0, d1, v0, v1);
       } else if (kClusterMerge && merge_mode == kMergeCluster) {
-        float* dst = clu_out + rr * D;
+        float* dst = clu_out + rr * kOutPitch;
         dst[d0] = v0;
         dst[d1] = v1;
       } else {
         float* dst = static_cast<float*>(p.o_accum) + out_row[rr];
         dst[d0] = v0;
         dst[d1] = v1;
+      }
+    }
+  }
+  if constexpr (kStageOut) {
+    if (!(kClusterMerge && ns > 1 && merge_mode == kMergeCluster)) {  // (a cluster merge reads them there)
+      __syncthreads();
+      constexpr int C4 = D / 4;
+      const int rows = min(M_TILE, q_rows - row0);
+      for (int i = tid; i < rows * C4; i += NT) {
+        const int rr = i / C4, c = (i % C4) * 4;
+        const float4 x = *reinterpret_cast<const float4*>(clu_out + rr * kOutPitch + c);
+        if (ns == 1) {
+          QT* row = static_cast<QT*>(p.out) + out_row[rr];
+          store2<QT>(row, c, c + 1, x.x, x.y);
+          store2<QT>(row, c + 2, c + 3, x.z, x.w);
+        } else {
+          *reinterpret_cast<float4*>(static_cast<float*>(p.o_accum) + out_row[rr] + c) = x;
+        }
       }
     }
   }
@@ -1162,7 +1198,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
         PartialMerge st;
         st.add_splits<kMaxClusterSplits>(0, ns, 1, [&](int s, float& lse, float4& o) {
           lse = *cluster.map_shared_rank(clu_lse + rr, s);
-          o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(clu_out + rr * D + c, s));
+          o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(clu_out + rr * kOutPitch + c, s));
         });
         st.store<QT>(static_cast<QT*>(p.out) + out_row_final(rr), c);
         if (c == 0) static_cast<float*>(p.lse)[lse_row_final(rr)] = st.lse();
