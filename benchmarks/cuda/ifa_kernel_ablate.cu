@@ -469,9 +469,8 @@ int main() {
     const float medg = median_of(tg);
     // the CTA shape and merge the launcher took for this call
     const int variant = pick_variant<BF, KV, D, 16>(t);
-    const int merge = variant == kNarrow || variant == kNarrowPf ? merge_mode<BF, KV, D, 16, kNarrow>(ps[0], t)
-                      : variant == kWide1 ? merge_mode<BF, KV, D, 16, has_wide1<BF, KV, D, 16>() ? kWide1 : kWide>(ps[0], t)
-                                          : merge_mode<BF, KV, D, 16, kWide>(ps[0], t);
+    const int merge = with_variant<BF, KV, D, 16>(
+        variant, [&](auto shape) { return merge_mode<BF, KV, D, 16, decltype(shape)::value>(ps[0], t); });
     static const char* kVariantNames[] = {"narrow", "wide", "wide1", "lockstep", "narrow-pf", "wide-pf"};
     static const char* kMergeNames[] = {"kernel", "counter", "cluster"};
     std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d, %s, %s%s%s%s%s)\n",

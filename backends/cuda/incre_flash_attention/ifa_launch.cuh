@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "ifa_combine_kernel.cuh"
 #include "ifa_split_kernel.cuh"
@@ -140,7 +141,6 @@ inline int second_fill_keys() {
 // s1k 24.4 -> 24.0, paged64 b16 h8/1 s8k 26.7 -> 26.4 and b1 h8/1 s128k 27.2 -> 26.8, their
 // contiguous calls level), multi-wave ones not (b128 h32/8 s1k 176.7 -> 182.1); 512-key splits
 // lose (b1 h32/8 s8k 15.7 -> 16.1).
-// DUALOPS_IFA_LOCKSTEP_KEYS = N sets it for every call and grid (0: none; for measurements), read once.
 // 8-bit caches in single-wave grids take it from 4096 keys only: units of 1024-4095 keys run the
 // wide kernel with the first-fill prefetch (kWidePf, wide_prefetch below) there, 0.1-0.6 us faster
 // (item 41); 4096-key splits lose with it (item 40: b16 h8/1 s32k 51.0 -> 52.0).
@@ -345,22 +345,45 @@ constexpr bool has_wide_ls() {
   return Cfg<QT, KVT, D, kWide>::kQuant || Cfg<QT, KVT, D, kWide>::kSub == 1;
 }
 
-// Variants of an 8-bit cache have a narrow kernel with the first-fill prefetch (kNarrowPf), which
-// takes the narrow grids where narrow_prefetch() holds (the H100), and a wide one (kWidePf), which
-// takes the single-wave wide grids of units below lockstep_keys(..) where wide_prefetch() holds.
-template <typename QT, typename KVT, int D, int M_TILE>
-constexpr bool has_narrow_pf() {
-  return Cfg<QT, KVT, D, kNarrow>::kQuant;
+// Whether kernel variant SHAPE of (QT, KVT, D, M_TILE) is built: the narrow and wide ones always;
+// variants of an 8-bit cache also have a narrow and a wide kernel with the first-fill prefetch
+// (kNarrowPf: the narrow grids where narrow_prefetch() holds, the H100; kWidePf: the single-wave
+// wide grids of units below lockstep_keys(..) where wide_prefetch() holds).
+template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
+constexpr bool has_variant() {
+  if constexpr (SHAPE == kWide1) return has_wide1<QT, KVT, D, M_TILE>();
+  else if constexpr (SHAPE == kWideLs) return has_wide_ls<QT, KVT, D, M_TILE>();
+  else if constexpr (SHAPE == kNarrowPf || SHAPE == kWidePf) return Cfg<QT, KVT, D, kWide>::kQuant;
+  else return true;
 }
-template <typename QT, typename KVT, int D, int M_TILE>
-constexpr bool has_wide_pf() {
-  return Cfg<QT, KVT, D, kWide>::kQuant;
+
+// f(std::integral_constant<int, SHAPE>{}) for variant `shape` (the wide kernel where that variant
+// is not built): the one place that maps a run-time variant to its kernel.
+template <typename QT, typename KVT, int D, int M_TILE, typename F>
+auto with_variant(int shape, F&& f) {
+  switch (shape) {
+    case kNarrow:
+      return f(std::integral_constant<int, kNarrow>{});
+    case kNarrowPf:
+      if constexpr (has_variant<QT, KVT, D, M_TILE, kNarrowPf>()) return f(std::integral_constant<int, kNarrowPf>{});
+      break;
+    case kWide1:
+      if constexpr (has_variant<QT, KVT, D, M_TILE, kWide1>()) return f(std::integral_constant<int, kWide1>{});
+      break;
+    case kWideLs:
+      if constexpr (has_variant<QT, KVT, D, M_TILE, kWideLs>()) return f(std::integral_constant<int, kWideLs>{});
+      break;
+    case kWidePf:
+      if constexpr (has_variant<QT, KVT, D, M_TILE, kWidePf>()) return f(std::integral_constant<int, kWidePf>{});
+      break;
+  }
+  return f(std::integral_constant<int, kWide>{});
 }
 
 template <typename QT, typename KVT, int D, int M_TILE>
 int pick_variant(const IncreFlashAttentionTiling& t) {
   const int shape = pick_shape(t, M_TILE);
-  if constexpr (has_narrow_pf<QT, KVT, D, M_TILE>()) {
+  if constexpr (has_variant<QT, KVT, D, M_TILE, kNarrowPf>()) {
     if (shape == kNarrow && narrow_prefetch()) return kNarrowPf;
   }
   if constexpr (has_wide1<QT, KVT, D, M_TILE>()) {
@@ -372,7 +395,7 @@ int pick_variant(const IncreFlashAttentionTiling& t) {
     const int min_keys = lockstep_keys(one_wave, Cfg<QT, KVT, D, kWide>::kQuant);
     if (shape == kWide && shape_override() < 0 && min_keys > 0 && unit_keys(t) >= min_keys) return kWideLs;
   }
-  if constexpr (has_wide_pf<QT, KVT, D, M_TILE>()) {
+  if constexpr (has_variant<QT, KVT, D, M_TILE, kWidePf>()) {
     if (shape == kWide && wide_prefetch(one_wave, unit_keys(t))) return kWidePf;
   }
   return shape;
@@ -380,23 +403,9 @@ int pick_variant(const IncreFlashAttentionTiling& t) {
 
 template <typename QT, typename KVT, int D, int M_TILE>
 cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t, cudaStream_t stream) {
-  switch (pick_variant<QT, KVT, D, M_TILE>(t)) {
-    case kNarrow:
-      return launch_variant<QT, KVT, D, M_TILE, kNarrow>(p, t, stream);
-    case kNarrowPf:
-      if constexpr (has_narrow_pf<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kNarrowPf>(p, t, stream);
-      break;
-    case kWide1:
-      if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWide1>(p, t, stream);
-      break;
-    case kWideLs:
-      if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWideLs>(p, t, stream);
-      break;
-    case kWidePf:
-      if constexpr (has_wide_pf<QT, KVT, D, M_TILE>()) return launch_variant<QT, KVT, D, M_TILE, kWidePf>(p, t, stream);
-      break;
-  }
-  return launch_variant<QT, KVT, D, M_TILE, kWide>(p, t, stream);
+  return with_variant<QT, KVT, D, M_TILE>(pick_variant<QT, KVT, D, M_TILE>(t), [&](auto shape) {
+    return launch_variant<QT, KVT, D, M_TILE, decltype(shape)::value>(p, t, stream);
+  });
 }
 
 template <typename QT, typename KVT, int D>
@@ -418,23 +427,9 @@ cudaError_t launch_head_dim(const IncreFlashAttentionParams& p, const IncreFlash
 
 template <typename QT, typename KVT, int D, int M_TILE>
 int smem_m(const IncreFlashAttentionTiling& t) {
-  switch (pick_variant<QT, KVT, D, M_TILE>(t)) {
-    case kNarrow:
-      return SmemLayout<QT, KVT, D, M_TILE, kNarrow>::kTotal;
-    case kNarrowPf:
-      if constexpr (has_narrow_pf<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kNarrowPf>::kTotal;
-      break;
-    case kWide1:
-      if constexpr (has_wide1<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWide1>::kTotal;
-      break;
-    case kWideLs:
-      if constexpr (has_wide_ls<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWideLs>::kTotal;
-      break;
-    case kWidePf:
-      if constexpr (has_wide_pf<QT, KVT, D, M_TILE>()) return SmemLayout<QT, KVT, D, M_TILE, kWidePf>::kTotal;
-      break;
-  }
-  return SmemLayout<QT, KVT, D, M_TILE, kWide>::kTotal;
+  return with_variant<QT, KVT, D, M_TILE>(pick_variant<QT, KVT, D, M_TILE>(t), [](auto shape) {
+    return SmemLayout<QT, KVT, D, M_TILE, decltype(shape)::value>::kTotal;
+  });
 }
 
 template <typename QT, typename KVT, int D>

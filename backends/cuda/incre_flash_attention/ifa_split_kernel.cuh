@@ -1099,6 +1099,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   __syncthreads();
   DUALOPS_IFA_MARK_BAR(kTrEbuf, fin_m);
 
+  auto to_rows = [&](int rr, int d0, int d1, float v0, float v1) {  // the CTA's rows in shared memory
+    float* dst = clu_out + rr * kOutPitch;
+    dst[d0] = v0;
+    dst[d1] = v1;
+  };
   for (int slot = tid, k = 0; slot < kSlots; slot += NT, ++k) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);  // (.z / .w: rows 8..15, unused when half_rows)
     if (half_rows) {
@@ -1135,16 +1140,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
+      // (kStageOut first, a branch of its own: folded into the cluster merge's condition, the
+      // 16-bit kernels' main loops were scheduled anew, BENCHMARKS.md item 41)
       if (kStageOut) {
-        float* dst = clu_out + rr * kOutPitch;
-        dst[d0] = v0;
-        dst[d1] = v1;
+        to_rows(rr, d0, d1, v0, v1);
       } else if (ns == 1) {
         store2<QT>(static_cast<QT*>(p.out) + out_row[rr], d0, d1, v0, v1);
       } else if (kClusterMerge && merge_mode == kMergeCluster) {
-        float* dst = clu_out + rr * kOutPitch;
-        dst[d0] = v0;
-        dst[d1] = v1;
+        to_rows(rr, d0, d1, v0, v1);
       } else {
         float* dst = static_cast<float*>(p.o_accum) + out_row[rr];
         dst[d0] = v0;
