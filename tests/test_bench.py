@@ -225,12 +225,15 @@ def test_ifa_sweep_summary_reads_both_sdpa_ratios():
                  vs_sdpa_same=0.95, kv_gbs=2800.0, pct_copy=65.0, layout="bhsd", sdpa_layout="bshd", **base),
             dict(variant="paged64", s_kv=131072, us=24.5, contig_over_paged=24.0 / 24.5, kv_gbs=2700.0,
                  pct_copy=64.0, **base),
-            dict(variant="int8", s_kv=131072, us=14.0, vs_bf16=14.0 / 24.0, kv_gbs=2400.0, pct_copy=56.0, **base)]
+            dict(variant="int8", s_kv=131072, us=14.0, vs_bf16=14.0 / 24.0, kv_gbs=2400.0, pct_copy=56.0, **base),
+            dict(variant="int8 bhsd", s_kv=131072, us=13.5, vs_bf16=13.5 / 23.0, kv_gbs=2480.0, pct_copy=58.0,
+                 **base)]
     text = bi.summarize({"rows": rows})
     assert "each on its faster layout): min 1.217x" in text and "1/1 >= 1.0x" in text
     assert "same BSHD memory): min 0.950x" in text and "0/1 >= 1.0x" in text
     assert "paged64 / contiguous speed: min 0.980 (1/1 >= 0.95)" in text
     assert "int8 time / bf16: max 0.583 (1/1 <= 0.6)" in text
+    assert "int8 time / bf16 (both BHSD): max 0.587 (1/1 <= 0.6)" in text
     assert "b1 s131072 h8/1: 2800 GB/s = 65.0% of copy (64 splits)" in text
     table = bi.format_rows(rows)
     assert "xSDPAmem" in table.splitlines()[0] and "0.950" in table.splitlines()[1]
@@ -238,5 +241,5 @@ def test_ifa_sweep_summary_reads_both_sdpa_ratios():
     assert md[0].startswith("| h_q/h_kv | b | s_kv | splits |") and md[1].startswith("|---|---:|")
     # one line per contiguous config: its paged / 8-bit rows become ratio columns, "–" where absent
     assert md[2] == ("| 8/1 | 1 | 131072 | 64 | 24.0 | 23.0 (BHSD) | 28.0 | 1.22 | 0.95 | 2800 | 65 | 0.98 | – | "
-                     "0.58 | – |")
+                     "0.58 | – | 0.59 | – |")
     assert len(md) == 3

@@ -284,6 +284,8 @@ int main() {
       {"h8/1 b1 s1k ns4", 1, 8, 1, 1024, 4},        {"h8/1 b1 s8k ns32", 1, 8, 1, 8192, 32},
       {"h8/1 b1 s32k ns64", 1, 8, 1, 32768, 64},    {"h8/1 b1 s128k ns64", 1, 8, 1, 131072, 64},
       {"h8/1 b16 s1k ns4", 16, 8, 1, 1024, 4},      {"h32/8 b1 s8k ns8", 1, 32, 8, 8192, 8},
+      {"h32/8 b1 s32k ns32", 1, 32, 8, 32768, 32},  {"h64/8 b1 s32k ns32", 1, 64, 8, 32768, 32},
+      {"h32/8 b1 s32k ns8", 1, 32, 8, 32768, 8},    {"h32/8 b1 s32k ns12", 1, 32, 8, 32768, 12},
       {"h8/1 b1 s128k ns256", 1, 8, 1, 131072, 256}, {"h8/1 b1 s128k ns131", 1, 8, 1, 131072, 131},
       {"h8/1 b1 s128k ns120", 1, 8, 1, 131072, 120}, {"h8/1 b1 s128k ns124", 1, 8, 1, 131072, 124},
       {"h64/8 b128 s1k", 128, 64, 8, 1024, 1},     {"h8/1 b128 s1k", 128, 8, 1, 1024, 1},
@@ -337,6 +339,10 @@ int main() {
   const char* page_env = std::getenv("ABLATE_PAGE");
   const int page = page_env ? std::atoi(page_env) : 0;
   const char* tri_env = std::getenv("ABLATE_INT8_TRI");
+  // ABLATE_BHSD=1: contiguous caches as [B, H_kv, S, D] (each head's keys contiguous) instead of
+  // the sweep's [B, S, H_kv, D]
+  const char* bhsd_env = std::getenv("ABLATE_BHSD");
+  const bool bhsd = bhsd_env && std::atoi(bhsd_env) > 0;
   const int fill = ABLATE_KV_INT8 == 2                                        ? kFillFp8
                    : ABLATE_KV_INT8 == 1 && tri_env && std::atoi(tri_env) > 0 ? kFillInt8Tri
                                                                               : kFillBf16;
@@ -423,6 +429,10 @@ int main() {
       }
       p.k_stride_1 = p.v_stride_1 = static_cast<int64_t>(sh.HKV) * D;
       p.k_stride_2 = p.v_stride_2 = D;
+      if (bhsd && page == 0) {
+        p.k_stride_1 = p.v_stride_1 = D;
+        p.k_stride_2 = p.v_stride_2 = static_cast<int64_t>(sh.S) * D;
+      }
       p.out_stride_b = p.out_stride_s = static_cast<int64_t>(sh.HQ) * D, p.out_stride_h = D;
       p.softmax_scale = 0.08838834764831845f;
       p.q_dtype = static_cast<int>(DType::kBfloat16);
@@ -473,11 +483,11 @@ int main() {
         variant, [&](auto shape) { return merge_mode<BF, KV, D, 16, decltype(shape)::value>(ps[0], t); });
     static const char* kVariantNames[] = {"narrow", "wide", "wide1", "lockstep", "narrow-pf", "wide-pf"};
     static const char* kMergeNames[] = {"kernel", "counter", "cluster"};
-    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d, %s, %s%s%s%s%s)\n",
+    std::printf("%-18s %s ablate=%-3d %-10s %9.1f us eager %9.1f us graph %7.0f GB/s  (sets %d, splits %d, %s, %s%s%s%s%s%s)\n",
                 sh.name, kKvName, DUALOPS_IFA_ABLATE, ABLATE_TAG, med, medg,
                 kv_bytes / (medg * 1e3), sets, sh.NS, kVariantNames[variant], sh.NS > 1 ? kMergeNames[merge] : "-",
                 kv_delta > 0 ? ", V-K MB " : "", kv_delta > 0 ? delta_env : "", page > 0 ? ", page " : "",
-                page > 0 ? page_env : "");
+                page > 0 ? page_env : "", bhsd && page == 0 ? ", BHSD" : "");
 #if DUALOPS_IFA_TRACE
     {
       const int a = sets / 2, bset = sets > 1 ? a + 1 : a;

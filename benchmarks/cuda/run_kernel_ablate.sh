@@ -24,7 +24,8 @@
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
 # allocation (0: separate allocations) -- the placement effect of BENCHMARKS.md v15;
 # ABLATE_PAGES="0 64 ..." likewise once per page size (0: contiguous caches; N: pages of N keys
-# in a permuted pool); ABLATE_INT8_TRI=1: int8 caches of triangular bytes (a quantized Gaussian's
+# in a permuted pool); ABLATE_BHSD=1: contiguous caches laid out [B, H_kv, S, D] instead of
+# [B, S, H_kv, D]; ABLATE_INT8_TRI=1: int8 caches of triangular bytes (a quantized Gaussian's
 # shape) instead of the bf16 bit pattern.
 # The N = 0 build runs first and last: the two show the run-to-run spread.
 # ABLATE_NCU=1 also profiles the N = 0 build (ABLATE_NCU_TAG=N: that build) with Nsight Compute;

@@ -177,19 +177,30 @@ inline bool narrow_prefetch() {
   return v;
 }
 
-// Single-wave wide grids of an 8-bit cache whose units are too short for the lockstep kernel but
-// hold at least kWidePrefetchKeys keys run the wide kernel that prefetches its first fill into L2
-// (kWidePf) on GPUs with < 30 GB/s of DRAM bandwidth per SM. BENCHMARKS.md item 41, same-lease A/B,
-// H100 graph us, v30's kernels (lockstep from 1024 keys, else wide) -> these: int8 b1 h8/1 s128k
-// (1024-key splits) 18.3 -> 17.7, b16 h8/1 s8k 18.2 -> 18.0, b1 h32/8 s32k (2048) 28.7 -> 28.5,
-// b1 h64/8 s32k 29.3 -> 29.1, fp8 -0.2 to -0.3 us; 512-key splits lose (int8 b1 h32/8 s8k 13.0 ->
-// 13.3-13.5), 256-key ones level; the H200's wide 8-bit calls lost 0.5-7 % with the prefetch
-// (items 23 and 31). DUALOPS_IFA_WIDE_PREFETCH = 0 | 1 turns it off everywhere / gives every call
-// of a wide 8-bit kernel this one (for tests and measurements), read once.
-constexpr int kWidePrefetchKeys = 1024;
-inline bool wide_prefetch(bool one_wave, int64_t keys) {
+// Single-wave wide grids of an 8-bit cache run the wide kernel that prefetches its first fill into
+// L2 (kWidePf) for units of some lengths:
+// - GPUs with < 30 GB/s of DRAM bandwidth per SM (the H100): units of at least kWidePrefetchKeys
+//   keys too short for the lockstep kernel (1024-4095). BENCHMARKS.md item 41, same-lease A/B,
+//   H100 graph us, v30's kernels (lockstep from 1024 keys, else wide) -> these: int8 b1 h8/1
+//   s128k (1024-key splits) 18.3 -> 17.7, b16 h8/1 s8k 18.2 -> 18.0, b1 h32/8 s32k (2048) 28.7 ->
+//   28.5, b1 h64/8 s32k 29.3 -> 29.1, fp8 -0.2 to -0.3 us; 512-key splits lose (int8 b1 h32/8 s8k
+//   13.0 -> 13.3-13.5), 256-key ones level.
+// - Elsewhere (the H200): units of 2048 (fp8) or 4096 (int8) to 16384 keys. Item 42, H200 graph
+//   us, wide -> kWidePf: fp8 b1 h32/8 s32k (2048) 23.5 -> 22.9, b16 h8/1 s32k (4096) 39.7 -> 38.4,
+//   b1 h32/8 s128k (8192) 73.3 -> 72.0, b16 h8/1 s128k (16384) 132.4 -> 131.4; int8 24.0 -> 24.2
+//   (2048: +0.1 to +0.3 in three leases), 40.3 -> 39.9, 72.8 -> 71.4, 134.5 -> 134.2; 1024-key units
+//   lose (b16 h8/1 s8k fp8 15.4 -> 15.8, int8 15.9 -> 16.5) and so do 32768-key ones (b1 h128/128
+//   s32k int8 248.7 -> 250.9, fp8 +0.6). (Compiled into every 8-bit kernel, the prefetch slowed
+//   the H200's calls by 0.5-7 %: items 23 and 31.)
+// DUALOPS_IFA_WIDE_PREFETCH = 0 | 1 turns it off everywhere / gives every call of a wide 8-bit
+// kernel this one (for tests and measurements), read once.
+constexpr int kWidePrefetchKeys = 1024, kWidePrefetchMaxKeysHbw = 16384;
+inline bool wide_prefetch(bool one_wave, int64_t keys, bool int8) {
   static const int forced = env_int("DUALOPS_IFA_WIDE_PREFETCH", -1);
-  return forced >= 0 ? forced != 0 : (low_dram_bw() && one_wave && keys >= kWidePrefetchKeys && shape_override() < 0);
+  if (forced >= 0) return forced != 0;
+  if (!one_wave || shape_override() >= 0) return false;
+  if (low_dram_bw()) return keys >= kWidePrefetchKeys;
+  return keys >= (int8 ? 4096 : 2048) && keys <= kWidePrefetchMaxKeysHbw;
 }
 
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
@@ -396,7 +407,7 @@ int pick_variant(const IncreFlashAttentionTiling& t) {
     if (shape == kWide && shape_override() < 0 && min_keys > 0 && unit_keys(t) >= min_keys) return kWideLs;
   }
   if constexpr (has_variant<QT, KVT, D, M_TILE, kWidePf>()) {
-    if (shape == kWide && wide_prefetch(one_wave, unit_keys(t))) return kWidePf;
+    if (shape == kWide && wide_prefetch(one_wave, unit_keys(t), std::is_same_v<KVT, int8_t>)) return kWidePf;
   }
   return shape;
 }
