@@ -194,13 +194,14 @@ inline bool narrow_prefetch() {
 //   the H200's calls by 0.5-7 %: items 23 and 31.)
 // DUALOPS_IFA_WIDE_PREFETCH = 0 | 1 turns it off everywhere / gives every call of a wide 8-bit
 // kernel this one (for tests and measurements), read once.
-constexpr int kWidePrefetchKeys = 1024, kWidePrefetchMaxKeysHbw = 16384;
+constexpr int kWidePrefetchKeys = 1024;  // the H100
+constexpr int kWidePrefetchKeysFp8Hbw = 2048, kWidePrefetchKeysInt8Hbw = 4096, kWidePrefetchMaxKeysHbw = 16384;
 inline bool wide_prefetch(bool one_wave, int64_t keys, bool int8) {
   static const int forced = env_int("DUALOPS_IFA_WIDE_PREFETCH", -1);
   if (forced >= 0) return forced != 0;
   if (!one_wave || shape_override() >= 0) return false;
   if (low_dram_bw()) return keys >= kWidePrefetchKeys;
-  return keys >= (int8 ? 4096 : 2048) && keys <= kWidePrefetchMaxKeysHbw;
+  return keys >= (int8 ? kWidePrefetchKeysInt8Hbw : kWidePrefetchKeysFp8Hbw) && keys <= kWidePrefetchMaxKeysHbw;
 }
 
 // DUALOPS_IFA_MERGE = kernel | counter | cluster forces one merge of split-KV partials where it
