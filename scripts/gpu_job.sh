@@ -2,13 +2,14 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [placement] [kvgap] [host]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [floor] [placement] [kvgap] [host]
 #   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
 #   --full` on every backend here, cuda vs ascend_sim pairs included
 #   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
 #   and without PDL, other split counts, SDPA; SMALL_ONLY_AUTO=1: the default build only);
 #   splits: split counts around the plan's; durations: Nsight Compute kernel durations;
 #   ablate: the split kernel with parts of its per-chunk math compiled out (ABLATE_SET)
+#   floor: the least time a split-KV call can take for the latency-bound rows' bytes (no math)
 #   trace: where a call's time goes, phase by phase, in the split and combine kernels (DUALOPS_IFA_TRACE
 #   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
 #   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py); kvgap:
@@ -123,6 +124,12 @@ if has trace; then
   echo "== trace"
   ABLATE_SHAPES="${TRACE_SHAPES:-b1 s16,h8/1 b1 s1k,h8/1 b1 s8k,h8/1 b1 s128k,h32/8 b16 s1k}" OUT="$OUT" \
     bash benchmarks/cuda/run_kernel_ablate.sh 0+t 2>&1 | grep -v "^ptxas" | tee "$OUT/trace.txt" | tail -80
+fi
+if has floor; then
+  # The least time a split-KV call can take for a row's bytes: read, partials, merge, no math
+  # (benchmarks/cuda/ifa_read_floor.cu, BENCHMARKS.md item 43)
+  echo "== read-and-merge floor"
+  OUT="$OUT" bash benchmarks/cuda/run_read_floor.sh 2>&1 | grep -E "floor|=="
 fi
 if has host; then
   echo "== host overhead of eager calls"

@@ -25,16 +25,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench_timing.cuh"
 #include "ifa_launch.cuh"
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 using namespace dualops;
 using namespace dualops::cuda::ifa;
@@ -53,11 +45,6 @@ using KV = std::conditional_t<ABLATE_KV_INT8 == 1, int8_t, std::conditional_t<AB
 constexpr const char* kKvName = ABLATE_KV_INT8 == 1 ? "int8" : ABLATE_KV_INT8 == 2 ? "fp8" : "bf16";
 constexpr int kKvBytes = sizeof(KV);
 
-__global__ void k_spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
 // Cache words, real data, not zeros (METHOD.md): kFillBf16 (bf16 values of moderate magnitude,
 // never NaN / zero), kFillFp8 (e4m3 bytes of moderate magnitude, never NaN), or kFillInt8Tri
 // (int8 bytes of a triangular distribution on [-63, 63], like a quantized Gaussian; the bf16
@@ -106,10 +93,6 @@ bool shape_selected(const char* name) {
   return false;
 }
 
-float median_of(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 #if DUALOPS_IFA_TRACE
 // Phases of two consecutive calls (sets a and a + 1) from the CTAs' marks.
@@ -438,45 +421,20 @@ int main() {
       p.q_dtype = static_cast<int>(DType::kBfloat16);
       p.kv_dtype = static_cast<int>(ABLATE_KV_INT8 == 1 ? DType::kInt8 : ABLATE_KV_INT8 == 2 ? DType::kFloat8E4m3fn : DType::kBfloat16);
     }
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     auto call_on = [&](int s, cudaStream_t stream) { CK((launch_m<BF, KV, D, 16>(ps[s], t, stream))); };
-    // eager launches
-    std::vector<float> ts;
-    for (int r = 0; r < kWarm + kRuns; ++r) {
-      k_spin<<<1, 1, 0, st>>>(200000);
-      CK(cudaEventRecord(e0, st));
+    // eager launches, then one graph of the same calls
+    const float med = median_us_per_call(st, sets, kWarm, kRuns, [&] {
       for (int s = 0; s < sets; ++s) call_on(s, st);
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= kWarm) ts.push_back(ms * 1000.f / sets);
-    }
-    const float med = median_of(ts);
-    // one graph of the same calls
+    });
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int s = 0; s < sets; ++s) call_on(s, st);
     CK(cudaStreamEndCapture(st, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
-    std::vector<float> tg;
-    for (int r = 0; r < kWarm + kRuns; ++r) {
-      k_spin<<<1, 1, 0, st>>>(200000);
-      CK(cudaEventRecord(e0, st));
-      CK(cudaGraphLaunch(exec, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      if (r >= kWarm) tg.push_back(ms * 1000.f / sets);
-    }
-    const float medg = median_of(tg);
+    const float medg = median_us_per_call(st, sets, kWarm, kRuns, [&] { CK(cudaGraphLaunch(exec, st)); });
     // the CTA shape and merge the launcher took for this call
     const int variant = pick_variant<BF, KV, D, 16>(t);
     const int merge = with_variant<BF, KV, D, 16>(
@@ -508,8 +466,6 @@ int main() {
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     CK(cudaStreamDestroy(st));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
     for (void* a : allocs) CK(cudaFree(a));
   }
   return 0;

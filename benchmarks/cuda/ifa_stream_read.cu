@@ -27,14 +27,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                     \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));          \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
+#include "bench_timing.cuh"
 
 constexpr int kD = 128;          // head dim
 constexpr int kRowBytes = 256;   // one bf16 row of one head
@@ -391,13 +384,6 @@ __global__ void __launch_bounds__(512, 1) k_read_flat(const uint4* p, int64_t n1
   for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
   if ((threadIdx.x & 31) == 0) atomicXor(out, acc);
 }
-// Keeps the GPU busy ~100 us while the host enqueues the start event and the timed calls, so
-// the host's launch latency is not counted in short calls.
-__global__ void k_spin(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
 __global__ void k_fill(uint32_t* p, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -416,32 +402,13 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 static EncodeTiled g_encode = nullptr;
 
-static float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 constexpr int kWarm = 3, kRuns = 25;
 // One run = one call on every set (sets rotate so a run streams >= 3x L2); returns the median
 // time of one call in microseconds.
 static float time_calls(int n_sets, const std::function<void(int)>& call) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> t;
-  for (int r = 0; r < kWarm + kRuns; ++r) {
-    k_spin<<<1, 1>>>(200000);
-    CK(cudaEventRecord(e0));
+  return median_us_per_call(0, n_sets, kWarm, kRuns, [&] {
     for (int s = 0; s < n_sets; ++s) call(s);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaGetLastError());
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= kWarm) t.push_back(ms * 1000.f / n_sets);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return median(t);
+  });
 }
 
 struct Shape {
