@@ -93,7 +93,6 @@ bool shape_selected(const char* name) {
   return false;
 }
 
-
 #if DUALOPS_IFA_TRACE
 // Phases of two consecutive calls (sets a and a + 1) from the CTAs' marks.
 void print_trace(const Shape& sh, int ctas) {
