@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "bench_timing.cuh"
+#include "bench_common.cuh"
 #include "ifa_launch.cuh"
 
 using namespace dualops;
@@ -348,13 +348,7 @@ int main() {
     t.whole_groups = sh.W, t.num_units = sh.W + (sh.B * sh.HKV - sh.W) * sh.NS;
     t.num_cores = 132, t.q_rows = q_rows, t.q_tile_rows = 16, t.kv_dtype_bytes = kKvBytes;
     std::vector<IncreFlashAttentionParams> ps(sets);
-    std::vector<void*> allocs;
-    auto alloc = [&](int64_t bytes) {
-      void* ptr = nullptr;
-      CK(cudaMalloc(&ptr, bytes));
-      allocs.push_back(ptr);
-      return ptr;
-    };
+    DeviceAllocs alloc;  // freed at the end of the case
     std::vector<int> lens(sh.B, sh.S);
     // block table: a random permutation of the pool's blocks (fixed seed)
     std::vector<int> table(static_cast<size_t>(sh.B) * per);
@@ -465,7 +459,6 @@ int main() {
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     CK(cudaStreamDestroy(st));
-    for (void* a : allocs) CK(cudaFree(a));
   }
   return 0;
 }

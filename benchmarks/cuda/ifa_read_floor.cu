@@ -27,7 +27,7 @@
 #include <cstring>
 #include <vector>
 
-#include "bench_timing.cuh"
+#include "bench_common.cuh"
 
 constexpr int kThreads = 256;
 // Each CTA streams its range through a ring of kBufs shared-memory buffers of kBuf bytes, filled
@@ -204,13 +204,7 @@ int main() {
     const int sets = static_cast<int>(std::min<int64_t>(64, std::max<int64_t>(1, (kL2x3 + set_bytes - 1) / set_bytes)));
     const int part_floats = r.q_rows * 128;
     std::vector<Call> calls(sets);
-    std::vector<void*> allocs;
-    auto alloc = [&](int64_t n) {
-      void* p = nullptr;
-      CK(cudaMalloc(&p, n));
-      allocs.push_back(p);
-      return p;
-    };
+    DeviceAllocs alloc;  // freed at the end of the case
     unsigned* counters = static_cast<unsigned*>(alloc(r.groups * 4));
     CK(cudaMemset(counters, 0, r.groups * 4));
     for (int s = 0; s < sets; ++s) {
@@ -245,7 +239,6 @@ int main() {
       }
     }
     std::printf("\n%-22s floor %.2f us (%s), %.0f GB/s\n", r.name, best, best_cfg, set_bytes / (best * 1e3));
-    for (void* p : allocs) CK(cudaFree(p));
   }
   return 0;
 }

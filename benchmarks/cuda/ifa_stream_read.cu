@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_timing.cuh"
+#include "bench_common.cuh"
 
 constexpr int kD = 128;          // head dim
 constexpr int kRowBytes = 256;   // one bf16 row of one head

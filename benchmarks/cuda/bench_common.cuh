@@ -1,11 +1,12 @@
-// What the CUDA microbenchmarks share: the error check, the GPU spin that each timed run starts
-// behind (so the host's launches are queued before the clock starts), and the median per call
-// of a run of `calls` calls, eager or a CUDA graph replay (METHOD.md: warm-ups, then the median
-// of many runs).
+// What the CUDA microbenchmarks share: the error check, one case's device allocations, the GPU
+// spin that each timed run starts behind (so the host's launches are queued before the clock
+// starts), and the median per call of a run of `calls` calls, eager or a CUDA graph replay
+// (METHOD.md: warm-ups, then the median of many runs).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -18,6 +19,21 @@
       std::exit(1);                                                                        \
     }                                                                                      \
   } while (0)
+
+// The device buffers of one benchmark case: alloc(bytes) allocates one, all are freed together
+// when the case's scope ends.
+struct DeviceAllocs {
+  std::vector<void*> ptrs;
+  void* operator()(int64_t bytes) {
+    void* p = nullptr;
+    CK(cudaMalloc(&p, bytes));
+    ptrs.push_back(p);
+    return p;
+  }
+  ~DeviceAllocs() {
+    for (void* p : ptrs) CK(cudaFree(p));
+  }
+};
 
 __global__ void k_spin(long long cycles) {
   const long long t0 = clock64();
