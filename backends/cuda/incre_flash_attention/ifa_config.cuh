@@ -23,7 +23,9 @@
 // softmax, 4: p.v mma, 8: bf16 p as one part instead of hi + lo, 16: q fragments in registers,
 // 64: copies without the src-size operand (every row read), 128: copies without the L2
 // evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo), 1024:
-// return right after the grid-dependency wait (the launch floor).
+// return right after the grid-dependency wait (the launch floor), 2048: no tensor-core
+// instruction (an empty asm takes the operands, so ptxas drops what builds them too: the 8-bit
+// conversions go with the mma, BENCHMARKS.md item 44).
 // 0 in every real build.
 #ifndef DUALOPS_IFA_ABLATE
 #define DUALOPS_IFA_ABLATE 0

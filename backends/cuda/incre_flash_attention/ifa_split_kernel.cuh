@@ -370,6 +370,39 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   }
   // a pair (d, d + 1) is one aligned 32-bit word when q and its strides allow (d is even)
   const bool q_word = ((reinterpret_cast<uintptr_t>(p.q) | static_cast<uintptr_t>(p.q_stride_b | p.q_stride_s | p.q_stride_h) << 1) & 3) == 0;
+  // Round it of the q-tile load: the pair's row (nullptr past q_rows) and its head-dim index d.
+  // (kQPairs is a multiple of NT: every round lies in the tile.)
+  static_assert(kQPairs % NT == 0, "whole q-tile rounds");
+  auto q_pair_row = [&](int it, int& d) {
+    const int kt = (tid >> 7) + it * (NT / 128);  // (mt, ks) of this round
+    const int ks = kt % KSTEPS, mt = kt / KSTEPS;
+    d = C::qk_d(ks, q_kk);  // d + 1 is the pair's second
+    const uint16_t* src = q_row[0];
+#pragma unroll
+    for (int m = 1; m < MTILES; ++m) src = mt == m ? q_row[m] : src;
+    return src;
+  };
+  // 8-bit caches: every round's q pair, key scale and int8 key offset address before the wait,
+  // so that after it a round is its loads alone (the 8-bit q rounds' index math sat between the
+  // wait and the first K/V copy: BENCHMARKS.md item 44). The 16-bit kernels compute theirs after
+  // the wait, as before (precomputed, bf16 b1 h8/1 s32k ran 0.3 us slower: rescheduled).
+  const uint16_t* q_src[C::kQuant ? QIT : 1];
+  const float* ks_src[C::kQuant ? QIT : 1];
+  const float* ko_src[kOffsetsInRegs ? QIT : 1];
+  if constexpr (C::kQuant) {
+#pragma unroll
+    for (int it = 0; it < QIT; ++it) {
+      int d;
+      const uint16_t* src = q_pair_row(it, d);
+      q_src[it] = src != nullptr ? src + d : nullptr;
+      ks_src[it] = k_scale + d;
+      pin(q_src[it]), pin(ks_src[it]);
+      if constexpr (kOffsetsInRegs) {
+        ko_src[it] = k_offset != nullptr ? k_offset + d : nullptr;
+        pin(ko_src[it]);
+      }
+    }
+  }
   // final output / lse positions of tile row rr
   auto out_row_final = [&](int rr) -> int64_t {
     const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q;
@@ -426,13 +459,35 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     dst_v[i] = smem_addr(wbase) + C::kTensorBytesK + C::v_at(lrow + i * kRows, lcol);
     pin(dst_k[i]), pin(dst_v[i]);
   }
+  // Contiguous caches: k_lane / v_lane start at the lane's row of batch b -- 8-bit: of this warp's
+  // chunk 0, so chunk j is j * k_jstep on and its address needs no index math after the wait.
+  constexpr int kChunk0 = C::kQuant ? 1 : 0;
   if (block_size == 0) {
-    k_lane += b * p.k_stride_0 * elt;
-    v_lane += b * p.v_stride_0 * elt;
+    k_lane += (b * p.k_stride_0 + static_cast<int64_t>(kChunk0 * first_key) * p.k_stride_1) * elt;
+    v_lane += (b * p.v_stride_0 + static_cast<int64_t>(kChunk0 * first_key) * p.v_stride_1) * elt;
   }
+  const int64_t k_jstep = kStepKeys * p.k_stride_1 * elt, v_jstep = kStepKeys * p.v_stride_1 * elt;
   pin(k_lane), pin(v_lane), pin(k_step), pin(v_step);
+  if constexpr (C::kQuant) pin(k_jstep), pin(v_jstep);
   const int* kv_len_ptr = static_cast<const int*>(p.kv_lens) + b;
   pin(kv_len_ptr);
+  // int8 (Cfg::kVScalesInSmem): value scale / offset i = tid + r * NT of the head (i >= D: offset
+  // i - D; without offsets, no bytes: zeros), copied to shared memory after the wait.
+  constexpr int kVsRounds = C::kVScalesInSmem ? (2 * D + NT - 1) / NT : 1;
+  const float* vs_src[kVsRounds];
+  uint32_t vs_bytes[kVsRounds];
+  if constexpr (C::kVScalesInSmem) {
+    const float* v_scale = static_cast<const float*>(p.v_scale) + kvh * D;
+    const float* v_offset = p.v_offset ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
+#pragma unroll
+    for (int r = 0; r < kVsRounds; ++r) {
+      const int i = tid + r * NT;
+      const bool off = i >= D;
+      vs_src[r] = off ? (v_offset ? v_offset + (i - D) : v_scale) : v_scale + i;
+      vs_bytes[r] = off && v_offset == nullptr ? 0u : 4u;
+      pin(vs_src[r]), pin(vs_bytes[r]);
+    }
+  }
 
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
   // scheduled while that kernel was finishing; nothing in global memory is read (but the hints
@@ -490,26 +545,21 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   float kof[kOffsetsInRegs ? QIT : 1][2];  // int8 key offsets of d, d + 1 (0 without offsets)
 #pragma unroll
   for (int it = 0; it < QIT; ++it) {
-    const int kt = (tid >> 7) + it * (NT / 128);  // (mt, ks) of this round
-    const int ks = kt % KSTEPS, mt = kt / KSTEPS;
-    const int d = C::qk_d(ks, q_kk);  // d + 1 is the pair's second
-    const bool in_tile = kQPairs % NT == 0 || kt < MTILES * KSTEPS;  // the last round may be partial
-    const uint16_t* src = q_row[0];
-#pragma unroll
-    for (int m = 1; m < MTILES; ++m) src = mt == m ? q_row[m] : src;
+    int d = 0;  // 8-bit: q_src is the pair's own address
+    const uint16_t* src = C::kQuant ? q_src[it] : q_pair_row(it, d);
     uint32_t raw = 0;
-    if (in_tile && src != nullptr) {
+    if (src != nullptr) {
       raw = q_word ? *reinterpret_cast<const unsigned int*>(src + d)
                    : static_cast<uint32_t>(src[d]) | (static_cast<uint32_t>(src[d + 1]) << 16);
     }
     qraw[it] = raw;
     if constexpr (C::kQuant) {
-      ksc[it][0] = in_tile ? k_scale[d] : 0.f;
-      ksc[it][1] = in_tile ? k_scale[d + 1] : 0.f;
+      ksc[it][0] = ks_src[it][0];
+      ksc[it][1] = ks_src[it][1];
     }
     if constexpr (kOffsetsInRegs) {
-      kof[it][0] = in_tile && k_offset != nullptr ? k_offset[d] : 0.f;
-      kof[it][1] = in_tile && k_offset != nullptr ? k_offset[d + 1] : 0.f;
+      kof[it][0] = ko_src[it] != nullptr ? ko_src[it][0] : 0.f;
+      kof[it][1] = ko_src[it] != nullptr ? ko_src[it][1] : 0.f;
     }
   }
 #if DUALOPS_IFA_TRACE
@@ -524,13 +574,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // them), instead of per-column loads in the epilogue -- a global round trip at the end of
   // every call (v13 trace: the 8-bit "stored" phase 0.65 us longer than bf16's).
   if constexpr (C::kVScalesInSmem) {
-    const float* v_scale = static_cast<const float*>(p.v_scale) + kvh * D;
-    const float* v_offset = p.v_offset ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
-    for (int i = tid; i < 2 * D; i += NT) {
-      const bool off = i >= D;  // no offsets: zeros
-      cp_async_4(smem_addr(v_scale_s + i), off ? (v_offset ? v_offset + (i - D) : v_scale) : v_scale + i,
-                 off && v_offset == nullptr ? 0u : 4u);
-    }
+#pragma unroll
+    for (int r = 0; r < kVsRounds; ++r)
+      if (tid + r * NT < 2 * D) cp_async_4(smem_addr(v_scale_s + tid + r * NT), vs_src[r], vs_bytes[r]);
   }
   const int kv_len = min(max(kv_len_raw, 0), t.max_kv_len);
   const int k_end = min(k_begin + span, kv_len);
@@ -559,6 +605,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       const int64_t bb = ok ? blk : 0;
       k_off = (bb * p.k_stride_0 + slot * p.k_stride_1) * elt;
       v_off = (bb * p.v_stride_0 + slot * p.v_stride_1) * elt;
+    } else if constexpr (C::kQuant) {  // (k_lane / v_lane: chunk 0's rows)
+      k_off = j * k_jstep;
+      v_off = j * v_jstep;
     } else {
       k_off = static_cast<int64_t>(kc) * p.k_stride_1 * elt;
       v_off = static_cast<int64_t>(kc) * p.v_stride_1 * elt;
