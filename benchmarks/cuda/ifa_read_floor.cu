@@ -3,7 +3,8 @@
 // shared memory and one word of each 16 KB is kept), write a partial of the attention's size and
 // merge the partials as a decode call must. A ratio target such as "8-bit time <= 0.6x the bf16 time" is out of reach on
 // a row whose floor for the 8-bit bytes is already above 0.6x the bf16 call there
-// (BENCHMARKS.md item 43).
+// (BENCHMARKS.md item 43), and for any pair of calls built alike where the two floors' ratio is
+// above 0.6: an 8-bit call spends at least as much above its floor as its bf16 peer (item 45).
 //
 // A row is G groups (batch x KV heads) of `bytes` cache bytes each (K and V together, laid out
 // one group after another); a group's bytes are split over S CTAs, whose partials (q rows x D
@@ -186,6 +187,10 @@ int main() {
       {"bf16 h8/1 b1 s128k", 1, 64ll << 20, 8},    {"bf16 h8/1 b16 s8k", 16, 4ll << 20, 8},
       {"bf16 h32/8 b1 s8k", 8, 4ll << 20, 4},      {"bf16 h64/8 b1 s8k", 8, 4ll << 20, 8},
       {"bf16 h32/8 b1 s32k", 8, 16ll << 20, 4},    {"bf16 h64/8 b1 s32k", 8, 16ll << 20, 8},
+      // next to nothing to read (16 KB per group): the cost of the call itself -- launches, grid
+      // boundaries, partials and merge -- which no split-KV call of that grid goes below
+      {"16 KB h8/1 b1", 1, 16ll << 10, 8},         {"16 KB h8/1 b16", 16, 16ll << 10, 8},
+      {"16 KB h32/8 b1", 8, 16ll << 10, 4},
   };
   const char* only = std::getenv("FLOOR_ROWS");  // substrings, comma-separated
   int sms = 0;
