@@ -268,7 +268,7 @@ int main() {
       {"h8/1 b16 s1k ns4", 16, 8, 1, 1024, 4},      {"h32/8 b1 s8k ns8", 1, 32, 8, 8192, 8},
       {"h32/8 b1 s32k ns32", 1, 32, 8, 32768, 32},  {"h64/8 b1 s32k ns32", 1, 64, 8, 32768, 32},
       {"h32/8 b1 s32k ns12", 1, 32, 8, 32768, 12},
-      // the read-and-merge floor's best split counts (BENCHMARKS.md item 43)
+      // the read-and-merge floor's best split counts (BENCHMARKS.md items 43 and 45)
       {"h8/1 b1 s8k ns16", 1, 8, 1, 8192, 16},      {"h8/1 b1 s32k ns32", 1, 8, 1, 32768, 32},
       {"h8/1 b1 s128k ns32", 1, 8, 1, 131072, 32},  {"h8/1 b16 s8k ns4", 16, 8, 1, 8192, 4},
       {"h64/8 b1 s8k ns8", 1, 64, 8, 8192, 8},
