@@ -44,7 +44,6 @@ def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
     backend: later calls with new data of the same shapes, dtypes, strides and scalars reuse it
     (with that call's tensors and the defaults the first call filled); any change of those, or
     validate="full", goes through validation again."""
-    from types import SimpleNamespace
 
     from dualops import ops
 
@@ -59,10 +58,9 @@ def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
             return ref.incre_flash_attention(q, k_cache, v_cache, plan=None, **kw)
         return launch
 
-    fake = SimpleNamespace(status=ref.status, incre_flash_attention=ref.incre_flash_attention,
-                           prepare_incre_flash_attention=prepare)
-    real_module = backends_pkg.module
-    monkeypatch.setattr(ops.backends, "module", lambda name: fake if name == "reference" else real_module(name))
+    real = backends_pkg.implementation
+    monkeypatch.setattr(ops.backends, "implementation",
+                        lambda name, op: (ref.incre_flash_attention, prepare) if name == "reference" else real(name, op))
     monkeypatch.setattr(ops, "_PREPARED", {})
 
     def check(q, k, v, lens, **kw):

@@ -18,7 +18,7 @@ import torch
 
 import dualops
 from dualops import quant, schema
-from dualops.backends import cuda as cuda_backend
+from dualops.backends.cuda import incre_flash_attention as cuda_backend
 from dualops.reference import incre_flash_attention as ref_ifa
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 

@@ -18,7 +18,7 @@ namespace py = pybind11;
 
 namespace dualops {
 
-void register_ascend_ifa(py::module_& m);   // incre_flash_attention/ifa_host.cpp
+void register_ascend_sim_incre_flash_attention(py::module_& m);   // incre_flash_attention/incre_flash_attention_bind.cpp
 
 namespace {
 
@@ -123,7 +123,7 @@ void register_ascend_sim(py::module_& m) {
         "(addr, nbytes[, name]); profile: capacities (ub_bytes, l1_bytes, l0a_bytes, l0b_bytes, "
         "l0c_bytes), name, timeout_s. Returns per-core counters. A kernel fault raises RuntimeError.");
   m.def("ascend_sim_kernels", &ascend_sim::KernelNames, "Names of the kernels registered with the simulator.");
-  register_ascend_ifa(m);
+  register_ascend_sim_incre_flash_attention(m);
 }
 
 }  // namespace dualops

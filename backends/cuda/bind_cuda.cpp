@@ -1,61 +1,37 @@
-// pybind11 bindings of the CUDA kernels. They take packed params / tiling structs as bytes (see
-// ops/include/dualops) and the stream as an int, never torch types, so the module does not
-// depend on the installed torch.
+// pybind11 bindings of the CUDA kernels: each op registers its own functions
+// (backends/cuda/<op>/<op>_bind.cpp); only the ops this build compiled are registered
+// (CMake's DUALOPS_CUDA_OPS defines DUALOPS_CUDA_OP_<OP> for each).
 #include <pybind11/pybind11.h>
-
-#include <cstdint>
-#include <cstring>
-#include <stdexcept>
-#include <string>
-
-#include "incre_flash_attention/incre_flash_attention.h"
 
 namespace py = pybind11;
 
 namespace dualops {
-namespace {
 
-template <typename T>
-T from_bytes(const py::bytes& b, const char* what) {
-  const std::string s = b;
-  if (s.size() != sizeof(T)) {
-    throw py::value_error(std::string(what) + " must be " + std::to_string(sizeof(T)) + " bytes (the packed C struct), got " +
-                          std::to_string(s.size()) + "; rebuild dualops._C after a schema change");
-  }
-  T out;
-  std::memcpy(&out, s.data(), sizeof(T));
-  return out;
-}
-
-}  // namespace
+#if DUALOPS_CUDA_OP_INCRE_FLASH_ATTENTION
+void register_cuda_incre_flash_attention(py::module_& m);
+#endif
+#if DUALOPS_CUDA_OP_MLA_DECODE
+void register_cuda_mla_decode(py::module_& m);
+#endif
+#if DUALOPS_CUDA_OP_GROUPED_GEMM
+void register_cuda_grouped_gemm(py::module_& m);
+#endif
 
 void register_cuda(py::module_& m) {
-  m.attr("cuda_ifa_params_bytes") = py::int_(sizeof(IncreFlashAttentionParams));
-  m.attr("cuda_ifa_tiling_bytes") = py::int_(sizeof(IncreFlashAttentionTiling));
-  m.attr("cuda_ifa_merge_groups") = py::int_(cuda::ifa::kMaxMergeGroups);
-  m.def(
-      "cuda_incre_flash_attention",
-      [](const py::bytes& params, const py::bytes& tiling, std::uintptr_t stream) {
-        const auto p = from_bytes<IncreFlashAttentionParams>(params, "params");
-        const auto t = from_bytes<IncreFlashAttentionTiling>(tiling, "tiling");
-        if (const char* err = cuda::incre_flash_attention_check(p, t)) throw py::value_error(err);
-        const char* err = nullptr;
-        {
-          py::gil_scoped_release nogil;
-          err = cuda::incre_flash_attention(p, t, reinterpret_cast<cudaStream_t>(stream));
-        }
-        if (err) throw std::runtime_error(err);
-      },
-      py::arg("params"), py::arg("tiling"), py::arg("stream"),
-      "Incremental flash attention on a CUDA stream. params: packed IncreFlashAttentionParams; tiling: the "
-      "packed IFA plan header; stream: cudaStream_t as an int.");
-  m.def(
-      "cuda_incre_flash_attention_smem",
-      [](const py::bytes& params, const py::bytes& tiling) {
-        return cuda::incre_flash_attention_smem_bytes(from_bytes<IncreFlashAttentionParams>(params, "params"),
-                                                      from_bytes<IncreFlashAttentionTiling>(tiling, "tiling"));
-      },
-      py::arg("params"), py::arg("tiling"), "Dynamic shared memory of the split kernel this call would launch.");
+  py::list ops;
+#if DUALOPS_CUDA_OP_INCRE_FLASH_ATTENTION
+  register_cuda_incre_flash_attention(m);
+  ops.append("incre_flash_attention");
+#endif
+#if DUALOPS_CUDA_OP_MLA_DECODE
+  register_cuda_mla_decode(m);
+  ops.append("mla_decode");
+#endif
+#if DUALOPS_CUDA_OP_GROUPED_GEMM
+  register_cuda_grouped_gemm(m);
+  ops.append("grouped_gemm");
+#endif
+  m.attr("cuda_ops") = ops;
 }
 
 }  // namespace dualops

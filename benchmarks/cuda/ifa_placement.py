@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from dualops.backends import cuda as cb
+from dualops.backends.cuda import incre_flash_attention as cb
 from dualops.bench.timing import time_cuda
 
 L2 = 50 << 20

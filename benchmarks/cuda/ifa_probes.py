@@ -52,7 +52,7 @@ def _call_kwargs(b, s, plan=None, **extra):
 
 
 def _time_ours(qs, ks, vs, kw, n):
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
     from dualops.bench.timing import time_cuda
 
     return time_cuda(lambda i: cb.incre_flash_attention(qs[i], ks[i], vs[i], **kw), n).median_us
@@ -67,7 +67,7 @@ def _rotation(nbytes):
 def shapes():
     import torch
     import torch.nn.functional as F
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
 
     shape = os.environ.get("DUALOPS_IFA_CTA_SHAPE", "auto")
     for hq, hkv, b, s in _configs(((32, 8, 16, 32768), (128, 128, 1, 131072), (8, 1, 128, 32768), (32, 8, 1, 131072),
@@ -91,7 +91,7 @@ def shapes():
 
 def small(mode="auto"):
     import torch.nn.functional as F
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
     from dualops.bench.timing import time_cuda
 
     cfgs = [(8, 1, 1, 16, ()), (8, 1, 1, 256, ()), (8, 1, 1, 1024, (1, 8, 16)), (8, 1, 1, 8192, (16, 64)),
@@ -120,7 +120,7 @@ def small(mode="auto"):
 def durations():
     import torch
     import torch.nn.functional as F
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
 
     for hq, hkv, b, s in _configs(((8, 1, 1, 1024), (8, 1, 1, 8192), (32, 8, 16, 1024))):
         (q,), (k,), (v,) = _bf16_sets(b, s, hq, hkv, 1)
@@ -132,7 +132,7 @@ def durations():
 
 
 def splits(kv):
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
     from dualops.bench import ifa_workload
     from dualops.bench.timing import time_cuda
 
@@ -162,7 +162,7 @@ def splits(kv):
 
 def layouts():
     import torch
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
 
     def run(q, k, v, b, s, plan, label, nbytes):
         us = _time_ours([q], [k], [v], _call_kwargs(b, s, plan), 1)
@@ -194,7 +194,7 @@ def layouts():
 
 def prof(hq, hkv, b, s, kv):
     import torch
-    from dualops.backends import cuda as cb
+    from dualops.backends.cuda import incre_flash_attention as cb
 
     hq, hkv, b, s = int(hq), int(hkv), int(b), int(s)
     (q,), (k,), (v,) = _bf16_sets(b, s, hq, hkv, 1)

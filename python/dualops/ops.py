@@ -27,7 +27,7 @@ def _validated(op: str, values: dict, validate: str) -> schema.Validated:
 
 def _run(op: str, v: schema.Validated, backend: str, device, **kw):
     name = dispatch.select(op, backend, device, v.features)
-    return getattr(backends.module(name), op)(**kw)
+    return backends.implementation(name, op)[0](**kw)
 
 
 # ----------------------------------------------------------------------------- IFA
@@ -93,11 +93,10 @@ def incre_flash_attention_impl(
         filled, dims, launch = hit
         return launch(q, k_cache, v_cache, **_ifa_kwargs({**values, **filled}, dims))
     v = _validated(op, values, validate)
-    mod = backends.module(dispatch.select(op, backend, q.device, v.features))
+    fn, prepare = backends.implementation(dispatch.select(op, backend, q.device, v.features), op)
     kw = ifa_backend_kwargs(v)
-    prepare = getattr(mod, f"prepare_{op}", None)
     if prepare is None:
-        return getattr(mod, op)(q=q, k_cache=k_cache, v_cache=v_cache, plan=None, **kw)
+        return fn(q=q, k_cache=k_cache, v_cache=v_cache, plan=None, **kw)
     launch = prepare(q, k_cache, v_cache, plan=None, **kw)
     if key[0] is not None:
         if len(_PREPARED) >= _PREPARED_MAX:

@@ -1,5 +1,6 @@
-"""Backends: one module each (reference, cuda, ascend_sim, npu), all with the interface of
-docs/internals.md. Modules are imported lazily so a missing toolchain never breaks import.
+"""Backends: ``reference`` (a module) and the packages ``cuda``, ``ascend_sim`` and ``npu``, each
+with one module per op (``<backend>/<op>.py``) and a ``status()``; see docs/internals.md
+"Backend module interface". Modules are imported lazily so a missing toolchain never breaks import.
 
 This package is also the public ``dualops.backends()``: calling it lists every backend with
 whether it runs here and why (so ``dualops.backends.cuda`` stays importable as a module)."""
@@ -18,6 +19,29 @@ def module(name: str):
     if name not in NAMES:
         raise ValueError(f"backend: expected one of {NAMES}, got {name!r}")
     return importlib.import_module(f"{__name__}.{name}")
+
+
+@functools.lru_cache(maxsize=None)
+def op_module(name: str, op: str):
+    """The module implementing ``op`` on backend ``name`` (None when the backend has none):
+    ``dualops.backends.<name>.<op>`` for the packages, the backend module itself for reference."""
+    mod = module(name)
+    if not hasattr(mod, "__path__"):            # a single-module backend (reference)
+        return mod if hasattr(mod, op) else None
+    try:
+        return importlib.import_module(f"{mod.__name__}.{op}")
+    except ModuleNotFoundError as e:
+        if e.name == f"{mod.__name__}.{op}":
+            return None
+        raise
+
+
+def implementation(name: str, op: str):
+    """(op function, prepare function or None) of ``op`` on backend ``name``."""
+    mod = op_module(name, op)
+    if mod is None or not hasattr(mod, op):
+        raise NotImplementedError(f"{op}: backend {name!r} has no implementation of this op")
+    return getattr(mod, op), getattr(mod, f"prepare_{op}", None)
 
 
 def status(name: str) -> tuple[bool, str]:

@@ -39,7 +39,7 @@ def _points(quick: bool, heads):
 
 
 def _ours(q, k, v, kv_lens, block_table=None, k_scale=None, v_scale=None, offset=None):
-    from ..backends import cuda as cb
+    from ..backends.cuda import incre_flash_attention as cb
 
     plan = cb.make_ifa_plan(q, k, block_table)
     kw = dict(kv_lens=kv_lens, block_table=block_table, softmax_scale=q.shape[-1] ** -0.5,
@@ -158,7 +158,7 @@ def _bench_config(hq, hkv, b, s, *, copy_gbs, l2, graph, runs, gen, quant, paged
                 a, c, tb = _paged(x, y, bs, gen)
                 kp.append(a), vp.append(c), tables.append(tb)
             planp, op = _ours(qs[0], kp[0], vp[0], lens, block_table=tables[0])
-            from ..backends import cuda as cb
+            from ..backends.cuda import incre_flash_attention as cb
 
             kw = dict(kv_lens=lens, softmax_scale=d ** -0.5, causal=False, atten_mask=None, pse_shift=None,
                       k_scale=None, v_scale=None, k_offset=None, v_offset=None, plan=planp)
@@ -176,7 +176,7 @@ def sweep(*, quick: bool = False, heads=HEADS, graph: bool = True, runs: int = 3
     """Run the IFA sweep on the current CUDA device. Returns {"device", "date", "copy", "rows"}."""
     if not torch.cuda.is_available():
         raise RuntimeError("the IFA benchmark needs a CUDA device")
-    from ..backends import cuda as cb
+    from ..backends.cuda import incre_flash_attention as cb
 
     ok, why = cb.status()
     if not ok:

@@ -1,64 +1,29 @@
-"""The CUDA backend: Hopper (sm_90a) kernels in ``dualops._C``.
-
-The glue turns validated tensors into the packed params struct (device addresses and strides),
-takes the plan (made here from the shapes when the caller passes none), allocates outputs and
-the split-KV workspace on the tensors' device and launches on torch's current stream. Nothing
-here reads device values or synchronizes, so a call can be captured in a CUDA graph.
-"""
+"""CUDA incremental flash attention: the glue of the split-KV kernels in ``dualops._C``."""
 from __future__ import annotations
 
 import functools
-import struct
 
 import torch
 
-from .. import native, schema
-from ..devices import detect
-from ..tiling.incre_flash_attention import IfaPlan, check_plan_for_tensors, plan_for_tensors
-
-NAME = "cuda"
+from ... import native, schema
+from ...devices import detect
+from ...tiling.incre_flash_attention import IfaPlan, check_plan_for_tensors, plan_for_tensors
+from . import status  # noqa: F401  (the backend's status, for callers holding this module)
+from ._common import current_stream as _current_stream
+from ._common import f32 as _f32
+from ._common import fields_template, params_struct, ptr_head
+from ._common import ptr as _ptr
+from ._common import strides4 as _strides4
 
 _OP = "incre_flash_attention"
 _QUANT = (torch.int8, torch.float8_e4m3fn)
-# What the kernels are built for (CMake: sm_90a).
-_ARCH = (9, 0)
-
-
-@functools.lru_cache(maxsize=1)
-def status():
-    """Read once per process (every dispatch asks): the GPU and the build do not change."""
-    if not torch.cuda.is_available():
-        return False, "torch.cuda is not available (no CUDA device, or a CPU build of torch)"
-    mod, reason = native.load()
-    if mod is None:
-        return False, reason
-    if not hasattr(mod, "cuda_incre_flash_attention"):
-        return False, "dualops._C was built without CUDA (no nvcc at build time; set DUALOPS_CUDA=on to require it)"
-    cap = torch.cuda.get_device_capability()
-    if tuple(cap) != _ARCH:
-        return False, f"the kernels are built for sm_90a (Hopper); this GPU is sm_{cap[0]}{cap[1]}"
-    return True, f"sm_90a kernels on {torch.cuda.get_device_name()}"
-
 
 # ----------------------------------------------------------------------------- packing
 
 
-@functools.lru_cache(maxsize=None)
-def _params_struct(op: str) -> tuple[struct.Struct, tuple[str, ...]]:
-    """One struct.Struct for the op's params (same bytes as schema.pack_params, built once:
-    packing runs on every call)."""
-    fmt, pos, names = "<", 0, []
-    for name, typ, off in schema.params_layout(op):
-        fmt += "x" * (off - pos) + schema.PARAM_TYPES[typ][0]
-        pos = off + schema.PARAM_TYPES[typ][1]
-        names.append(name)
-    fmt += "x" * (schema.params_size(op) - pos)
-    return struct.Struct(fmt), tuple(names)
-
-
 def pack_ifa_params(**values) -> bytes:
     """Fast equivalent of ``schema.pack_params("incre_flash_attention", **values)``."""
-    return _params_struct(_OP)[0].pack(*_fields_template(**values))
+    return params_struct(_OP)[0].pack(*fields_template(_OP, **values))
 
 
 # One zeroed int32 buffer of in-kernel merge counters per (device, stream): the kernel leaves it
@@ -81,14 +46,6 @@ def _plan_bytes(plan: IfaPlan) -> bytes:
     return plan.pack().numpy().tobytes()
 
 
-def _ptr(t):
-    return 0 if t is None else t.data_ptr()
-
-
-def _strides4(t):
-    return (0, 0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
-
-
 def make_ifa_plan(q, k_cache, block_table):
     """The plan for these shapes on q's device (cached by the planner)."""
     return plan_for_tensors(q, k_cache, block_table, detect(q.device))
@@ -108,17 +65,6 @@ def _check_cache_strides(name, t):
 
 
 # ----------------------------------------------------------------------------- the op
-
-# The current stream as a raw cudaStream_t, without building a torch.cuda.Stream object
-# (~2 us of host time per call); the public API where this torch lacks the private one.
-_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _current_stream(dev_index: int) -> int:
-    if _RAW_STREAM is not None:
-        return _RAW_STREAM(dev_index)
-    return torch.cuda.current_stream(dev_index).cuda_stream
-
 
 class IfaLaunch:
     """What a CUDA IFA call's shapes, dtypes, strides and flags fix: the plan and its bytes, the
@@ -158,7 +104,7 @@ class IfaLaunch:
         out_strides = (S_q * H_q * D, H_q * D, D)  # torch.empty(B, S_q, H_q, D)
         self.C = native.require()
         # Every field after the pointers, packed once (the pointers lead the struct: _ptr_head).
-        self.tail = _params_struct(_OP)[0].pack(*_fields_template(
+        self.tail = params_struct(_OP)[0].pack(*fields_template(_OP, 
             q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
             k_stride_0=k_cache.stride(0), k_stride_1=k_cache.stride(1), k_stride_2=k_cache.stride(2),
             v_stride_0=v_cache.stride(0), v_stride_1=v_cache.stride(1), v_stride_2=v_cache.stride(2),
@@ -204,34 +150,15 @@ class IfaLaunch:
         return out, lse
 
 
-def _f32(t, dev):
-    if t is None or (t.dtype == torch.float32 and t.is_contiguous() and t.device == dev):
-        return t
-    return t.to(device=dev, dtype=torch.float32).contiguous()
-
-
 # The params fields holding device addresses, in the order IfaLaunch.__call__ packs them.
 _PTR_FIELDS = ("q", "k", "v", "out", "lse", "kv_lens", "block_table", "atten_mask", "pse_shift",
                "k_scale", "v_scale", "k_offset", "v_offset", "o_accum", "lse_accum", "merge_counters")
 
 
-@functools.lru_cache(maxsize=1)
-def _ptr_head() -> struct.Struct:
+def _ptr_head():
     """The struct's leading pointer fields (IfaLaunch packs them per call and appends the rest,
-    packed once); the schema must keep them first, in this order."""
-    names = _params_struct(_OP)[1]
-    if names[:len(_PTR_FIELDS)] != _PTR_FIELDS:
-        raise RuntimeError(f"{_OP} kernel_params must start with the pointers {_PTR_FIELDS}, got {names}")
-    return struct.Struct("<" + "Q" * len(_PTR_FIELDS))
-
-
-def _fields_template(**values) -> list:
-    """The params struct's fields in order: ``values`` set, every other field (the pointers) 0."""
-    names = _params_struct(_OP)[1]
-    unknown = set(values) - set(names)
-    if unknown:
-        raise ValueError(f"pack_params({_OP}): unknown field(s) {sorted(unknown)}")
-    return [values.get(n, 0) or 0 for n in names]
+    packed once)."""
+    return ptr_head(_OP, _PTR_FIELDS)
 
 
 def prepare_incre_flash_attention(q, k_cache, v_cache, **kw) -> IfaLaunch:

@@ -1,4 +1,4 @@
-// Host-side helpers of the Ascend IFA kernel for the Python glue: the GM workspace size and a
+// pybind11 registration of the Ascend IFA kernel's host-side helpers for the Python glue: the GM workspace size and a
 // plan-header check, from the same ifa_layout.h the kernel uses.
 //   _C.ascend_ifa_workspace_bytes(tiling: bytes, q_dtype: int, kv_dtype: int) -> int
 //   _C.ascend_ifa_check_tiling(tiling: bytes) -> str | None
@@ -28,7 +28,7 @@ ifa::Tiling TilingFrom(const py::bytes& b) {
 
 }  // namespace
 
-void register_ascend_ifa(py::module_& m) {
+void register_ascend_sim_incre_flash_attention(py::module_& m) {
   m.def(
       "ascend_ifa_workspace_bytes",
       [](const py::bytes& tiling, int32_t q_dtype, int32_t kv_dtype) {

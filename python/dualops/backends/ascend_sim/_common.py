@@ -1,0 +1,176 @@
+"""Glue shared by the simulator op modules: the simulated profile, GM regions, the launch and
+the last launch's counters for the cost model."""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import torch
+
+from ... import ascend_cost_model, devices, native
+
+NAME = "ascend_sim"
+
+
+_state = threading.local()
+_LAST: dict = {}
+
+
+# ----------------------------------------------------------------------------- profile
+
+
+def _env_profile() -> devices.DeviceProfile:
+    name = os.environ.get("DUALOPS_ASCEND_SIM_PROFILE", devices.DEFAULT_SIM_PROFILE)
+    p = devices.profile(name)
+    if not p.is_ascend:
+        raise ValueError(f"DUALOPS_ASCEND_SIM_PROFILE must name an Ascend profile, got {name!r}")
+    cores = os.environ.get("DUALOPS_ASCEND_SIM_CORES")
+    if cores:
+        try:
+            n = int(cores)
+        except ValueError:
+            raise ValueError(f"DUALOPS_ASCEND_SIM_CORES must be an int, got {cores!r}") from None
+        p = devices.with_cores(p, n)
+    return p
+
+
+def active_profile() -> devices.DeviceProfile:
+    """The profile simulated calls run with: use_profile() > environment > default."""
+    p = getattr(_state, "profile", None)
+    return p if p is not None else _env_profile()
+
+
+@contextlib.contextmanager
+def use_profile(profile="ascend910b2", cores: int | None = None):
+    """Run the simulator with this Ascend profile (a name or DeviceProfile), optionally limited
+    to `cores` AI cores (per-core capacities stay real), inside the block."""
+    p = profile if isinstance(profile, devices.DeviceProfile) else devices.profile(profile)
+    if not p.is_ascend:
+        raise ValueError(f"use_profile: {p.name} is not an Ascend profile")
+    if cores is not None:
+        p = devices.with_cores(p, cores)
+    prev = getattr(_state, "profile", None)
+    _state.profile = p
+    try:
+        yield p
+    finally:
+        _state.profile = prev
+
+
+def launch_profile(p: devices.DeviceProfile) -> dict:
+    return {"name": p.name, "ub_bytes": p.ub_bytes, "l1_bytes": p.l1_bytes, "l0a_bytes": p.l0a_bytes,
+            "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes,
+            "timeout_s": float(os.environ.get("DUALOPS_ASCEND_SIM_TIMEOUT_S", "60"))}
+
+
+def status():
+    mod, reason = native.load()
+    if mod is None:
+        return False, reason
+    if not hasattr(mod, "ascend_sim_launch"):
+        return False, "dualops._C was built without the Ascend simulator"
+    try:
+        p = active_profile()
+    except ValueError as e:
+        return False, str(e)
+    return True, (f"Ascend C kernels on the CPU simulator of {p.name} "
+                  f"({p.num_cores} AI cores x 1 cube + 2 vector cores)")
+
+
+def last_counters() -> dict:
+    """The last simulated launch: {"op", "profile", "plan", "report"} (report = per-core counters
+    and GM traffic per buffer, as _C.ascend_sim_launch returns them); {} before any call."""
+    return dict(_LAST)
+
+
+def last_estimate() -> dict:
+    """Cost-model estimate of the last simulated launch (see dualops.ascend_cost_model)."""
+    if not _LAST:
+        raise RuntimeError("ascend_sim.last_estimate: no simulated launch yet")
+    return ascend_cost_model.estimate(_LAST["report"], _LAST["profile"]).as_dict()
+
+
+def estimate(op: str, inputs: dict, *, profile: str | None = None) -> dict:
+    """Run one call of `op` (public-API keyword arguments, CPU tensors) on the simulator for the
+    named profile and return the cost model's estimate: {"seconds", "bound", "profile", ...}."""
+    import dualops
+
+    from ... import schema
+
+    if op not in schema.OPS or not schema.load(op).capabilities.get(NAME):
+        raise NotImplementedError(f"ascend_sim.estimate: {op} has no Ascend C kernel yet")
+    kw = {k: v for k, v in inputs.items() if k not in ("backend", "return_lse")}
+    with use_profile(profile or devices.DEFAULT_SIM_PROFILE):
+        getattr(dualops, op)(**kw, backend=NAME)
+        return last_estimate()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def ptr(t):
+    return 0 if t is None else t.data_ptr()
+
+
+def strides4(t):
+    return (0, 0, 0, 0) if t is None else tuple(int(s) for s in t.stride())
+
+
+class Regions:
+    """The GM buffers of a launch: whole storages of the tensors (views included), merged where
+    two tensors share memory, so any access outside them is a fault."""
+
+    def __init__(self):
+        self.items: list[tuple[int, int, str]] = []
+
+    def add(self, name: str, t):
+        if t is None:
+            return
+        if isinstance(t, torch.Tensor):
+            st = t.untyped_storage()
+            self.items.append((st.data_ptr(), st.nbytes(), name))
+        else:
+            raise TypeError(f"_Regions.add: {name} is not a tensor")
+
+    def merged(self) -> list[tuple[int, int, str]]:
+        out: list[list] = []
+        for addr, n, name in sorted(i for i in self.items if i[1] > 0):
+            if out and addr < out[-1][0] + out[-1][1]:
+                last = out[-1]
+                last[1] = max(last[0] + last[1], addr + n) - last[0]
+                if name not in last[2].split("+"):
+                    last[2] += "+" + name
+            else:
+                out.append([addr, n, name])
+        return [tuple(i) for i in out]
+
+
+def last_dim_unit(t, name):
+    """Masks / biases are read a row of keys at a time: the key stride must be 0 or 1."""
+    if t is None or t.stride(-1) in (0, 1):
+        return t
+    return t.contiguous()
+
+
+def check_block_ids(block_table, kv_lens, block_size, num_blocks):
+    lens = kv_lens.to(torch.int64)
+    used = (lens + block_size - 1) // block_size                      # blocks each request reads
+    cols = torch.arange(block_table.shape[1]).unsqueeze(0)
+    in_use = cols < used.unsqueeze(1)
+    bad = in_use & ((block_table < 0) | (block_table >= num_blocks))
+    if bool(bad.any()):
+        b, j = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {j}] = {int(block_table[b, j])} is outside [0, {num_blocks}) "
+                         f"but request {b} reads it (kv_lens[{b}] = {int(kv_lens[b])})")
+
+
+
+
+def launch(op: str, kernel: str, num_cores: int, args: list[int], regions: Regions, prof, plan) -> dict:
+    """Run a registered kernel on the simulator and keep its counters for the cost model."""
+    C = native.require()
+    report = C.ascend_sim_launch(kernel, num_cores, args, regions.merged(), launch_profile(prof))
+    _LAST.clear()
+    _LAST.update(op=op, profile=prof, plan=plan, report=report)
+    return report
