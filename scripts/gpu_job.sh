@@ -61,7 +61,7 @@ $PY -c "import dualops.backends.cuda as c; print('cuda backend:', c.status())"
 
 if has test; then
   echo "== tests"
-  timeout 600 $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -40
+  timeout 600 $PY -m pytest tests/*/test_cuda.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -40
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
@@ -90,7 +90,7 @@ if has sanitize; then
   sanitize() {
     local tool=$1 log=$2 sel=$3; shift 3
     env "$@" timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/test_cuda_ifa.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
+      $PY -m pytest tests/incre_flash_attention/test_cuda.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do

@@ -228,7 +228,7 @@ def test_fp8_cache(gen, dtype):
 @pytest.mark.parametrize("kv", ["int8_asym", "int8_sym", "fp8", "same"])
 def test_biased_q_short_requests(gen, kv):
     """q biased +2 in every channel (a large channel sum) on requests of 1 and 17 keys, whose lse
-    is little more than the scores: the same cases as the CUDA kernels' (tests/test_cuda_ifa.py,
+    is little more than the scores: the same cases as the CUDA kernels' (tests/incre_flash_attention/test_cuda.py,
     BENCHMARKS.md item 34)."""
     kv_dtype = {"int8_asym": torch.int8, "int8_sym": torch.int8, "fp8": torch.float8_e4m3fn, "same": None}[kv]
     case = make_case(gen, B=2, H_q=8, H_kv=2, D=128, lens=(1, 17), dtype=BF16, kv_dtype=kv_dtype,
