@@ -17,7 +17,7 @@ class MlaRowWriter {
     tp_ = &pipe;
     pipe.InitBuffer(cast_, kOutChunkRows * a.h.d_v * sizeof(QT));
     pipe.InitBuffer(stage_, 8 * sizeof(float));
-    if (a.p.attn_sink != nullptr) sink_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.attn_sink), a.t.h_q);
+    if (a.p.attn_sink != nullptr) sink_.SetGlobalBuffer(Gm<float>(a.p.attn_sink), a.t.h_q);
   }
 
   // q rows [row, row + cn) of request b, finished: rows[r * d_v] (fp32, scaled in place by the
@@ -46,11 +46,11 @@ class MlaRowWriter {
     AscendC::Cast(oc, rows, AscendC::RoundMode::CAST_RINT, cn * dv);
     PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
     AscendC::GlobalTensor<QT> out;
-    out.SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(a.p.out));
+    out.SetGlobalBuffer(Gm<QT>(a.p.out));
     // out is [B, S_q, H_q, d_v] contiguous: row i * h_q + h of request b is row b * q_rows + row.
     AscendC::DataCopy(out[(static_cast<uint64_t>(b) * a.t.q_rows + row) * dv], oc, cn * dv);
     AscendC::GlobalTensor<float> lg;
-    lg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse));
+    lg.SetGlobalBuffer(Gm<float>(a.p.lse));
     for (int32_t r = 0; r < cn; ++r) {
       const int32_t i = (row + r) / a.t.h_q, h = (row + r) % a.t.h_q;
       PipeSync<AscendC::HardEvent::MTE3_S>(tp_);
@@ -70,8 +70,8 @@ class MlaRowWriter {
     const int32_t dv = a.h.d_v;
     const uint64_t first = static_cast<uint64_t>(slot) * a.t.q_rows + row;
     AscendC::GlobalTensor<float> oa, la;
-    oa.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.o_accum));
-    la.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse_accum));
+    oa.SetGlobalBuffer(Gm<float>(a.p.o_accum));
+    la.SetGlobalBuffer(Gm<float>(a.p.lse_accum));
     PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
     AscendC::DataCopy(oa[first * dv], rows, cn * dv);
     AscendC::LocalTensor<float> stage = stage_.Get<float>();
@@ -119,8 +119,8 @@ class MlaCombine {
     const int32_t qr = a.t.q_rows, dv = a.h.d_v;
     const int64_t workers = static_cast<int64_t>(a.h.num_cores) * AscendC::GetTaskRation();
     AscendC::GlobalTensor<float> oa, la;
-    oa.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.o_accum), static_cast<uint64_t>(a.t.total_splits) * qr * dv);
-    la.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse_accum), static_cast<uint64_t>(a.t.total_splits) * qr);
+    oa.SetGlobalBuffer(Gm<float>(a.p.o_accum), static_cast<uint64_t>(a.t.total_splits) * qr * dv);
+    la.SetGlobalBuffer(Gm<float>(a.p.lse_accum), static_cast<uint64_t>(a.t.total_splits) * qr);
     AscendC::LocalTensor<float> lb = lse_.Get<float>();
     AscendC::LocalTensor<float> w = w_.Get<float>();
     AscendC::LocalTensor<float> ob = o_.Get<float>();

@@ -18,6 +18,17 @@ constexpr uint16_t kFlagOutReady = 2;      // AIC -> AIV: mm2 result of a tile i
 constexpr uint16_t kFlagProbsReady = 3;    // AIV -> AIC: P of a tile is written
 constexpr uint16_t kFlagKvReady = 4;       // AIV -> AIC: dequantized latent tile is written
 
+// A GM address carried in the params struct -> a __gm__ pointer (through the integer, never a
+// cast across address spaces).
+// The params struct's pointer fields hold GM addresses (8 bytes, little-endian).
+template <typename T>
+__aicore__ inline __gm__ T* Gm(const void* const& field) {
+  const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&field);
+  uint64_t addr = 0;
+  for (int32_t i = 0; i < 8; ++i) addr |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  return reinterpret_cast<__gm__ T*>(addr);
+}
+
 constexpr float kNegInf = -__builtin_inff();
 constexpr float kPosInf = __builtin_inff();
 
@@ -91,7 +102,7 @@ template <typename F>
 __aicore__ inline void ForEachPass(const Args& a, int32_t core, F& f) {
   const int32_t items = a.t.num_sm_parts * a.t.num_m_blocks;
   AscendC::GlobalTensor<int32_t> lens;
-  lens.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a.p.cache_seqlens), static_cast<uint64_t>(a.t.batch));
+  lens.SetGlobalBuffer(Gm<int32_t>(a.p.cache_seqlens), static_cast<uint64_t>(a.t.batch));
   const int32_t topk_span = a.t.extra_topk > 0 ? RoundUp(a.t.topk, a.t.block_tokens) + a.t.extra_topk : a.t.topk;
   for (int32_t w = core; w < items; w += a.h.num_cores) {
     const int32_t mb = w % a.t.num_m_blocks, part = w / a.t.num_m_blocks;
@@ -137,11 +148,11 @@ struct KeyMap {
     b = ps.b;
     tok = ps.tok;
     if (!a->t.sparse) {
-      table.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a->p.block_table));
+      table.SetGlobalBuffer(Gm<int32_t>(a->p.block_table));
       return;
     }
     const int32_t s_q = a->t.s_q;
-    idx.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a->p.indices) +
+    idx.SetGlobalBuffer(Gm<int32_t>(a->p.indices) +
                             (static_cast<int64_t>(b) * s_q + tok) * a->h.topk_cols,
                         static_cast<uint64_t>(a->h.topk_cols));
     topk_len = Clamped(a->p.topk_length, a->h.topk_cols);
@@ -149,7 +160,7 @@ struct KeyMap {
     extra_len = 0;
     extra_base = a->h.extra_topk_cols > 0 ? RoundUp(a->h.topk_cols, a->t.block_tokens) : a->h.topk_cols;
     if (a->h.extra_topk_cols > 0) {
-      extra_idx.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a->p.extra_indices) +
+      extra_idx.SetGlobalBuffer(Gm<int32_t>(a->p.extra_indices) +
                                     (static_cast<int64_t>(b) * s_q + tok) * a->h.extra_topk_cols,
                                 static_cast<uint64_t>(a->h.extra_topk_cols));
       extra_len = Clamped(a->p.extra_topk_length, a->h.extra_topk_cols);
@@ -184,7 +195,7 @@ struct KeyMap {
   __aicore__ inline int32_t Clamped(void* lens, int32_t cols) const {
     if (lens == nullptr) return cols;
     AscendC::GlobalTensor<int32_t> g;
-    g.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(lens), static_cast<uint64_t>(a->t.batch));
+    g.SetGlobalBuffer(Gm<int32_t>(lens), static_cast<uint64_t>(a->t.batch));
     const int32_t v = g.GetValue(b);
     return v < 0 ? 0 : (v > cols ? cols : v);
   }

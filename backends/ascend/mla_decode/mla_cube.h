@@ -59,7 +59,7 @@ class MlaCube {
     const Args& a = *a_;
     const int32_t mrp = RoundUp(mr, 16), d = a.h.d_qk;
     AscendC::GlobalTensor<QT> q;
-    q.SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(a.p.q));
+    q.SetGlobalBuffer(Gm<QT>(a.p.q));
     AscendC::LocalTensor<QT> l1 = q_l1_.template Get<QT>();
     PipeSync<AscendC::HardEvent::MTE1_MTE2>(tp_);   // the previous pass's LoadData of Q is done
     for (int32_t r = ps.r0; r < ps.r1;) {
@@ -105,8 +105,8 @@ class MlaCube {
       PipeSync<AscendC::HardEvent::MTE1_MTE2>(tp_);
     }
     AscendC::GlobalTensor<QT> pool[2];
-    pool[0].SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(a.p.kv_cache));
-    if (a.p.extra_kv_cache != nullptr) pool[1].SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(a.p.extra_kv_cache));
+    pool[0].SetGlobalBuffer(Gm<QT>(a.p.kv_cache));
+    if (a.p.extra_kv_cache != nullptr) pool[1].SetGlobalBuffer(Gm<QT>(a.p.extra_kv_cache));
     const int32_t key0 = ps.k0 + t * n;
     for (int32_t r = 0; r < nv;) {
       int32_t which, run;

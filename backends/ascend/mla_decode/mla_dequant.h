@@ -138,7 +138,7 @@ class MlaDequant {
   __aicore__ inline void LoadRaw(const AscendC::LocalTensor<uint8_t>& raw, const AscendC::LocalTensor<uint8_t>& aux,
                                  int32_t pool, int64_t row, int32_t r, int32_t run) {
     const Args& a = *a_;
-    __gm__ uint8_t* base = reinterpret_cast<__gm__ uint8_t*>(pool == 0 ? a.p.kv_cache : a.p.extra_kv_cache);
+    __gm__ uint8_t* base = Gm<uint8_t>(pool == 0 ? a.p.kv_cache : a.p.extra_kv_cache);
     AscendC::GlobalTensor<uint8_t> g;
     g.SetGlobalBuffer(base);
     const uint16_t cnt = static_cast<uint16_t>(run);

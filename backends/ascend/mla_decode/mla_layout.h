@@ -7,6 +7,12 @@
 #pragma once
 #include <cstdint>
 
+// Kernel code calls these helpers too: __aicore__ there, plain host functions where the AscendC
+// headers are not included (the host side).
+#ifndef __aicore__
+#define __aicore__
+#endif
+
 namespace dualops {
 namespace mla {
 
@@ -66,11 +72,11 @@ constexpr int32_t kParts = 2;        // hi / lo halves of operands handed to the
 constexpr int32_t kOutChunkRows = 8; // mm2-result rows per vector step
 constexpr int32_t kConvRows = 4;     // cache rows per dequant step
 
-inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
-inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
-inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
-inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
-inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
+__aicore__ inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
+__aicore__ inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+__aicore__ inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
+__aicore__ inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
+__aicore__ inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
 
 // Cube chunking. mm1 = Q[Rp, d_qk] . K^T[d_qk, kv_tile]: the whole tile's keys at once, d_qk in
 // kc1 pieces. mm2 = P[Rp, kv_tile] . V[kv_tile, d_v]: keys in kc2 pieces, d_v in nc2 pieces.
@@ -80,7 +86,7 @@ struct Chunks {
   int32_t kv_parts; // 1 (cache read directly) or kParts (dequantized hi / lo)
 };
 
-inline Chunks MakeChunks(const LaunchHeader& h) {
+__aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
   Chunks c;
   c.rows_p = RoundUp(h.m_rows, 16);
   c.kc1 = MinI(h.d_qk, MinI(Floor16(kL0bBytes / (2 * h.kv_tile)), Floor16(kL0aBytes / (2 * c.rows_p))));
@@ -91,7 +97,7 @@ inline Chunks MakeChunks(const LaunchHeader& h) {
 }
 
 // L1 bytes of the cube side: q tile, kSlots latent tiles (hi / lo when dequantized), P hi / lo.
-inline uint64_t L1Bytes(const LaunchHeader& h, const Chunks& c) {
+__aicore__ inline uint64_t L1Bytes(const LaunchHeader& h, const Chunks& c) {
   return 2ull * c.rows_p * h.d_qk + 2ull * kSlots * c.kv_parts * h.kv_tile * h.d_qk + 2ull * kParts * c.rows_p * h.kv_tile;
 }
 
@@ -104,9 +110,9 @@ struct Workspace {
   uint64_t s, p, o, k, per_core;
 };
 
-inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
+__aicore__ inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
 
-inline Workspace MakeWorkspace(const LaunchHeader& h) {
+__aicore__ inline Workspace MakeWorkspace(const LaunchHeader& h) {
   const Chunks c = MakeChunks(h);
   const uint64_t rows = static_cast<uint64_t>(c.rows_p), n = static_cast<uint64_t>(h.kv_tile);
   Workspace w;
@@ -123,12 +129,12 @@ inline Workspace MakeWorkspace(const LaunchHeader& h) {
   return w;
 }
 
-inline uint64_t WorkspaceBytes(const LaunchHeader& h) {
+__aicore__ inline uint64_t WorkspaceBytes(const LaunchHeader& h) {
   return MakeWorkspace(h).per_core * static_cast<uint64_t>(h.num_cores > 0 ? h.num_cores : 0);
 }
 
 // Host check of a tiling buffer (launch header + plan). nullptr when fine, else why not.
-inline const char* CheckTiling(const LaunchHeader& h, const PlanHeader& t, int64_t tiling_ints) {
+__aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeader& t, int64_t tiling_ints) {
   if (h.version != kLaunchVersion) return "launch header version is not the one this kernel reads";
   if (t.version != kPlanVersion) return "MLA plan version is not the one this kernel reads";
   if (h.plan_ints < kPlanInts || kLaunchInts + static_cast<int64_t>(h.plan_ints) != tiling_ints)
