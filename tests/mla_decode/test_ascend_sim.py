@@ -171,3 +171,16 @@ def test_estimate_names_its_bound():
     assert est["seconds"] > 0 and est["label"].startswith("estimate")
     assert est["bound"] in ("cube", "vector", "mte", "hbm", "l2", "sync", "launch")
 
+
+
+def test_bench_estimate_memory_bound_row_meets_the_bandwidth_target():
+    """The dense bf16 memory-bound bench row (b 64, h_q 16, s_k 4096): the cost model, extrapolated
+    from reduced simulated runs, puts it at >= 80 % of the profile's HBM bandwidth, bound by HBM."""
+    from dualops import devices
+    from dualops.bench import mla_decode as bench_mla
+
+    s = bench_mla.normalize(dict(b=64, h_q=16, s_k=4096))
+    est = bench_mla.sim_estimate(s, "ascend910b2")
+    assert est["label"] == "estimate (cost model, extrapolated)" and est["bound"] == "hbm"
+    gbs = bench_mla.bytes_moved(s) / est["seconds"] / 1e9
+    assert gbs >= 0.8 * devices.profile("ascend910b2").hbm_bandwidth_gbs
