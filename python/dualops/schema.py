@@ -144,6 +144,11 @@ def _safe_eval(expr, ns: dict):
     return eval(_compiled(str(expr)), _EVAL_ENV, ns)  # noqa: S307
 
 
+def select_by_mode(spec, modes: dict):
+    """A shape / dtype spec that may be a dict keyed by mode values (nested by further axes)."""
+    return _select(spec, modes)
+
+
 def _select(spec, modes: dict):
     """Pick the entry of a mode-keyed dict (nested dicts select by further axes)."""
     while isinstance(spec, dict):

@@ -274,7 +274,7 @@ def _backend_call(case, plan, cores=4):
     v = schema.validate("incre_flash_attention", values)
     kw = dualops_ops.ifa_backend_kwargs(v)
     with ascend_sim.use_profile("ascend910b2", cores=cores):
-        return ascend_sim_ifa.incre_flash_attention(case["q"], case["k_cache"], case["v_cache"], plan=plan, **kw)
+        return ascend_sim_ifa.incre_flash_attention(plan=plan, **kw)
 
 
 def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, cores=4, whole_groups=0):
