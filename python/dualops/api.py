@@ -16,11 +16,14 @@ _VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "no
 
 
 def _call(op: str, given: dict):
-    """Run ``op`` with the schema arguments found in ``given`` (a public function's locals)."""
-    backend = given.get("backend") or ""
-    validate = _mode(given.get("validate", True))
-    values = {name: given.get(name) for name in _ops.ARG_NAMES[op]}
+    """Run ``op`` with the arguments of ``given``: a public function's ``locals()``, taken first
+    thing in its body, so it holds the schema arguments plus the keys popped here."""
+    backend = given.pop("backend") or ""
+    validate = _mode(given.pop("validate"))
+    given.pop("return_lse", None)
+    values = given
     if torch.compiler.is_compiling():
+        values = {name: given[name] for name in _ops.ARG_NAMES[op]}
         plan = values.get("plan")
         if plan is not None and not isinstance(plan, torch.Tensor):
             values["plan"] = _packed_plan(plan)
