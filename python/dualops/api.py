@@ -1,4 +1,4 @@
-"""The public functions (DESIGN.md "Public API"). Each one hands its arguments, by name, to the
+"""The public functions (README.md, docs/ops.md). Each one hands its arguments, by name, to the
 op's eager implementation (``ops.run``), or to the custom op ``torch.ops.dualops.<op>`` while
 torch.compile traces it; both validate against the schema, pick the backend and run it."""
 from __future__ import annotations
