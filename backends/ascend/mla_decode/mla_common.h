@@ -13,10 +13,9 @@ namespace dualops {
 namespace mla {
 
 // Cross-core flags (mode 2: cube <-> the two vector cores of one AI core).
-constexpr uint16_t kFlagScoresReady = 1;   // AIC -> AIV: mm1 scores of a tile are in S
-constexpr uint16_t kFlagOutReady = 2;      // AIC -> AIV: mm2 result of a tile is in O
+constexpr uint16_t kFlagTileReady = 1;     // AIC -> AIV: S of tile t (and O of tile t - 1) written
 constexpr uint16_t kFlagProbsReady = 3;    // AIV -> AIC: P of a tile is written
-constexpr uint16_t kFlagKvReady = 4;       // AIV -> AIC: dequantized latent tile is written
+constexpr uint16_t kFlagKvReady = 4;       // AIV -> AIC: the first dequantized latent tile is written
 
 // A GM address carried in the params struct -> a __gm__ pointer (through the integer, never a
 // cast across address spaces).

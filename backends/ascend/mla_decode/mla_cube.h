@@ -36,20 +36,24 @@ class MlaCube {
     const int32_t mr = ps.r1 - ps.r0;
     kmap_.Init(*a_, ps);
     LoadQ(ps, mr);
+    // One hand-off per tile each way: TileReady(t) says S of tile t and O of tile t - 1 are in
+    // the workspace; the vector cores answer with ProbsReady(t), which for a dequantized cache
+    // also says tile t + 1 is in the workspace (KvReady only announces the first tile).
+    const bool convert = a_->h.convert != 0;
+    if (convert) AscendC::CrossCoreWaitFlag(kFlagKvReady);
     for (int32_t t = 0; t < ps.tiles; ++t) {
-      if (a_->h.convert) AscendC::CrossCoreWaitFlag(kFlagKvReady);
+      if (convert && t >= 1) AscendC::CrossCoreWaitFlag(kFlagProbsReady);
       LoadTile(ps, t);
       Mm1(ps, t, mr);
-      AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kFlagScoresReady);
       if (t >= 1) {
-        AscendC::CrossCoreWaitFlag(kFlagProbsReady);
+        if (!convert) AscendC::CrossCoreWaitFlag(kFlagProbsReady);
         Mm2(ps, t - 1, mr);
-        AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kFlagOutReady);
       }
+      AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kFlagTileReady);
     }
     AscendC::CrossCoreWaitFlag(kFlagProbsReady);
     Mm2(ps, ps.tiles - 1, mr);
-    AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kFlagOutReady);
+    AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kFlagTileReady);
   }
 
  private:

@@ -76,19 +76,15 @@ class MlaVector {
       AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kFlagKvReady);
     }
     for (int32_t t = 0; t < ps.tiles; ++t) {
-      AscendC::CrossCoreWaitFlag(kFlagScoresReady);
+      AscendC::CrossCoreWaitFlag(kFlagTileReady);   // S of tile t, O of tile t - 1
       Softmax(t);
+      // A dequantized cache: tile t + 1 goes with P of tile t (its slot was last read by the
+      // cube's load of tile t - 1), so the cube waits once per tile.
+      if (a.h.convert && t + 1 < ps.tiles) deq_.ConvertTile(ps, kmap_, t + 1);
       AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kFlagProbsReady);
-      if (t >= 1) {
-        AscendC::CrossCoreWaitFlag(kFlagOutReady);
-        Update(t - 1);
-      }
-      if (a.h.convert && t + 1 < ps.tiles) {
-        deq_.ConvertTile(ps, kmap_, t + 1);   // its slot was last read by the cube before mm2 of t - 1
-        AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kFlagKvReady);
-      }
+      if (t >= 1) Update(t - 1);
     }
-    AscendC::CrossCoreWaitFlag(kFlagOutReady);
+    AscendC::CrossCoreWaitFlag(kFlagTileReady);   // O of the last tile
     Update(ps.tiles - 1);
     Finalize();
   }
