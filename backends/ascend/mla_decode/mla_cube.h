@@ -183,20 +183,21 @@ class MlaCube {
     AscendC::LocalTensor<float> l0c = l0c_.template Get<float>();
     // P hi / lo of the whole tile -> L1 NZ (columns past the valid keys are exact zeros).
     PipeSync<AscendC::HardEvent::MTE1_MTE2>(tp_);
-    for (int32_t part = 0; part < kParts; ++part) {
+    for (int32_t part = 0; part < a.c.p_parts; ++part) {
       AscendC::DataCopy(pl[part * p_l1], p[part * p_part], AscendC::Nd2NzParams(1, mr, n, 0, n, mrp, 1, 0));
     }
     PipeSync<AscendC::HardEvent::MTE2_MTE1>(tp_);
     const int32_t nv = ps.TileKeys(n, t);
-    const int32_t passes = a.c.kv_parts == 1 ? 2 : 3;
+    // (P_hi, V_hi), then (P_lo, V_hi) when P has two halves, then (P_hi, V_lo) when V has two.
+    const int32_t passes = a.c.p_parts + a.c.kv_parts - 1;
     for (int32_t d0 = 0; d0 < dv; d0 += a.c.nc2) {
       const int32_t ncw = MinI(a.c.nc2, dv - d0), nb = ncw / 16;
       PipeSync<AscendC::HardEvent::FIX_M>(tp_);   // the previous Fixpipe has read L0C
       for (int32_t k0 = 0; k0 < nv; k0 += a.c.kc2) {
         const int32_t kcw = RoundUp(MinI(a.c.kc2, nv - k0), 16), kb = kcw / 16;
         for (int32_t pass = 0; pass < passes; ++pass) {
-          const int32_t pp = pass == 1 ? 1 : 0;   // (P_hi, V_hi), (P_lo, V_hi), (P_hi, V_lo)
-          const int32_t vp = pass == 2 ? 1 : 0;
+          const int32_t pp = pass == 1 && a.c.p_parts == kParts ? 1 : 0;
+          const int32_t vp = pass == a.c.p_parts ? 1 : 0;
           PipeSync<AscendC::HardEvent::M_MTE1>(tp_);
           for (int32_t i = 0; i < mb; ++i) {
             AscendC::LoadData(l0a[i * kb * 256], pl[pp * p_l1],

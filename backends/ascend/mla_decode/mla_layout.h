@@ -33,7 +33,8 @@ struct LaunchHeader {
   int32_t topk_cols;        // indices.shape[-1] (sparse), else 0
   int32_t extra_topk_cols;  // extra_indices.shape[-1], else 0
   int32_t plan_ints;        // int32s of the MLA plan that follows
-  int32_t reserved0, reserved1;
+  int32_t p_parts;          // 2: P goes to the cube as hi + lo halves (fp32-level accuracy); 1: once, in q's dtype
+  int32_t reserved;
 };
 constexpr int32_t kLaunchInts = 16;
 constexpr int32_t kLaunchVersion = 1;
@@ -84,6 +85,7 @@ struct Chunks {
   int32_t rows_p;   // m_rows padded to 16
   int32_t kc1, kc2, nc2;
   int32_t kv_parts; // 1 (cache read directly) or kParts (dequantized hi / lo)
+  int32_t p_parts;  // 1 or kParts (P as hi / lo)
 };
 
 __aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
@@ -93,6 +95,7 @@ __aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
   c.nc2 = MinI(h.d_v, Floor16(kL0cBytes / (4 * c.rows_p)));
   c.kc2 = MinI(h.kv_tile, MinI(Floor16(kL0aBytes / (2 * c.rows_p)), Floor16(kL0bBytes / (2 * c.nc2))));
   c.kv_parts = h.convert ? kParts : 1;
+  c.p_parts = h.p_parts == 1 ? 1 : kParts;
   return c;
 }
 
@@ -153,6 +156,7 @@ __aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeade
   if (h.page_block_size < 1 || h.page_block_size != t.page_block_size) return "page_block_size differs from the plan's";
   if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format > 2) return "kv_format differs from the plan's";
   if (h.q_dtype != kF16 && h.q_dtype != kBF16) return "q must be fp16 or bf16";
+  if (h.p_parts != 1 && h.p_parts != kParts) return "p_parts must be 1 or 2";
   if (h.kv_format != kFmtBf16 && !h.convert) return "FP8 caches are dequantized on the vector cores (convert = 1)";
   if (t.sparse && (h.topk_cols != t.topk || h.extra_topk_cols != t.extra_topk)) return "index widths differ from the plan's topk";
   if (t.sparse && h.extra_topk_cols > 0 && h.extra_page_block_size < 1) return "extra_page_block_size must be >= 1";

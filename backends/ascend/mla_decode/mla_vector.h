@@ -135,15 +135,17 @@ class MlaVector {
     AscendC::PipeBarrier<PIPE_V>();
     OnlineSoftmax(sb, cn, static_cast<int32_t>(slot));
     AscendC::Cast(p_hi, sb, AscendC::RoundMode::CAST_RINT, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Cast(res, p_hi, AscendC::RoundMode::CAST_NONE, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Sub(sb, sb, res, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Cast(p_lo, sb, AscendC::RoundMode::CAST_RINT, count);
+    if (a.c.p_parts == kParts) {
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Cast(res, p_hi, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Sub(sb, sb, res, count);
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Cast(p_lo, sb, AscendC::RoundMode::CAST_RINT, count);
+    }
     PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
     AscendC::DataCopy(pg[static_cast<uint64_t>(rs_) * n], p_hi, count);
-    AscendC::DataCopy(pg[p_part + static_cast<uint64_t>(rs_) * n], p_lo, count);
+    if (a.c.p_parts == kParts) AscendC::DataCopy(pg[p_part + static_cast<uint64_t>(rs_) * n], p_lo, count);
     PipeSync<AscendC::HardEvent::MTE3_V>(tp_);
     PipeSync<AscendC::HardEvent::MTE3_MTE2>(tp_);
   }
