@@ -1,0 +1,129 @@
+// One 64-token tile of attention for a CTA's 64 q rows, on mma.sync m16n8k16 with fp32
+// accumulation. Warp w: row group g = w % 4 (q rows 16g .. 16g + 15) and half c = w / 4. For
+// S = Q K^T the warp takes tokens 32c .. 32c + 31 of the tile; the two warps of a row group
+// exchange row maxima and their halves of P through shared memory (named barrier 1 + g), and
+// for O += P V the warp owns value columns 256c .. 256c + 255 for all 64 tokens.
+#pragma once
+#include "mla_config.cuh"
+
+namespace dualops::cuda::mla {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct RowState {
+  float o[32][4];   // O rows (r0: [.][0..1], r1: [.][2..3]), columns 256c + 8n + 2(lane % 4)
+  float m[2];       // running max of the scaled scores (log2 domain), rows r0 and r1
+  float l[2];       // this thread's share of the running sum (its own columns of its half)
+};
+
+__device__ __forceinline__ void init_state(RowState& st) {
+#pragma unroll
+  for (int n = 0; n < 32; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] = 0.f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
+}
+
+// lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
+template <class Tr>
+__device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
+                                            unsigned char* sp, float* red_max, int tile0, const int (&lim)[2],
+                                            float scale_log2) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = warp & 3, c = warp >> 2;
+  const uint32_t q_base = smem_addr(sq), kv_base = smem_addr(kv), p_base = smem_addr(sp);
+
+  // ---- S = Q K^T for 16 rows x 32 tokens
+  float s[4][4];
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+  const int a_row = g * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int b_tok = c * 32 + (lane & 7) + (lane >> 4) * 8;
+#pragma unroll 4
+  for (int k = 0; k < Tr::D / 16; ++k) {
+    uint32_t a[4], b0[4], b1[4];
+    ldmatrix_x4(q_base + swz(a_row, 2 * k + (lane >> 4), Tr::kRowBytes), a);
+    ldmatrix_x4(kv_base + swz(b_tok, 2 * k + ((lane >> 3) & 1), Tr::kRowBytes), b0);
+    ldmatrix_x4(kv_base + swz(b_tok + 16, 2 * k + ((lane >> 3) & 1), Tr::kRowBytes), b1);
+    mma_16816<MT>(s[0], a, b0[0], b0[1]);
+    mma_16816<MT>(s[1], a, b0[2], b0[3]);
+    mma_16816<MT>(s[2], a, b1[0], b1[1]);
+    mma_16816<MT>(s[3], a, b1[2], b1[3]);
+  }
+
+  // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = tile0 + c * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
+      const float v = tok < lim[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
+      s[n][e] = v;
+      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+    }
+  const int r0 = g * 16 + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 1));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 2));
+  }
+  if ((lane & 3) == 0) {
+    red_max[c * kRows + r0] = mx[0];
+    red_max[c * kRows + r0 + 8] = mx[1];
+  }
+  named_barrier(1 + g, 64);
+  float alpha[2], m_use[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float other = red_max[(c ^ 1) * kRows + r0 + 8 * j];
+    const float m_new = fmaxf(st.m[j], fmaxf(mx[j], other));
+    alpha[j] = m_new == -INFINITY ? 1.f : exp2f(st.m[j] - m_new);
+    m_use[j] = m_new == -INFINITY ? 0.f : m_new;
+    st.m[j] = m_new;
+  }
+
+  // ---- P = exp2(S - m) to shared memory (16-bit), running sums, rescale O
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    const float p0 = exp2f(s[n][0] - m_use[0]), p1 = exp2f(s[n][1] - m_use[0]);
+    const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
+    sum[0] += p0 + p1;
+    sum[1] += p2 + p3;
+    const int chunk = c * 4 + n, byte = (lane & 3) * 4;
+    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = pack2<MT>(p0, p1);
+    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = pack2<MT>(p2, p3);
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
+#pragma unroll
+  for (int n = 0; n < 32; ++n) {
+    st.o[n][0] *= alpha[0];
+    st.o[n][1] *= alpha[0];
+    st.o[n][2] *= alpha[1];
+    st.o[n][3] *= alpha[1];
+  }
+  named_barrier(1 + g, 64);
+
+  // ---- O += P V for 16 rows x 256 value columns over the 64 tokens
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(p_base + swz(a_row, 2 * kk + (lane >> 4), kPRowBytes), a);
+    const int v_tok = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int np = 0; np < 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(kv_base + swz(v_tok, c * 32 + np * 2 + (lane >> 4), Tr::kRowBytes), b);
+      mma_16816<MT>(st.o[2 * np], a, b[0], b[1]);
+      mma_16816<MT>(st.o[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+}  // namespace dualops::cuda::mla
