@@ -142,10 +142,12 @@ def mla_decode_impl(
                          extra_indices, extra_topk_length)
     v = _validated("mla_decode", values, validate)
     kw = {k: v.args[k] for k in values}
-    if plan is not None:
+    if plan is not None and plan.device.type == "cpu":
         from .tiling.mla_decode import MlaPlan
 
         plan = MlaPlan.from_packed(plan)
+    # (a packed plan on the GPU, made there by the device planner, goes to the backend as it is:
+    # reading it here would be a host sync)
     return _run("mla_decode", v, backend, q.device, plan=plan, **kw)
 
 

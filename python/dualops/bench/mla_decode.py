@@ -41,7 +41,8 @@ def label(s: dict) -> str:
     mode = f" sparse topk{s['topk']}" if s["topk"] else ""
     fmt = "" if s["kv_format"] == "bf16" else f" {s['kv_format']}"
     sq = f" s_q{s['s_q']}" + (" causal" if s["causal"] else "") if s["s_q"] > 1 else ""
-    return f"b{s['b']} h{s['h_q']} s_k{s['s_k']} d{s['d_qk']}{fmt}{mode}{sq}"
+    page = f" page{s['page']}" if s["page"] != 64 else ""
+    return f"b{s['b']} h{s['h_q']} s_k{s['s_k']} d{s['d_qk']}{fmt}{mode}{sq}{page}"
 
 
 def _keys_per_query_token(s):

@@ -8,6 +8,15 @@ import torch
 from .. import api
 
 
+class _PackedOnDevice:
+    """A packed plan already on the GPU, handed to dualops.mla_decode without reading it."""
+
+    __slots__ = ("_dualops_packed",)
+
+    def __init__(self, packed):
+        self._dualops_packed = packed
+
+
 def get_mla_metadata(cache_seqlens: torch.Tensor, num_q_tokens_per_head_k: int, num_heads_k: int,
                      num_heads_q: int | None = None, is_fp8_kvcache: bool = False,
                      topk: int | None = None):
@@ -18,6 +27,12 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_q_tokens_per_head_k: int, 
         num_heads_q, s_q = num_q_tokens_per_head_k * num_heads_k, 1
     else:
         s_q = max(num_q_tokens_per_head_k * num_heads_k // num_heads_q, 1)
+    if cache_seqlens.is_cuda and topk is None and num_heads_k == 1:
+        # Dense decode on the GPU: planned there (no host sync, like FlashMLA's metadata kernel).
+        plan = api.get_mla_metadata(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k,
+                                    s_q=s_q, kv_format="fp8_v32" if is_fp8_kvcache else "bf16",
+                                    on_device=True)
+        return plan.packed, plan.packed[-(cache_seqlens.shape[0] + 1):]
     plan = api.get_mla_metadata(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k,
                                 s_q=s_q, kv_format="fp8_v32" if is_fp8_kvcache else "bf16", topk=topk)
     num_splits = torch.tensor(plan.num_splits, dtype=torch.int32, device=cache_seqlens.device)
@@ -31,7 +46,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                            extra_topk_length=None):
     """FlashMLA's decode entry point: returns (out [b, s_q, h_q, dv], lse [b, h_q, s_q])."""
     plan = None
-    if tile_scheduler_metadata is not None:
+    if tile_scheduler_metadata is not None and tile_scheduler_metadata.is_cuda and q.is_cuda:
+        plan = _PackedOnDevice(tile_scheduler_metadata)  # read by the CUDA kernels as it is
+    elif tile_scheduler_metadata is not None:
         from ..tiling.mla_decode import MlaPlan
 
         plan = MlaPlan.from_packed(tile_scheduler_metadata.cpu())
