@@ -25,12 +25,13 @@ __device__ __forceinline__ void load_q(const MlaDecodeParams& p, const MlaDecode
 }
 
 // Byte address of token `tok` of request r's cache block, or nullptr when the token is past `end`
-// or its block id is outside [0, num_blocks). Returns the block base and the in-block offset.
+// or its block id (or its block-table column) is out of range. Returns the block base and the in-block offset.
 __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
                                                             int64_t block_bytes, int& off) {
   off = 0;
   if (tok >= end) return nullptr;
   const int pbs = p.page_block_size;
+  if (tok / pbs >= p.max_blocks) return nullptr;  // past the block table's width
   const int blk = static_cast<const int*>(p.block_table)[r * p.block_table_stride + tok / pbs];
   off = tok % pbs;
   if (blk < 0 || blk >= p.num_blocks) return nullptr;

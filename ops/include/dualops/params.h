@@ -94,9 +94,10 @@ struct MlaDecodeParams {
   int32_t extra_topk;
   int32_t head_dim;
   int32_t page_block_size;
+  int32_t max_blocks;
   void* plan;
 };
-static_assert(sizeof(MlaDecodeParams) == 200, "mla_decode params layout differs from schema.pack_params");
+static_assert(sizeof(MlaDecodeParams) == 208, "mla_decode params layout differs from schema.pack_params");
 
 // Many independent GEMMs in one launch (bf16/fp16, fp8 per-tensor/rowwise/blockwise, int8 rowwise).
 struct GroupedGemmParams {

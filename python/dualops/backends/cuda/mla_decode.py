@@ -191,6 +191,7 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
         q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
         block_table_stride=block_table.stride(0), num_blocks=int(kv_cache.shape[0]),
         softmax_scale=float(softmax_scale), causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format],
-        q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs, plan=plan_dev.data_ptr())
+        q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs,
+        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr())
     native.require().cuda_mla_decode(params, header, current_stream(q.get_device()))
     return out, lse
