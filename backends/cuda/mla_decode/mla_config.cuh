@@ -35,7 +35,12 @@ struct Traits {
   static constexpr int kOffStage = kOffKv + kNumKvBufs * kTileBytes;
   static constexpr int kStageBytes = kDirect ? 0 : kTile * kRawRow;
   static constexpr int kOffP = kOffStage + kStageBytes;
-  static constexpr int kOffRed = kOffP + kRows * kPRowBytes;
+  // P goes to the MMA as hi + lo 16-bit parts (~16 mantissa bits of the softmax weights). The
+  // lo tile has its own area where shared memory allows; the 576-dim direct variant (two KV
+  // buffers) puts it in the current KV tile's RoPE columns 512..575, dead once S is computed.
+  static constexpr bool kLoInKv = kDirect && D == 576;
+  static constexpr int kOffPLo = kOffP + kRows * kPRowBytes;
+  static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes);
   static constexpr int kSmemBytes = kOffRed + 4 * kRows * 4;
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");

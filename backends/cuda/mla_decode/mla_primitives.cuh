@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cstdint>
+#include <type_traits>
 
 namespace dualops::cuda::mla {
 
@@ -75,6 +76,22 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+// p as hi + lo (two 16-bit pairs): hi = rn(p), lo = rn(p - hi).
+template <typename MT>
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = pack2<MT>(a, b);
+  const uint32_t w = hi;
+  float ha, hb;
+  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {
+    ha = __uint_as_float(w << 16);
+    hb = __uint_as_float(w & 0xffff0000u);
+  } else {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
+    ha = f.x;
+    hb = f.y;
+  }
+  lo = pack2<MT>(a - ha, b - hb);
 }
 template <typename MT>
 __device__ __forceinline__ void store2(MT* p, float lo, float hi) {
