@@ -143,12 +143,28 @@ def mla_decode_impl(
     v = _validated("mla_decode", values, validate)
     kw = {k: v.args[k] for k in values}
     if plan is not None and plan.device.type == "cpu":
-        from .tiling.mla_decode import MlaPlan
-
-        plan = MlaPlan.from_packed(plan)
+        plan = _mla_plan(plan)
     # (a packed plan on the GPU, made there by the device planner, goes to the backend as it is:
     # reading it here would be a host sync)
     return _run("mla_decode", v, backend, q.device, plan=plan, **kw)
+
+
+# Plans by packed tensor (get_mla_metadata's plan hands the same tensor to every layer's call):
+# unpacked once per step, not once per call.
+_MLA_PLANS: dict = {}
+
+
+def _mla_plan(packed: Tensor):
+    from .tiling.mla_decode import MlaPlan
+
+    hit = _MLA_PLANS.get(id(packed))
+    if hit is not None and hit[0] is packed and hit[1] == packed._version:
+        return hit[2]
+    plan = MlaPlan.from_packed(packed)
+    if len(_MLA_PLANS) >= 64:
+        _MLA_PLANS.clear()
+    _MLA_PLANS[id(packed)] = (packed, packed._version, plan)
+    return plan
 
 
 mla_decode = torch.library.custom_op(f"{LIB}::mla_decode", mutates_args=())(mla_decode_impl)

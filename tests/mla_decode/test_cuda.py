@@ -135,7 +135,7 @@ def test_parity_pages_long_split(fmt, pbs):
     g = bld.generator(pbs, "mla_decode", f"cuda/long/{fmt}")
     a = make_inputs(g, lens=(4099, 1, 2500), h_q=16, pbs=pbs, kv_format=fmt)
     plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=16, kv_format=fmt, page_block_size=pbs,
-                                    device="h100")
+                                    device=dualops.devices.profile("h100"))
     assert plan.total_splits > plan.batch
     check(a, plan="host")
     check(a, plan="device")

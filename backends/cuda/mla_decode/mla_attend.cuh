@@ -1,5 +1,5 @@
 // One 64-token tile of attention for a CTA's 64 q rows, on mma.sync m16n8k16 with fp32
-// accumulation. Warp w: row group g = w % 4 (q rows 16g .. 16g + 15) and half c = w / 4. For
+// accumulation. Warp w: row group g = w / 2 (q rows 16g .. 16g + 15) and half c = w % 2. For
 // S = Q K^T the warp takes tokens 32c .. 32c + 31 of the tile; the two warps of a row group
 // exchange row maxima and their halves of P through shared memory (named barrier 1 + g), and
 // for O += P V the warp owns value columns 256c .. 256c + 255 for all 64 tokens.
@@ -31,12 +31,21 @@ __device__ __forceinline__ void init_state(RowState& st) {
 template <class Tr>
 __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
                                             unsigned char* sp, unsigned char* sp_lo, int lo_row_bytes,
-                                            float* red_max, int tile0, const int (&lim)[2], float scale_log2) {
+                                            float* red_max, int tile0, const int (&lim)[2], float scale_log2,
+                                            int rows_valid) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = warp & 3, c = warp >> 2;
+  const int g = row_group(), c = warp_half();
+  (void)warp;
   const uint32_t q_base = smem_addr(sq), kv_base = smem_addr(kv), p_base = smem_addr(sp);
   const uint32_t lo_base = smem_addr(sp_lo);
+
+  // A row group with no valid q row (small h_q) skips its math; the CTA barrier below stays.
+  const bool active = g * 16 < rows_valid;
+  if (!active) {
+    if constexpr (Tr::kLoInKv) __syncthreads();
+    return;
+  }
 
   // ---- S = Q K^T for 16 rows x 32 tokens
   float s[4][4];

@@ -17,6 +17,12 @@ constexpr int kDv = 512;               // value dims
 constexpr int kHeaderInts = sizeof(MlaDecodeTiling) / 4;  // packed plan: header, parts, num_splits
 constexpr int kPRowBytes = kTile * 2;  // P tile rows (16-bit)
 
+// Warp w works on row group w / 2 (q rows 16 (w / 2) .. + 15) and half w % 2: the two warps of
+// a row group sit on different SM sub-partitions, so a tile with few valid rows (small h_q)
+// still spreads its work over the SM.
+__device__ __forceinline__ int row_group() { return threadIdx.x >> 6; }
+__device__ __forceinline__ int warp_half() { return (threadIdx.x >> 5) & 1; }
+
 template <typename MT_, int FMT, int D_>
 struct Traits {
   using MT = MT_;                             // q dtype = MMA input dtype

@@ -31,7 +31,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int begin_req = rec[0], end_req = min(rec[1], t.batch - 1), begin_tok = rec[2], end_tok = rec[3];
   const int begin_split = rec[4];
   const int row0 = blockIdx.x * kRows;
-  const int lane = threadIdx.x & 31, g = (threadIdx.x >> 5) & 3;
+  const int lane = threadIdx.x & 31, g = row_group();
+  const int rows_valid = min(kRows, t.q_rows - row0);
   const float scale_log2 = p.softmax_scale * kLog2e;
 
   for (int r = max(begin_req, 0); r <= end_req; ++r) {
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           __syncthreads();
           attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, lo_of(kvbuf(n & 1)), lo_rb, red_max, start + n * kTile, lim,
-                          scale_log2);
+                          scale_log2, rows_valid);
           __syncthreads();
         }
       } else {
@@ -81,7 +82,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             load_kv_tile<Tr>(p, stage, r, start + (n + 1) * kTile, end);
             cp_async_commit();
           }
-          attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, lim, scale_log2);
+          attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, lim, scale_log2,
+                          rows_valid);
           __syncthreads();
         }
       }

@@ -12,7 +12,8 @@ __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaD
                                             float* red_sum, int b, int row0, int n_splits, int slot) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = warp & 3, c = warp >> 2;
+  const int g = row_group(), c = warp_half();
+  (void)warp;
   const int r0 = g * 16 + (lane >> 2);
   float l[2];
 #pragma unroll

@@ -88,12 +88,17 @@ def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q
     return plan
 
 
-# Device copies of host plans, by plan value (a step's plan is reused by every layer).
+# Device copies of host plans (a step's plan is reused by every layer): by plan object first
+# (cheap), then by value (a plan rebuilt from the same packed tensor).
 _DEVICE_COPIES: dict = {}
+_BY_ID: dict = {}
 _DEVICE_COPIES_MAX = 16
 
 
 def _device_copy(plan: MlaPlan, dev) -> torch.Tensor:
+    hit = _BY_ID.get((id(plan), dev))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
     key = (plan, dev)
     t = _DEVICE_COPIES.get(key)
     if t is None:
@@ -105,6 +110,9 @@ def _device_copy(plan: MlaPlan, dev) -> torch.Tensor:
         if len(_DEVICE_COPIES) >= _DEVICE_COPIES_MAX:
             _DEVICE_COPIES.pop(next(iter(_DEVICE_COPIES)))
         _DEVICE_COPIES[key] = t
+    if len(_BY_ID) >= _DEVICE_COPIES_MAX:
+        _BY_ID.clear()
+    _BY_ID[(id(plan), dev)] = (plan, t)
     return t
 
 
