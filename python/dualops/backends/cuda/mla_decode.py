@@ -89,10 +89,11 @@ def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q
 
 
 # Device copies of host plans (a step's plan is reused by every layer): by plan object first
-# (cheap), then by value (a plan rebuilt from the same packed tensor).
+# (cheap), then by value (a plan rebuilt from the same packed tensor). Many are kept: a CUDA graph
+# captured with a host plan reads its copy at every replay.
 _DEVICE_COPIES: dict = {}
 _BY_ID: dict = {}
-_DEVICE_COPIES_MAX = 16
+_DEVICE_COPIES_MAX = 256
 
 
 def _device_copy(plan: MlaPlan, dev) -> torch.Tensor:
