@@ -110,7 +110,8 @@ _SWEEPS = [
            dict(b=64, h_q=16, s_k=4096, kv_format="fp8_v32"), dict(b=64, h_q=16, s_k=4096, kv_format="fp8_model1"),
            dict(b=128, h_q=128, s_k=4096, kv_format="fp8_v32"),
            dict(b=128, h_q=128, s_k=4096, kv_format="fp8_model1"))
-          + tuple(dict(b=64, h_q=16, s_k=4096, page=p) for p in (16, 32, 128, 256))),
+          + tuple(dict(b=64, h_q=16, s_k=4096, page=p) for p in (16, 32, 128, 256))
+          + (dict(b=128, h_q=128, s_k=4096, varlen=True), dict(b=64, h_q=16, s_k=4096, varlen=True))),
     Sweep("mla-context", "mla_decode", "GB/s vs context length, b 64, h_q 16 (memory-bound)",
           tuple(dict(b=64, h_q=16, s_k=s) for s in _K[:6]), x_key="s_k"),
     Sweep("mla-fp8", "mla_decode",
