@@ -96,7 +96,8 @@ _BY_ID: dict = {}
 _DEVICE_COPIES_MAX = 256
 
 
-def _device_copy(plan: MlaPlan, dev) -> torch.Tensor:
+def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
+    """(the packed plan on `dev`, its header bytes), made once per plan."""
     hit = _BY_ID.get((id(plan), dev))
     if hit is not None and hit[0] is plan:
         return hit[1]
@@ -107,7 +108,7 @@ def _device_copy(plan: MlaPlan, dev) -> torch.Tensor:
             raise ValueError("mla_decode: plan: a host plan's device copy cannot be made inside a CUDA-graph "
                              "capture; call once with this plan before capturing, or capture "
                              "dualops.get_mla_metadata(..., on_device=True)")
-        t = plan.pack().pin_memory().to(dev, non_blocking=True)
+        t = (plan.pack().pin_memory().to(dev, non_blocking=True), _HEADER.pack(*plan.header()))
         if len(_DEVICE_COPIES) >= _DEVICE_COPIES_MAX:
             _DEVICE_COPIES.pop(next(iter(_DEVICE_COPIES)))
         _DEVICE_COPIES[key] = t
@@ -155,7 +156,8 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
         raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
     _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs)
     rows = plan.total_splits if plan.total_splits > plan.batch else 0
-    return _HEADER.pack(*plan.header()), _device_copy(plan, dev), rows
+    packed, header = _device_copy(plan, dev)
+    return header, packed, rows
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None, softmax_scale=None,
