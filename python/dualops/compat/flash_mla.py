@@ -8,15 +8,6 @@ import torch
 from .. import api
 
 
-class _PackedOnDevice:
-    """A packed plan already on the GPU, handed to dualops.mla_decode without reading it."""
-
-    __slots__ = ("_dualops_packed",)
-
-    def __init__(self, packed):
-        self._dualops_packed = packed
-
-
 def get_mla_metadata(cache_seqlens: torch.Tensor, num_q_tokens_per_head_k: int, num_heads_k: int,
                      num_heads_q: int | None = None, is_fp8_kvcache: bool = False,
                      topk: int | None = None):
@@ -47,7 +38,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     """FlashMLA's decode entry point: returns (out [b, s_q, h_q, dv], lse [b, h_q, s_q])."""
     plan = None
     if tile_scheduler_metadata is not None and tile_scheduler_metadata.is_cuda and q.is_cuda:
-        plan = _PackedOnDevice(tile_scheduler_metadata)  # read by the CUDA kernels as it is
+        plan = tile_scheduler_metadata  # a packed plan on the GPU: read by the CUDA kernels as it is
     elif tile_scheduler_metadata is not None:
         from ..tiling.mla_decode import MlaPlan
 

@@ -50,6 +50,10 @@ class MlaDevicePlan:
             1, batch, s_q, h_q, h_kv, q_rows, -(-q_rows // 64), num_sm_parts, 64, 5, 0, -1, PART_STRIDE,
             kv_format, 0, 0, 0, page_block_size)
 
+    def pack(self) -> torch.Tensor:
+        """The packed plan (int32, on the GPU)."""
+        return self.packed
+
     def __repr__(self):
         return (f"MlaDevicePlan(batch={self.batch}, s_q={self.s_q}, h_q={self.h_q}, "
                 f"num_sm_parts={self.num_sm_parts}, device={self.packed.device})")
