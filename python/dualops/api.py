@@ -65,19 +65,45 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
                      topk=None, extra_topk=None, page_block_size=64, device=None):
     """The MLA scheduler plan for one decode step (FlashMLA's get_mla_metadata); reuse it for every
     layer of the step. Reads cache_seqlens' values (a host sync when they live on a device)."""
-    from . import devices
     from .tiling import plan_mla_decode
 
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
         raise TypeError("get_mla_metadata: cache_seqlens must be an int32 tensor [B]")
-    profile = device if isinstance(device, devices.DeviceProfile) else devices.detect(
-        cache_seqlens.device if device is None else torch.device(device))
+    profile = _plan_profile(device, cache_seqlens)
     plan = plan_mla_decode(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
                            kv_format=kv_format, topk=topk, extra_topk=extra_topk,
                            page_block_size=page_block_size,
                            device=profile)
     object.__setattr__(plan, "_dualops_packed", plan.pack())
     return plan
+
+
+def _plan_profile(device, cache_seqlens):
+    """get_mla_metadata's device=: None (cache_seqlens' device), a DeviceProfile, a profile name
+    ("h100", "ascend910b2", ...), a torch.device or a device string ("cuda:0", "cpu", "npu")."""
+    from . import devices
+
+    if device is None:
+        return devices.detect(cache_seqlens.device)
+    if isinstance(device, devices.DeviceProfile):
+        return device
+    allowed = (f"None (cache_seqlens' device), a dualops.devices.DeviceProfile, a profile name "
+               f"({', '.join(devices.PROFILES)}), a torch.device or a device string such as 'cuda:0', "
+               f"'cpu', 'npu', 'ascend_sim'")
+    if isinstance(device, str):
+        try:
+            return devices.profile(device)
+        except ValueError:
+            pass
+        if device.strip().lower() in ("ascend_sim", "sim"):
+            return devices.detect(device)
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"get_mla_metadata: device must be {allowed}; got {device!r}") from None
+    if isinstance(device, torch.device):
+        return devices.detect(device)
+    raise TypeError(f"get_mla_metadata: device must be {allowed}; got {type(device).__name__}")
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None,
