@@ -152,8 +152,8 @@ def _main_job(args) -> int:
     print("dualops main job: quick parity + quick bench on the backends of this machine")
     rc_parity = parity.main(out=args.out)
     rc_bench = bench.main(sweep_names=["quick"], out=args.out)
-    print(f"\nreports written to {args.out}/ (parity.json, parity.md, bench.json, bench.md); "
-          f"parity {'FAILED' if rc_parity else 'passed'}")
+    print(f"\nreports in {args.out}/: open {args.out}/index.html (machine, parity matrix, bench tables "
+          f"with peer ratios, plots, commands); parity {'FAILED' if rc_parity else 'passed'}")
     return rc_parity or rc_bench
 
 
