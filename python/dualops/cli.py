@@ -79,6 +79,14 @@ def _parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="backends, devices, native build flags, capability matrix")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument("--op", choices=OPS, help="show the plan and launch choices of a call of this op "
+                      "(with --shape)")
+    info.add_argument("--shape", metavar="K=V,...", help="the call's shape in the bench vocabulary, e.g. "
+                      "b=64,h_q=16,s_k=4096 for mla_decode (see `bench --list`)")
+    info.add_argument("--backend", choices=BACKENDS, help="the backend whose plan to show (default: the one "
+                      "that runs here)")
+    info.add_argument("--device", help="device profile to plan for (h100, h200, ascend910b2, ...; default: "
+                      "the backend's)")
 
     par = sub.add_parser("parity", help="every op x variant x backend against the reference")
     par.add_argument("--op", action="append", choices=OPS, help="only this op (repeatable)")
@@ -119,6 +127,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _info(args) -> int:
     from .bench import environment
+
+    if args.op or args.shape:
+        if not args.op:
+            raise ValueError("info --shape needs --op (which op the shape is for)")
+        from . import explain
+
+        print(explain.explain(args.op, args.shape or "", backend=args.backend, device=args.device))
+        return 0
 
     d = environment.info()
     print(json.dumps(d, indent=2, default=str) if args.json else environment.format_info(d))
