@@ -31,7 +31,7 @@ run() {
   echo "== $label" >> "$LOG"
   if ! "$@" >> "$LOG" 2>&1; then
     echo "setup: $label failed; the last lines of $LOG:"
-    tail -25 "$LOG" | sed 's/^/    /'
+    tail -25 "$LOG" | cut -c1-300 | sed 's/^/    /'
     exit 1
   fi
 }

@@ -30,7 +30,7 @@ def _env_profile() -> devices.DeviceProfile:
         p = None
     if p is None or not p.is_ascend:
         raise ValueError(f"environment variable DUALOPS_ASCEND_SIM_PROFILE={name!r} is not allowed: "
-                         f"one of {', '.join(ascend)} (unset it for the default {devices.DEFAULT_SIM_PROFILE})")
+                         f"an Ascend profile, one of {', '.join(ascend)} (unset it for the default {devices.DEFAULT_SIM_PROFILE})")
     n = settings.env_int("DUALOPS_ASCEND_SIM_CORES", None, min_value=1, max_value=p.num_cores)
     return p if n is None else devices.with_cores(p, n)
 
