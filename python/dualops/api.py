@@ -1,4 +1,4 @@
-"""The public functions (DESIGN.md "Public API"). Each one hands its arguments, by name, to the
+"""The public functions (README.md, docs/ops.md). Each one hands its arguments, by name, to the
 op's eager implementation (``ops.run``), or to the custom op ``torch.ops.dualops.<op>`` while
 torch.compile traces it; both validate against the schema, pick the backend and run it."""
 from __future__ import annotations
@@ -16,16 +16,19 @@ _VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "no
 
 
 def _call(op: str, given: dict):
-    """Run ``op`` with the schema arguments found in ``given`` (a public function's locals)."""
-    backend = given.get("backend") or ""
-    validate = _mode(given.get("validate", True))
-    values = {name: given.get(name) for name in _ops.ARG_NAMES[op]}
+    """Run ``op`` with the arguments of ``given``: a public function's ``locals()``, taken first
+    thing in its body, so it holds the schema arguments plus backend / validate (/ return_lse)."""
     if torch.compiler.is_compiling():
+        values = {name: given[name] for name in _ops.ARG_NAMES[op]}
         plan = values.get("plan")
         if plan is not None and not isinstance(plan, torch.Tensor):
             values["plan"] = _packed_plan(plan)
-        return getattr(torch.ops.dualops, op)(*values.values(), backend, validate)
-    return _ops.run(op, values, backend, validate)
+        return getattr(torch.ops.dualops, op)(*values.values(), given["backend"] or "",
+                                              _mode(given["validate"]))
+    backend = given.pop("backend") or ""
+    validate = _mode(given.pop("validate"))
+    given.pop("return_lse", None)
+    return _ops.run(op, given, backend, validate)
 
 
 def _mode(validate) -> str:

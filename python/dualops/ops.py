@@ -116,46 +116,46 @@ def _validated(op: str, values: dict, validate: str) -> schema.Validated:
 
 
 def run(op: str, values: dict, backend: str = "", validate: str = "basic"):
-    """Validate ``values`` (the op's schema arguments by name; an object argument such as MLA's
-    plan may be the plan object or its packed tensor), pick the backend and run the op.
-    ``validate``: "basic" (shapes, dtypes, layouts; cached per signature), "full" (also device
-    values: lengths and block ids against the cache) or "none" (as basic: the checks that keep a
-    kernel in bounds always run, once per signature)."""
+    """Validate ``values`` (the op's schema arguments by name, a dict this call may modify; an
+    object argument such as MLA's plan may be the plan object or its packed tensor), pick the
+    backend and run the op. ``validate``: "basic" (shapes, dtypes, layouts; cached per
+    signature), "full" (also device values: lengths and block ids against the cache) or "none"
+    (as basic: its checks keep every kernel in bounds and cost nothing after the first call)."""
     glue = GLUE[op]
     plan = values.pop(_PLAN_ARG, None) if glue.plan_from_packed is not None else None
+    if validate != "full":
+        key = (schema.signature(op, values), backend)
+        hit = _PREPARED.get(key)
+        if hit is not None:
+            filled, dims, launch = hit
+            if filled:
+                values.update(filled)
+            if plan is None:
+                return launch(**glue.backend_kwargs(values, dims))
+            if isinstance(plan, torch.Tensor):
+                plan = glue.plan_from_packed(plan)
+            glue.check_plan(plan, values, dims, False)
+            return launch(plan=plan, **glue.backend_kwargs(values, dims))
+    else:
+        key = (None, backend)
     if isinstance(plan, torch.Tensor):
         plan = glue.plan_from_packed(plan)
-    cache = validate != "full"
-    key = (schema.signature(op, values), backend) if cache else None
-    hit = _PREPARED.get(key) if cache and key[0] is not None else None
-    if hit is not None:
-        filled, dims, launch = hit
-        a = {**values, **filled} if filled else values
-        if plan is not None:
-            glue.check_plan(plan, a, dims, False)
-            return launch(plan=plan, **glue.backend_kwargs(a, dims))
-        return launch(**glue.backend_kwargs(a, dims))
     v = _validated(op, values, validate)
-    device = _device_of(op, v.args)
-    name = dispatch.select(op, backend, device, v.features)
+    name = dispatch.select(op, backend, _device_of(op, v.args), v.features)
     fn, prepare = backends.implementation(name, op)
     if plan is not None:
         glue.check_plan(plan, v.args, v.dims, validate == "full")
     kw = glue.backend_kwargs(v.args, v.dims)
     kw.pop(_PLAN_ARG, None)
-    if prepare is not None and plan is None:
-        launch = prepare(plan=None, **kw)
-    else:
-        launch = fn
-    if cache and key[0] is not None:
+    prepared = prepare is not None and plan is None
+    launch = prepare(plan=None, **kw) if prepared else None
+    if key[0] is not None:
         if len(_PREPARED) >= _PREPARED_MAX:
             _PREPARED.clear()
-        # A prepared launch holds its plan; a plain op function takes the call's plan each time.
-        entry = launch if (prepare is not None and plan is None) else functools.partial(_plain_launch, name, op)
+        # A prepared launch holds its plan; otherwise the op function takes the call's plan.
+        entry = launch if prepared else functools.partial(_plain_launch, name, op)
         _PREPARED[key] = (schema.filled_defaults(values, v), v.dims, entry)
-    if launch is fn:
-        return fn(plan=plan, **kw)
-    return launch(**kw)
+    return launch(**kw) if prepared else fn(plan=plan, **kw)
 
 
 def _plain_launch(name, op, plan=None, **kw):

@@ -1,5 +1,5 @@
 """The op schema: loads ``ops/<op>.yaml`` and derives validation, capability checks, docs and
-the packed kernel-params structs from it (one source of truth, DESIGN.md principle 1).
+the packed kernel-params structs from it (one source of truth).
 
 The YAML vocabulary (see ``ops/incre_flash_attention.yaml`` for a full example):
 
