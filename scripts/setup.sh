@@ -85,7 +85,7 @@ elif [ "$cuda_mode" = on ]; then
 elif [ "$cuda_mode" = auto ]; then
   cuda_note="no nvcc on PATH (to build them: install the CUDA toolkit 12.8+, put nvcc on PATH, rerun bash scripts/setup.sh)"
 else
-  cuda_note="DUALOPS_CUDA=off"
+  cuda_note="DUALOPS_CUDA=off (unset it to build them where nvcc is)"
 fi
 
 if [ ${#installed[@]} -gt 0 ]; then say "installed: ${installed[*]}"; else say "installed: nothing new (all present)"; fi

@@ -242,3 +242,15 @@ def test_every_variable_read_is_listed():
     for p in root.rglob("*.py"):
         found |= set(re.findall(r"[\"'](DUALOPS_[A-Z0-9_]+)[\"']", p.read_text()))
     assert found <= set(settings.VARIABLES), found - set(settings.VARIABLES)
+
+
+def test_setup_refuses_a_bad_cuda_setting():
+    """scripts/setup.sh names the variable, the value and what is allowed, before installing anything."""
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(["bash", os.path.join(root, "scripts", "setup.sh")], capture_output=True, text=True,
+                          env={**os.environ, "DUALOPS_CUDA": "maybe"}, timeout=60)
+    assert done.returncode == 2
+    assert "DUALOPS_CUDA=maybe is not allowed: auto, on or off" in done.stdout
