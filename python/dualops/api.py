@@ -98,8 +98,8 @@ def _plan_profile(device, cache_seqlens):
             return devices.profile(device)
         except ValueError:
             pass
-        if device.strip().lower() in ("ascend_sim", "sim"):
-            return devices.detect(device)
+        if device.strip().lower().split(":")[0] in ("ascend_sim", "sim", "npu"):
+            return devices.detect(device.split(":")[0])
         try:
             device = torch.device(device)
         except RuntimeError:
