@@ -88,6 +88,7 @@ def test_plan_device_profile_name():
     h100 = dualops.get_mla_metadata(lens, 16, device="h100")
     assert h100 == dualops.get_mla_metadata(lens, 16, device=dualops.devices.profile("h100"))
     assert dualops.get_mla_metadata(lens, 16, device="ascend910b2").num_sm_parts == 24
+    assert dualops.get_mla_metadata(lens, 16, device="npu:0").num_sm_parts == 24      # no torch_npu needed
     assert dualops.get_mla_metadata(lens, 16, device="cpu") == dualops.get_mla_metadata(lens, 16)
     with pytest.raises(ValueError, match="profile name .*h100.*h200"):
         dualops.get_mla_metadata(lens, 16, device="h300")
