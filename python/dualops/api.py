@@ -70,7 +70,6 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
     layer of the step. Reads cache_seqlens' values (a host sync when they live on a device), unless
     ``on_device=True``: then the plan is computed on the GPU from a CUDA ``cache_seqlens`` (dense
     decode, CUDA backend; no host sync, so it can be captured in a CUDA graph with the layers)."""
-    from . import devices
     from .tiling import plan_mla_decode
 
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
@@ -84,14 +83,41 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
 
         return plan_on_device(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
                               kv_format=kv_format, page_block_size=page_block_size)
-    profile = device if isinstance(device, devices.DeviceProfile) else devices.detect(
-        cache_seqlens.device if device is None else torch.device(device))
+    profile = _plan_profile(device, cache_seqlens)
     plan = plan_mla_decode(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
                            kv_format=kv_format, topk=topk, extra_topk=extra_topk,
                            page_block_size=page_block_size,
                            device=profile)
     object.__setattr__(plan, "_dualops_packed", plan.pack())
     return plan
+
+
+def _plan_profile(device, cache_seqlens):
+    """get_mla_metadata's device=: None (cache_seqlens' device), a DeviceProfile, a profile name
+    ("h100", "ascend910b2", ...), a torch.device or a device string ("cuda:0", "cpu", "npu")."""
+    from . import devices
+
+    if device is None:
+        return devices.detect(cache_seqlens.device)
+    if isinstance(device, devices.DeviceProfile):
+        return device
+    allowed = (f"None (cache_seqlens' device), a dualops.devices.DeviceProfile, a profile name "
+               f"({', '.join(devices.PROFILES)}), a torch.device or a device string such as 'cuda:0', "
+               f"'cpu', 'npu', 'ascend_sim'")
+    if isinstance(device, str):
+        try:
+            return devices.profile(device)
+        except ValueError:
+            pass
+        if device.strip().lower().split(":")[0] in ("ascend_sim", "sim", "npu"):
+            return devices.detect(device.split(":")[0])
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"get_mla_metadata: device must be {allowed}; got {device!r}") from None
+    if isinstance(device, torch.device):
+        return devices.detect(device)
+    raise TypeError(f"get_mla_metadata: device must be {allowed}; got {type(device).__name__}")
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None,

@@ -141,41 +141,7 @@ def call(inputs: dict, backend: str):
 
 
 def peers(s: dict, inputs: dict) -> dict:
-    out = {}
-    if s["kv_format"] == "bf16" and not s["topk"] and not s["causal"] and not s["varlen"]:
-        out["torch-naive"] = _naive(s, inputs)
-    else:
-        out["torch-naive"] = "dense bf16 non-causal equal-length decode only"
-    if inputs["q"].device.type == "cuda":
-        out["flash_mla"] = _flash_mla(s, inputs)
-    return out
+    """The peers of this call (``bench/peers.py``): name -> callable, or why not here."""
+    from . import peers as peer_mod
 
-
-def _naive(s, inputs):
-    """bmm · softmax · bmm over a contiguous latent cache (made here, outside timing)."""
-    q, kv, table = inputs["q"], inputs["kv_cache"], inputs["block_table"]
-    B, S = s["b"], s["s_k"]
-    lat = kv[table.long()].reshape(B, -1, s["d_qk"])[:, :S].contiguous()  # [B, S, d_qk]
-    qf = q.reshape(B, s["s_q"] * s["h_q"], s["d_qk"])
-    scale = s["d_qk"] ** -0.5
-
-    def run():
-        p = torch.softmax(torch.bmm(qf, lat.transpose(1, 2)).float() * scale, dim=-1).to(q.dtype)
-        return torch.bmm(p, lat[..., :D_V])
-    return run
-
-
-def _flash_mla(s, inputs):
-    try:
-        import flash_mla
-    except ImportError as e:
-        return f"flash_mla is not installed ({e})"
-    if s["kv_format"] != "bf16" or s["topk"]:
-        return "this bench drives flash_mla's dense bf16 path only"
-    try:
-        meta, splits = flash_mla.get_mla_metadata(inputs["cache_seqlens"], s["s_q"] * s["h_q"], 1)
-    except Exception as e:  # the installed version's interface differs
-        return f"flash_mla.get_mla_metadata failed: {type(e).__name__}: {e}"
-    q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
-    return lambda: flash_mla.flash_mla_with_kvcache(q, kv, table, lens, D_V, meta, splits,
-                                                    causal=s["causal"])
+    return peer_mod.for_call(OP, s, inputs)
