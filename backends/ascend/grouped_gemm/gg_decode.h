@@ -38,7 +38,7 @@ class GgDecode {
   __aicore__ inline void Process() {
     const Args& a = *a_;
     const int32_t me = static_cast<int32_t>(AscendC::GetBlockIdx());
-    const int32_t nv = static_cast<int32_t>(AscendC::GetBlockNum() * AscendC::GetTaskRation());
+    const int32_t nv = static_cast<int32_t>(AscendC::GetBlockNum() * AscendC::GetSubBlockNum());
     int32_t chunk = 0;
     const int32_t col_chunks = CeilDivI(a.t.k, cols_);
     const int64_t xrows = XRows(a.t);

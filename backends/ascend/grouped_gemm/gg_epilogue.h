@@ -34,7 +34,7 @@ class GgEpilogue {
 
   __aicore__ inline void Process() {
     const Args& a = *a_;
-    const int32_t core = static_cast<int32_t>(AscendC::GetBlockIdx() / AscendC::GetTaskRation());
+    const int32_t core = static_cast<int32_t>(AscendC::GetBlockIdx() / AscendC::GetSubBlockNum());
     const int32_t sub = static_cast<int32_t>(AscendC::GetSubBlockIdx());
     for (int32_t i = core; i < a.t.num_items; i += a.t.num_cores) {
       TileOf tile;
@@ -56,7 +56,8 @@ class GgEpilogue {
       if (a.t.scale_mode == kScaleRowwise) LoadWScaleRow(tile);
       for (int32_t r = r_begin; r < r_end; r += chunk_rows_) {
         const int32_t rows = MinI(chunk_rows_, r_end - r);
-        AscendC::LocalTensor<float> f = LoadSlot(tile, core, r, rows);
+        LoadSlot(tile, core, r, rows);
+        AscendC::LocalTensor<float> f = f32_.Get<float>();
         ScaleRows(f, tile, r, rows);
         Store(f, tile, r, rows);
       }
@@ -78,7 +79,7 @@ class GgEpilogue {
   }
 
   // Rows [r, r + rows) of the tile in this core's current slot -> fp32 in UB (pitch_ per row).
-  __aicore__ inline AscendC::LocalTensor<float> LoadSlot(const TileOf& tile, int32_t core, int32_t r, int32_t rows) {
+  __aicore__ inline void LoadSlot(const TileOf& tile, int32_t core, int32_t r, int32_t rows) {
     const Args& a = *a_;
     AscendC::GlobalTensor<CT> slot;
     slot.SetGlobalBuffer(GmPtr<CT>(a.SlotAddr(core, taken_ % kSlots)),
@@ -98,7 +99,6 @@ class GgEpilogue {
       AscendC::Adds(f, raw.template ReinterpretCast<float>(), 0.0f, rows * pitch_);
     }
     AscendC::PipeBarrier<PIPE_V>();
-    return f;
   }
 
   __aicore__ inline void LoadWScaleRow(const TileOf& tile) {
@@ -131,7 +131,8 @@ class GgEpilogue {
   __aicore__ inline void Accumulate(const TileOf& tile, int32_t core, int32_t r, int32_t rows, int32_t kt) {
     const Args& a = *a_;
     const int32_t kb = a.t.num_k_tiles;
-    AscendC::LocalTensor<float> f = LoadSlot(tile, core, r, rows);
+    LoadSlot(tile, core, r, rows);
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
     AscendC::LocalTensor<float> acc = acc_.Get<float>();
     const float ws = gws_.GetValue((static_cast<uint64_t>(tile.g) * a.t.num_n_tiles + tile.nt) * kb + kt);
     for (int32_t j = 0; j < rows; ++j) {

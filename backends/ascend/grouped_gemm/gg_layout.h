@@ -4,6 +4,10 @@
 #pragma once
 #include <cstdint>
 
+#ifndef __aicore__   // host builds of this header (grouped_gemm_host.cpp): a plain function
+#define __aicore__
+#endif
+
 namespace dualops {
 namespace gg {
 
@@ -22,10 +26,10 @@ struct Tiling {
 };
 static_assert(sizeof(Tiling) == kTilingInts * 4, "Tiling mirrors the plan header");
 
-inline constexpr int64_t RoundUp64(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+__aicore__ inline constexpr int64_t RoundUp64(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // Rows of x (flattened) the kernel may touch: contiguous sum of groups, masked G * m_max.
-inline int64_t XRows(const Tiling& t) {
+__aicore__ inline int64_t XRows(const Tiling& t) {
   return t.layout == kLayoutMasked ? static_cast<int64_t>(t.num_groups) * t.m_max : t.m_total;
 }
 
@@ -36,7 +40,7 @@ struct Workspace {
   uint64_t x16, w16, slots, slot_bytes, total;
 };
 
-inline Workspace MakeWorkspace(const Tiling& t) {
+__aicore__ inline Workspace MakeWorkspace(const Tiling& t) {
   Workspace w{};
   uint64_t off = 0;
   if (t.in_dtype == kF8E4M3) {
@@ -53,20 +57,20 @@ inline Workspace MakeWorkspace(const Tiling& t) {
 }
 
 // Cube element bytes: fp8 is decoded to fp16 before the cube sees it.
-inline int32_t CubeElemBytes(int32_t in_dtype) { return in_dtype == kI8 ? 1 : 2; }
+__aicore__ inline int32_t CubeElemBytes(int32_t in_dtype) { return in_dtype == kI8 ? 1 : 2; }
 
 // On-chip bytes the kernel allocates (L1 two stages of A and B, L0A / L0B double-buffered, one
 // L0C accumulator); the planner's gemm_footprint() computes the same.
 struct OnChip {
   int64_t l1, l0a, l0b, l0c;
 };
-inline OnChip OnChipBytes(const Tiling& t) {
+__aicore__ inline OnChip OnChipBytes(const Tiling& t) {
   const int64_t e = CubeElemBytes(t.in_dtype), mp = RoundUp64(t.tile_m, 16);
   return {2 * (mp + t.tile_n) * t.tile_k * e, 2 * mp * t.tile_k * e, 2 * t.tile_n * t.tile_k * e, mp * t.tile_n * 4};
 }
 
 // nullptr when the kernel can run this plan header, else why not.
-inline const char* CheckTiling(const Tiling& t, int64_t l1, int64_t l0a, int64_t l0b, int64_t l0c) {
+__aicore__ inline const char* CheckTiling(const Tiling& t, int64_t l1, int64_t l0a, int64_t l0b, int64_t l0c) {
   if (t.version != kVersion) return "plan version differs from the kernel's";
   if (t.layout != kLayoutContiguous && t.layout != kLayoutMasked) return "unknown layout";
   if (t.num_groups < 1 || t.n < 1 || t.k < 1 || t.num_cores < 1 || t.num_items < 0) return "empty problem sizes";
@@ -77,6 +81,7 @@ inline const char* CheckTiling(const Tiling& t, int64_t l1, int64_t l0a, int64_t
   if (t.scale_mode == kScaleBlockwise && (t.tile_k != kBlockK || t.tile_n != kBlockK)) {
     return "blockwise needs tile_k = tile_n = 128 (one scale block)";
   }
+  if (t.scale_mode == kScaleBlockwise && t.tile_m > 128) return "blockwise keeps at most 128 rows of fp32 accumulators in UB";
   if (t.scale_mode < kScaleNone || t.scale_mode > kScaleBlockwise) return "unknown scale mode";
   if ((t.scale_mode == kScaleNone) != (t.in_dtype == kF16 || t.in_dtype == kBF16)) return "scale mode / dtype mismatch";
   const OnChip b = OnChipBytes(t);
