@@ -33,37 +33,42 @@ class GgDecode {
     AscendC::WaitFlag<AscendC::HardEvent::S_V>(id);
   }
 
-  // x rows [0, XRows), then the weight rows of non-empty groups; chunk c of each goes to vector
-  // core c mod (2 * cores).
+  // The x rows of every group (masked layout: only rows below masked_m[g]), then the weight rows
+  // of non-empty groups; chunk c of each goes to vector core c mod (2 * cores).
   __aicore__ inline void Process() {
     const Args& a = *a_;
-    const int32_t me = static_cast<int32_t>(AscendC::GetBlockIdx());
-    const int32_t nv = static_cast<int32_t>(AscendC::GetBlockNum() * AscendC::GetSubBlockNum());
-    int32_t chunk = 0;
-    const int32_t col_chunks = CeilDivI(a.t.k, cols_);
-    const int64_t xrows = XRows(a.t);
-    for (int64_t r = 0; r < xrows; r += rows_) {
-      for (int32_t cc = 0; cc < col_chunks; ++cc, ++chunk) {
-        if (chunk % nv != me) continue;
-        Rows(a.p.addr_x, a.ws_addr + a.ws.x16, r, static_cast<int32_t>(rows_ < xrows - r ? rows_ : xrows - r), cc);
-      }
-    }
+    me_ = static_cast<int32_t>(AscendC::GetBlockIdx());
+    nv_ = static_cast<int32_t>(AscendC::GetBlockNum() * AscendC::GetSubBlockNum());
     AscendC::GlobalTensor<int32_t> off, mm;
     off.SetGlobalBuffer(GmPtr<int32_t>(a.p.addr_offsets), a.t.num_groups + 1);
     mm.SetGlobalBuffer(GmPtr<int32_t>(a.p.addr_masked), a.t.num_groups);
+    const uint64_t x16 = a.ws_addr + a.ws.x16, w16 = a.ws_addr + a.ws.w16;
+    if (a.t.layout == kLayoutMasked) {
+      for (int32_t g = 0; g < a.t.num_groups; ++g) {
+        Span(a.p.addr_x, x16, static_cast<int64_t>(g) * a.t.m_max, MinI(MaxI(mm.GetValue(g), 0), a.t.m_max));
+      }
+    } else {
+      Span(a.p.addr_x, x16, 0, a.t.m_total);
+    }
     for (int32_t g = 0; g < a.t.num_groups; ++g) {
       const int32_t rows = a.t.layout == kLayoutMasked ? mm.GetValue(g) : off.GetValue(g + 1) - off.GetValue(g);
       if (rows <= 0) continue;   // an empty group's weights are never read
-      for (int32_t n = 0; n < a.t.n; n += rows_) {
-        for (int32_t cc = 0; cc < col_chunks; ++cc, ++chunk) {
-          if (chunk % nv != me) continue;
-          Rows(a.p.addr_w, a.ws_addr + a.ws.w16, static_cast<int64_t>(g) * a.t.n + n, MinI(rows_, a.t.n - n), cc);
-        }
-      }
+      Span(a.p.addr_w, w16, static_cast<int64_t>(g) * a.t.n, a.t.n);
     }
   }
 
  private:
+  // Rows [r0, r0 + count) of an e4m3 [*, K] matrix, in chunks dealt over the vector cores.
+  __aicore__ inline void Span(uint64_t src, uint64_t dst, int64_t r0, int32_t count) {
+    const int32_t col_chunks = CeilDivI(a_->t.k, cols_);
+    for (int32_t r = 0; r < count; r += rows_) {
+      for (int32_t cc = 0; cc < col_chunks; ++cc, ++chunk_) {
+        if (chunk_ % nv_ != me_) continue;
+        Rows(src, dst, r0 + r, MinI(rows_, count - r), cc);
+      }
+    }
+  }
+
   template <AscendC::HardEvent E>
   __aicore__ inline void Sync() {
     const AscendC::TEventID id = pipe_.FetchEventID(E);
@@ -111,7 +116,7 @@ class GgDecode {
   }
 
   const Args* a_ = nullptr;
-  int32_t cols_ = 32, rows_ = 1;
+  int32_t cols_ = 32, rows_ = 1, me_ = 0, nv_ = 1, chunk_ = 0;
   AscendC::TPipe pipe_;
   AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, idx_, out_, lut_;
 };
