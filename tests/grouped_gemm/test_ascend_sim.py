@@ -103,6 +103,12 @@ def test_out_dtypes(out_dtype):
     check(contiguous_case(gen, torch.int8, "rowwise", [9, 17], N=48, K=40), out_dtype=out_dtype)
 
 
+def test_blockwise_hands_over_k_blocks_in_sets():
+    """11 K blocks: a set of 8 partial products from L0C, then the remaining 3."""
+    gen = torch.Generator().manual_seed(22)
+    check(contiguous_case(gen, FP8, "blockwise", [3, 20], N=130, K=128 * 10 + 5))
+
+
 def test_per_tensor_without_x_scale():
     gen = torch.Generator().manual_seed(14)
     check(contiguous_case(gen, FP8, "per_tensor", [4, 6], N=32, K=64, with_x=False))

@@ -105,10 +105,6 @@ struct TileOf {
     n0 = nt * a.t.tile_n;
     nc = MinI(a.t.tile_n, a.t.n - n0);
   }
-  // Slices the cube hands to the vector cores: 1 per tile, or one per K block (blockwise).
-  __aicore__ inline int32_t Slices(const Args& a) const {
-    return a.t.scale_mode == kScaleBlockwise ? a.t.num_k_tiles : 1;
-  }
 };
 
 }  // namespace gg

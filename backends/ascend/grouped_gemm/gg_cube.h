@@ -28,7 +28,9 @@ class GgCube {
     pipe_.InitBuffer(b_l1_, 2 * b_stage_ * sizeof(AT));
     pipe_.InitBuffer(l0a_, 2 * a_stage_ * sizeof(AT));
     pipe_.InitBuffer(l0b_, 2 * b_stage_ * sizeof(AT));
-    pipe_.InitBuffer(l0c_, mp_ * a.t.tile_n * sizeof(CT));
+    parts_ = PartsPerHandOff(a.t);
+    part_elems_ = mp_ * a.t.tile_n;
+    pipe_.InitBuffer(l0c_, parts_ * part_elems_ * sizeof(CT));
     for (int32_t s = 0; s < 2; ++s) {
       ev_l1_free_[s] = pipe_.AllocEventID<AscendC::HardEvent::MTE1_MTE2>();
       ev_l1_full_[s] = pipe_.AllocEventID<AscendC::HardEvent::MTE2_MTE1>();
@@ -68,15 +70,18 @@ class GgCube {
   __aicore__ inline void RunTile(const TileOf& tile, int32_t core) {
     const Args& a = *a_;
     const bool blockwise = a.t.scale_mode == kScaleBlockwise;
+    // blockwise: K block kt's partial product goes to L0C part kt % parts_; a full set of
+    // parts (or the last block) is handed over at once.
     for (int32_t kt = 0; kt < a.t.num_k_tiles; ++kt) {
-      const bool first = kt == 0 || blockwise;
-      Step(tile, kt, first);
-      if (blockwise || kt == a.t.num_k_tiles - 1) Emit(tile, core);
+      const int32_t part = blockwise ? kt % parts_ : 0;
+      Step(tile, kt, kt == 0 || blockwise, part);
+      const bool last = kt == a.t.num_k_tiles - 1;
+      if (last || (blockwise && part == parts_ - 1)) Emit(tile, core, part + 1);
     }
   }
 
-  // One K step into L0C (fresh when `init`).
-  __aicore__ inline void Step(const TileOf& tile, int32_t kt, bool init) {
+  // One K step into L0C part `part` (fresh when `init`).
+  __aicore__ inline void Step(const TileOf& tile, int32_t kt, bool init, int32_t part) {
     const Args& a = *a_;
     const int32_t s = step_ & 1;
     ++step_;
@@ -90,7 +95,7 @@ class GgCube {
     AscendC::LocalTensor<AT> bl1 = b_l1_.template Get<AT>()[s * b_stage_];
     AscendC::LocalTensor<AT> l0a = l0a_.template Get<AT>()[s * a_stage_];
     AscendC::LocalTensor<AT> l0b = l0b_.template Get<AT>()[s * b_stage_];
-    AscendC::LocalTensor<CT> l0c = l0c_.template Get<CT>();
+    AscendC::LocalTensor<CT> l0c = l0c_.template Get<CT>()[part * part_elems_];
 
     AscendC::WaitFlag<AscendC::HardEvent::MTE1_MTE2>(ev_l1_free_[s]);
     AscendC::DataCopy(al1, gx_[tile.row0 * a.t.k + k0],
@@ -120,15 +125,15 @@ class GgCube {
     AscendC::SetFlag<AscendC::HardEvent::MTE1_MTE2>(ev_l1_free_[s]);
     AscendC::SetFlag<AscendC::HardEvent::MTE1_M>(ev_l0_full_[s]);
     AscendC::WaitFlag<AscendC::HardEvent::MTE1_M>(ev_l0_full_[s]);
-    if (init) AscendC::WaitFlag<AscendC::HardEvent::FIX_M>(ev_fix_m_);   // L0C read out by the last Fixpipe
+    if (init && part == 0) AscendC::WaitFlag<AscendC::HardEvent::FIX_M>(ev_fix_m_);   // L0C read out by the last Fixpipe
     AscendC::Mmad(l0c, l0a, l0b,
                   AscendC::MmadParams(static_cast<uint16_t>(tile.mr), static_cast<uint16_t>(ncp),
                                       static_cast<uint16_t>(kw), 0, false, init));
     AscendC::SetFlag<AscendC::HardEvent::M_MTE1>(ev_l0_free_[s]);
   }
 
-  // L0C -> y (scale mode none) or -> a workspace slot for the vector cores.
-  __aicore__ inline void Emit(const TileOf& tile, int32_t core) {
+  // L0C -> y (scale mode none) or its first `parts` parts -> a workspace slot for the vector cores.
+  __aicore__ inline void Emit(const TileOf& tile, int32_t core, int32_t parts) {
     const Args& a = *a_;
     AscendC::LocalTensor<CT> l0c = l0c_.template Get<CT>();
     // L0C holds the tile as NZ with round16(mr) rows per column block (Mmad's m).
@@ -146,10 +151,13 @@ class GgCube {
       if (handed_ >= kSlots) AscendC::CrossCoreWaitFlag(kFlagSlotFree);
       AscendC::GlobalTensor<CT> slot;
       slot.SetGlobalBuffer(GmPtr<CT>(a.SlotAddr(core, handed_ % kSlots)),
-                           static_cast<uint64_t>(mp_) * a.t.tile_n);
-      AscendC::Fixpipe<CT, CT, AscendC::CFG_ROW_MAJOR>(
-          slot, l0c, AscendC::FixpipeParamsV220(static_cast<uint16_t>(tile.nc), static_cast<uint16_t>(tile.mr), mrp,
-                                                static_cast<uint32_t>(a.t.tile_n), false));
+                           static_cast<uint64_t>(parts_) * part_elems_);
+      for (int32_t p = 0; p < parts; ++p) {
+        AscendC::Fixpipe<CT, CT, AscendC::CFG_ROW_MAJOR>(
+            slot[static_cast<uint64_t>(p) * part_elems_], l0c[p * part_elems_],
+            AscendC::FixpipeParamsV220(static_cast<uint16_t>(tile.nc), static_cast<uint16_t>(tile.mr), mrp,
+                                       static_cast<uint32_t>(a.t.tile_n), false));
+      }
       AscendC::CrossCoreSetFlag<2, PIPE_FIX>(kFlagTileReady);
       ++handed_;
     }
@@ -164,7 +172,7 @@ class GgCube {
 
   const Args* a_ = nullptr;
   int32_t mp_ = 16, a_stage_ = 0, b_stage_ = 0;
-  int32_t step_ = 0, handed_ = 0;
+  int32_t step_ = 0, handed_ = 0, parts_ = 1, part_elems_ = 0;
   AscendC::GlobalTensor<AT> gx_, gw_;
   AscendC::TPipe pipe_;
   AscendC::TBuf<AscendC::TPosition::A1> a_l1_;

@@ -44,9 +44,12 @@ class GgEpilogue {
       const int32_t r_begin = sub == 0 ? 0 : h;
       const int32_t r_end = sub == 0 ? h : tile.mr;
       if (a.t.scale_mode == kScaleBlockwise) {
-        for (int32_t kt = 0; kt < a.t.num_k_tiles; ++kt) {
+        const int32_t parts = PartsPerHandOff(a.t);
+        for (int32_t k0 = 0; k0 < a.t.num_k_tiles; k0 += parts) {
           AscendC::CrossCoreWaitFlag(kFlagTileReady);
-          if (r_end > r_begin) Accumulate(tile, core, r_begin, r_end - r_begin, kt);
+          for (int32_t p = 0; p < parts && k0 + p < a.t.num_k_tiles; ++p) {
+            if (r_end > r_begin) Accumulate(tile, core, r_begin, r_end - r_begin, k0 + p, p);
+          }
           Release();
         }
         if (r_end > r_begin) Store(acc_.Get<float>(), tile, r_begin, r_end - r_begin);
@@ -56,7 +59,7 @@ class GgEpilogue {
       if (a.t.scale_mode == kScaleRowwise) LoadWScaleRow(tile);
       for (int32_t r = r_begin; r < r_end; r += chunk_rows_) {
         const int32_t rows = MinI(chunk_rows_, r_end - r);
-        LoadSlot(tile, core, r, rows);
+        LoadSlot(tile, core, r, rows, 0);
         AscendC::LocalTensor<float> f = f32_.Get<float>();
         ScaleRows(f, tile, r, rows);
         Store(f, tile, r, rows);
@@ -78,16 +81,17 @@ class GgEpilogue {
     AscendC::CrossCoreSetFlag<2, PIPE_MTE2>(kFlagSlotFree);
   }
 
-  // Rows [r, r + rows) of the tile in this core's current slot -> fp32 in UB (pitch_ per row).
-  __aicore__ inline void LoadSlot(const TileOf& tile, int32_t core, int32_t r, int32_t rows) {
+  // Rows [r, r + rows) of part `part` of the tile in this core's current slot -> fp32 in UB
+  // (pitch_ per row).
+  __aicore__ inline void LoadSlot(const TileOf& tile, int32_t core, int32_t r, int32_t rows, int32_t part) {
     const Args& a = *a_;
     AscendC::GlobalTensor<CT> slot;
-    slot.SetGlobalBuffer(GmPtr<CT>(a.SlotAddr(core, taken_ % kSlots)),
-                         static_cast<uint64_t>(RoundUpI(a.t.tile_m, 16)) * a.t.tile_n);
+    const uint64_t part_elems = static_cast<uint64_t>(RoundUpI(a.t.tile_m, 16)) * a.t.tile_n;
+    slot.SetGlobalBuffer(GmPtr<CT>(a.SlotAddr(core, taken_ % kSlots)), PartsPerHandOff(a.t) * part_elems);
     AscendC::LocalTensor<CT> raw = raw_.Get<CT>();
     const uint32_t len = static_cast<uint32_t>(tile.nc * sizeof(CT));
     const uint32_t ub_gap = (static_cast<uint32_t>(pitch_ * sizeof(CT)) - (len + 31) / 32 * 32) / 32;
-    AscendC::DataCopyPad(raw, slot[static_cast<uint64_t>(r) * a.t.tile_n],
+    AscendC::DataCopyPad(raw, slot[part * part_elems + static_cast<uint64_t>(r) * a.t.tile_n],
                          AscendC::DataCopyExtParams(static_cast<uint16_t>(rows), len,
                                                     static_cast<uint32_t>((a.t.tile_n - tile.nc) * sizeof(CT)), ub_gap, 0),
                          AscendC::DataCopyPadExtParams<CT>(false, 0, 0, CT(0)));
@@ -128,10 +132,10 @@ class GgEpilogue {
   }
 
   // acc (+)= slice kt's partial * x_scale[row, kt] * w_scale[g, nt, kt].
-  __aicore__ inline void Accumulate(const TileOf& tile, int32_t core, int32_t r, int32_t rows, int32_t kt) {
+  __aicore__ inline void Accumulate(const TileOf& tile, int32_t core, int32_t r, int32_t rows, int32_t kt, int32_t part) {
     const Args& a = *a_;
     const int32_t kb = a.t.num_k_tiles;
-    LoadSlot(tile, core, r, rows);
+    LoadSlot(tile, core, r, rows, part);
     AscendC::LocalTensor<float> f = f32_.Get<float>();
     AscendC::LocalTensor<float> acc = acc_.Get<float>();
     const float ws = gws_.GetValue((static_cast<uint64_t>(tile.g) * a.t.num_n_tiles + tile.nt) * kb + kt);

@@ -19,6 +19,8 @@ constexpr int32_t kScaleNone = 0, kScalePerTensor = 1, kScaleRowwise = 2, kScale
 constexpr int32_t kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4;
 constexpr int32_t kBlockK = 128;      // blockwise scale granularity (K and N)
 constexpr int32_t kSlots = 2;         // epilogue workspace slots per AI core (cube -> vector)
+constexpr int64_t kL0cBytes = 128 * 1024;   // A2 L0C: blockwise keeps several K blocks' partials in it
+constexpr int32_t kMaxParts = 8;            // blockwise K blocks handed to the vector cores at once
 
 struct Tiling {
   int32_t version, layout, num_groups, m_total, m_max, n, k, tile_m, tile_n, tile_k, stages,
@@ -33,9 +35,20 @@ __aicore__ inline int64_t XRows(const Tiling& t) {
   return t.layout == kLayoutMasked ? static_cast<int64_t>(t.num_groups) * t.m_max : t.m_total;
 }
 
+// K blocks per cube -> vector hand-off: blockwise keeps up to kMaxParts partial products in
+// L0C and hands them over with one flag; every other recipe hands over one finished tile.
+__aicore__ inline int32_t PartsPerHandOff(const Tiling& t) {
+  if (t.scale_mode != kScaleBlockwise) return 1;
+  const int64_t fit = kL0cBytes / (RoundUp64(t.tile_m, 16) * t.tile_n * 4);
+  int64_t parts = fit < kMaxParts ? fit : kMaxParts;
+  if (parts > t.num_k_tiles) parts = t.num_k_tiles;
+  return parts < 1 ? 1 : static_cast<int32_t>(parts);
+}
+
 // Workspace (bytes, 512-B aligned regions):
 //   fp8 inputs:    x16 [XRows, K] and w16 [G, N, K] halves (the decoded e4m3 operands)
-//   scaled modes:  per AI core kSlots fp32 / int32 tiles [round16(tile_m), tile_n] (cube -> vector)
+//   scaled modes:  per AI core kSlots slots of PartsPerHandOff fp32 / int32 tiles
+//                  [round16(tile_m), tile_n] (cube -> vector)
 struct Workspace {
   uint64_t x16, w16, slots, slot_bytes, total;
 };
@@ -50,7 +63,7 @@ __aicore__ inline Workspace MakeWorkspace(const Tiling& t) {
     off += RoundUp64(static_cast<int64_t>(t.num_groups) * t.n * t.k * 2, 512);
   }
   w.slots = off;
-  w.slot_bytes = static_cast<uint64_t>(RoundUp64(t.tile_m, 16)) * t.tile_n * 4;
+  w.slot_bytes = static_cast<uint64_t>(PartsPerHandOff(t)) * RoundUp64(t.tile_m, 16) * t.tile_n * 4;
   if (t.scale_mode != kScaleNone) off += static_cast<uint64_t>(t.num_cores) * kSlots * w.slot_bytes;
   w.total = off;
   return w;
@@ -66,7 +79,8 @@ struct OnChip {
 };
 __aicore__ inline OnChip OnChipBytes(const Tiling& t) {
   const int64_t e = CubeElemBytes(t.in_dtype), mp = RoundUp64(t.tile_m, 16);
-  return {2 * (mp + t.tile_n) * t.tile_k * e, 2 * mp * t.tile_k * e, 2 * t.tile_n * t.tile_k * e, mp * t.tile_n * 4};
+  return {2 * (mp + t.tile_n) * t.tile_k * e, 2 * mp * t.tile_k * e, 2 * t.tile_n * t.tile_k * e,
+          PartsPerHandOff(t) * mp * t.tile_n * 4};
 }
 
 // nullptr when the kernel can run this plan header, else why not.

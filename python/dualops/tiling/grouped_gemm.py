@@ -69,6 +69,7 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
 
 ASCEND_LARGE_M = 256         # average group rows from which Ascend takes 128 x 256 tiles
 ASCEND_K_STEPS = (256, 128, 64, 32)
+ASCEND_MAX_PARTS = 8         # blockwise: K blocks' partial products kept in L0C per hand-off
 
 
 def ascend_cube_elem_bytes(dtype: str) -> int:
@@ -103,10 +104,13 @@ def gemm_footprint(device: DeviceProfile, *, tile_m: int, tile_n: int, tile_k: i
     (scales live on the vector cores)."""
     if device.is_ascend:
         mp = round_up(tile_m, 16)
+        parts = 1   # blockwise: up to ASCEND_MAX_PARTS K blocks' partials in L0C (gg_layout.h)
+        if scale_mode == "blockwise":
+            parts = max(1, min(ASCEND_MAX_PARTS, device.l0c_bytes // (mp * tile_n * 4)))
         return {"l1": stages * (mp + tile_n) * tile_k * elem_bytes,
                 "l0a": 2 * mp * tile_k * elem_bytes,
                 "l0b": 2 * tile_n * tile_k * elem_bytes,
-                "l0c": mp * tile_n * 4}
+                "l0c": parts * mp * tile_n * 4}
     stage = (tile_m + tile_n) * tile_k * elem_bytes
     if scale_mode == "blockwise":
         stage += tile_m * 4 + ceil_div(tile_n, BLOCKWISE_K) * 4   # one K block's scales
