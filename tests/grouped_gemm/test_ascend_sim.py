@@ -133,6 +133,16 @@ def test_large_tiles_and_k_loop():
     check(case, plan=plan)
 
 
+def test_blockwise_large_tiles():
+    """128-row blockwise tiles: each vector core accumulates 64 rows; two K blocks per hand-off."""
+    gen = torch.Generator().manual_seed(23)
+    case = contiguous_case(gen, FP8, "blockwise", [260], N=130, K=300, tail=0)
+    with ascend_sim.use_profile("ascend910b2", cores=2) as prof:
+        plan = plan_grouped_gemm([260], n=130, k=300, dtype=FP8, scale_mode="blockwise", device=prof)
+    assert (plan.tile_m, plan.tile_n, plan.tile_k) == (128, 128, 128)
+    check(case, plan=plan)
+
+
 def test_empty_groups_cost_nothing():
     gen = torch.Generator().manual_seed(17)
     case = contiguous_case(gen, BF16, "none", [0, 16, 0, 0], N=64, K=64, tail=0)

@@ -6,7 +6,7 @@ fp8/int8: one 128-B swizzle atom on Hopper, and for fp8 exactly one blockwise-sc
 On Ascend (the cube kernel of backends/ascend/grouped_gemm) the tiles come from the device
 profile instead (`ascend_tiles`): tile M from the same table rounded up to the cube fractal (16),
 or 128 x 256 output tiles when groups average >= 256 rows (so the cube, not the copies of A and B,
-bounds a tile), tile N 128 for blockwise (one N scale block); the K step is the largest of 256,
+bounds a tile; 128 x 128 for blockwise, whose tile N is one N scale block); the K step is the largest of 256,
 128, 64, 32 elements whose two L0A and two L0B buffers fit (the K loop is double-buffered: L1
 stage and L0 buffer s % 2), and one fp32 accumulator tile must fit L0C. fp8 operands reach the
 cube decoded to fp16 (the A2 cube has no fp8), so they count 2 bytes on chip; blockwise keeps
@@ -81,8 +81,8 @@ def ascend_tiles(avg_rows: int, dtype: str, scale_mode: str, device: DeviceProfi
     """(tile_m, tile_n, tile_k) of the Ascend cube kernel (module docstring)."""
     e = ascend_cube_elem_bytes(dtype)
     tile_m, tile_n = tile_m_for(avg_rows, device), TILE_N
-    if avg_rows >= ASCEND_LARGE_M and scale_mode != "blockwise":
-        tile_m, tile_n = 128, 256
+    if avg_rows >= ASCEND_LARGE_M:   # blockwise: 128 x 128 (tile N is one scale block)
+        tile_m, tile_n = 128, (TILE_N if scale_mode == "blockwise" else 256)
     mp = round_up(tile_m, device.cube_fractal)
     if mp * tile_n * 4 > device.l0c_bytes:
         raise ValueError(f"tile {tile_m}x{tile_n} does not fit {device.name}'s L0C")
