@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import backends, dispatch, schema
+from . import backends, dispatch, schema, tuning
 
 LIB = "dualops"
 
@@ -76,6 +76,7 @@ def _ifa_values(q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal
 # call"). Backends without a prepare step are called as before.
 _PREPARED: dict = {}
 _PREPARED_MAX = 512
+tuning.on_change(_PREPARED.clear)  # prepared launches hold plans made under the overrides in force
 
 
 def incre_flash_attention_impl(
