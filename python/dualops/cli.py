@@ -34,6 +34,11 @@ def _parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="backends, devices, native build flags, capability matrix")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument("--plan", metavar="K=V,...", help="show the plan (and every launch choice) of this IFA "
+                      "problem, e.g. batch=1,s_q=1,h_q=8,h_kv=1,head_dim=128,max_kv_len=131072,kv_dtype=int8")
+    info.add_argument("--device", default="h100", help="device profile of --plan (default h100)")
+    info.add_argument("--tune", default="", metavar="K=V,...", help="tuning overrides of --plan (docs/tuning.md)")
+    info.add_argument("--header", action="store_true", help="with --plan: print the packed header's int32 values")
 
     par = sub.add_parser("parity", help="every op x variant x backend against the reference")
     par.add_argument("--op", action="append", choices=OPS, help="only this op (repeatable)")
@@ -73,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _info(args) -> int:
+    if args.plan:
+        from .tiling import plan_info
+
+        print(plan_info.format_plan(plan_info.plan_from_spec(args.plan, args.device, args.tune), args.header))
+        return 0
     from .bench import environment
 
     d = environment.info()

@@ -82,23 +82,23 @@ _MERGE_TESTS = ("forced_split_plans", "split_merge_repeats", "concurrent_streams
                 "whole_groups_then_splits")
 _SHAPE_TESTS = ("dtypes_head_dims_layouts", "multi_token_queries", "masks_and_bias", "8bit_query_rows",
                 "forced_split_plans", "one_chunk_units", "split_kv_long_context", "multi_wave_grids",
-                "graph_decode_step", "whole_groups_then_splits", "biased_q_short_requests")
+                "graph_decode_step", "whole_groups_then_splits", "biased_q_short_requests", "smoke")
 _FILL2_TESTS = ("first_fill_prefetch", "split_kv_long_context", "multi_wave_grids", "graph_decode_step")
 _LOCKSTEP_TESTS = ("dtypes_head_dims_layouts", "page_sizes", "multi_token_queries", "masks_and_bias",
                    "forced_split_plans", "one_chunk_units", "climbing_scores", "split_kv_long_context",
                    "first_fill_prefetch", "multi_wave_grids", "whole_groups_then_splits", "graph_decode_step",
-                   "8bit_query_rows", "biased_q_short_requests")
-FORCED_LAUNCHES = {
-    **{f"merge-{m}": (dict(ifa_merge=m), _MERGE_TESTS) for m in ("kernel", "counter", "cluster")},
-    **{f"{shape}{'-prefetch' if pf else ''}": (dict(ifa_cta_shape=shape, ifa_narrow_prefetch=pf,
-                                                     ifa_wide_prefetch=pf), _SHAPE_TESTS)
+                   "8bit_query_rows", "biased_q_short_requests", "smoke")
+FORCED_LAUNCHES = {  # (ids launch_<name>: names are no prefixes of each other, for -k)
+    **{f"merge_{m}": (dict(ifa_merge=m), _MERGE_TESTS) for m in ("kernel", "counter", "cluster")},
+    **{f"{shape}_{'pf' if pf else 'plain'}": (dict(ifa_cta_shape=shape, ifa_narrow_prefetch=pf,
+                                                    ifa_wide_prefetch=pf), _SHAPE_TESTS)
        for shape in ("narrow", "wide") for pf in (False, True)},
-    "fill2-512": (dict(ifa_second_fill_keys=512), _FILL2_TESTS),
-    "fill2-0": (dict(ifa_second_fill_keys=0), _FILL2_TESTS),
-    "lockstep-16": (dict(ifa_lockstep_keys=16, ifa_lockstep_burst_keys=0), _LOCKSTEP_TESTS),
-    "lockstep-16-burst": (dict(ifa_lockstep_keys=16, ifa_lockstep_burst_keys=16), _LOCKSTEP_TESTS),
-    "lockstep-0": (dict(ifa_lockstep_keys=0, ifa_lockstep_burst_keys=0),
-                   ("split_kv_long_context", "first_fill_prefetch", "whole_groups_then_splits", "graph_decode_step")),
+    "fill2_512": (dict(ifa_second_fill_keys=512), _FILL2_TESTS),
+    "fill2_off": (dict(ifa_second_fill_keys=0), _FILL2_TESTS),
+    "lockstep16_barrier": (dict(ifa_lockstep_keys=16, ifa_lockstep_burst_keys=0), _LOCKSTEP_TESTS),
+    "lockstep16_burst": (dict(ifa_lockstep_keys=16, ifa_lockstep_burst_keys=16), _LOCKSTEP_TESTS),
+    "lockstep_off": (dict(ifa_lockstep_keys=0, ifa_lockstep_burst_keys=0),
+                     ("split_kv_long_context", "first_fill_prefetch", "whole_groups_then_splits", "graph_decode_step")),
 }
 
 
@@ -109,7 +109,7 @@ def pytest_generate_tests(metafunc):
     name = metafunc.function.__name__
     ids = ["default"] + [k for k, (_, tests) in FORCED_LAUNCHES.items() if any(t in name for t in tests)]
     if len(ids) > 1:
-        metafunc.parametrize("forced_launch", ids, ids=[f"launch={i}" for i in ids])
+        metafunc.parametrize("forced_launch", ids, ids=[f"launch_{i}" for i in ids])
 
 
 @pytest.fixture
