@@ -17,6 +17,8 @@ import dualops
 from dualops import quant, schema, tuning
 from dualops.backends.cuda import incre_flash_attention as cuda_backend
 from dualops.reference import incre_flash_attention as ref_ifa
+from dualops.parity import builders
+from dualops.parity.builders import nan_tail
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 
 HAS_CUDA = torch.cuda.is_available() and cuda_backend.status()[0]
@@ -127,37 +129,6 @@ def _forced_launch_override(forced_launch):
 # ----------------------------------------------------------------------------- case builder
 
 
-def _fill_unused(cache, lens):
-    """NaN (or the int8 extreme) in every slot at/after kv_len: a kernel that reads one fails."""
-    cache = cache.clone()
-    for b, n in enumerate(lens):
-        if cache.dtype == torch.int8:
-            cache[b, n:] = 127
-        else:
-            cache[b, n:] = torch.tensor(float("nan")).to(cache.dtype)
-    return cache
-
-
-def _page(logical, lens, bs, gen):
-    """Scatter a logical [B, S, H, D] cache (S = MB * bs) into a permuted pool with spare blocks;
-    table entries past a request's blocks are -1; every unused pool slot is NaN / extreme."""
-    B, S, H, D = logical.shape
-    mb = S // bs
-    used = [math.ceil(n / bs) for n in lens]
-    total = sum(used) + 3
-    perm = torch.randperm(total, generator=gen).tolist()
-    bad = 127 if logical.dtype == torch.int8 else float("nan")
-    pool = torch.full((total, bs, H, D), bad, dtype=torch.float32).to(logical.dtype).to(logical.device)
-    table = torch.full((B, mb), -1, dtype=torch.int32)
-    k = 0
-    for b in range(B):
-        for j in range(used[b]):
-            table[b, j] = perm[k]
-            pool[perm[k]] = logical[b, j * bs:(j + 1) * bs]
-            k += 1
-    return pool, table.to(logical.device)
-
-
 def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0, lens=None, s_max=None,
               causal=False, mask=None, pse=None, q_layout="contiguous", fused_kv=False, int8_offset=True,
               softmax_scale=None, k_trend=0.0, k_jumps=0, q_bias=0.0, seed=0, device="cuda"):
@@ -212,14 +183,14 @@ def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0
         extra = dict(k_scale=ks, v_scale=vs)
     else:
         raise ValueError(kv)
-    k, v = _fill_unused(k, lens), _fill_unused(v, lens)
+    k, v = nan_tail(k, lens), nan_tail(v, lens)
     if fused_kv and kv == "same":
         both = torch.stack([k, v], dim=3)  # keep the strided layout after the NaN fill
         k, v = both[..., 0, :], both[..., 1, :]
     kw = dict(kv_lens=torch.tensor(lens, dtype=torch.int32, device=dev), causal=causal, **extra)
     if page:
-        k, table = _page(k, lens, page, gen)
-        v = _page_same(v, lens, page, table, total=k.shape[0])
+        # unused table entries -1: a kernel that reads one reads out of bounds (the sanitizer says)
+        (k, v), table = builders.page((k, v), lens, page, gen, spare_blocks=3, unused_id=-1)
         kw["block_table"] = table
     s_kv = s_max
     if mask is not None:
@@ -232,18 +203,6 @@ def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0
     if softmax_scale is not None:
         kw["softmax_scale"] = softmax_scale
     return q, k, v, kw
-
-
-def _page_same(logical, lens, bs, table, total):
-    """Page `logical` with an existing table into a pool of `total` blocks (k and v share one
-    block table)."""
-    B, S, H, D = logical.shape
-    bad = 127 if logical.dtype == torch.int8 else float("nan")
-    pool = torch.full((total, bs, H, D), bad, dtype=torch.float32).to(logical.dtype).to(logical.device)
-    for b in range(B):
-        for j in range(math.ceil(lens[b] / bs)):
-            pool[int(table[b, j])] = logical[b, j * bs:(j + 1) * bs]
-    return pool
 
 
 def check(q, k, v, kw, *, name=""):
