@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Build ifa_kernel_ablate.cu once per DUALOPS_IFA_ABLATE value (in parallel) and run each on a
 # Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0);
-# iN / fN = the same on an int8 / fp8 cache; +s1 / +s2 force 1 / 2 chunks per main-loop step, +wN N warps per
-# wide CTA (e.g. 0+s2+w6), +t the phase trace (DUALOPS_IFA_TRACE), +T the trace with the
+# iN / fN = the same on an int8 / fp8 cache; +t the phase trace (DUALOPS_IFA_TRACE), +T the trace with the
 # instruction-fetch probe after the first epilogue barrier (DUALOPS_IFA_TRACE=2; +W also runs
 # it once before the grid-dependency wait), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
@@ -16,9 +15,7 @@
 # burst order (ifa_lockstep_burst_keys; 0: never), +pN narrow 8-bit grids in the narrow kernel
 # with the first-fill prefetch (N = 1) or without (0) (ifa_narrow_prefetch), +yN wide 8-bit
 # calls in the wide kernel with the first-fill prefetch (1: all of them) or none (0)
-# (ifa_wide_prefetch), +PN N pipeline fills prefetched into L2 before the grid-dependency
-# wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits of N fills up
-# (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
+# (ifa_wide_prefetch), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
 # +xDUALOPS_IFA_FOO1; several may follow each other; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
 # =name: that name exactly);
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
@@ -39,14 +36,9 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   kv=0; a=${n%%+*}; extra=""
   if [[ $a == i* ]]; then kv=1; a=${a#i}; fi
   if [[ $a == f* ]]; then kv=2; a=${a#f}; fi
-  [[ $n == *+s2* ]] && extra+=" -DDUALOPS_IFA_SUB=2"
-  [[ $n == *+s1* ]] && extra+=" -DDUALOPS_IFA_SUB=1"
   [[ $n == *+t* ]] && extra+=" -DDUALOPS_IFA_TRACE=1"
   [[ $n == *+T* ]] && extra+=" -DDUALOPS_IFA_TRACE=2"
   [[ $n == *+W* ]] && extra+=" -DDUALOPS_IFA_TRACE_WARM=1"
-  [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
-  [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
-  [[ $n =~ \+Q([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PAGED_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   rest=$n  # every +xNAMEN token
   while [[ $rest =~ \+x([A-Z_0-9]*[A-Z_])([0-9]+)(.*) ]]; do
     extra+=" -D${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"; rest=${BASH_REMATCH[3]}

@@ -8,6 +8,7 @@
 
 #include <type_traits>
 
+#include "../common/check.cuh"
 #include "ifa_combine_kernel.cuh"
 #include "ifa_split_kernel.cuh"
 
@@ -38,9 +39,8 @@ int max_active_clusters(int size) {
     cfg.attrs = a;
     cfg.numAttrs = 1;
     int n = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, ifa_split_kernel<QT, KVT, D, M_TILE, SHAPE>, &cfg);
-    if (e != cudaSuccess) (void)cudaGetLastError();  // no clusters then; clear the error
-    cache[size] = (e == cudaSuccess && n > 0) ? n : -1;
+    const bool ok = common::query_ok(cudaOccupancyMaxActiveClusters(&n, ifa_split_kernel<QT, KVT, D, M_TILE, SHAPE>, &cfg));
+    cache[size] = (ok && n > 0) ? n : -1;  // (no clusters on an error)
   }
   return cache[size];
 }
@@ -105,9 +105,10 @@ cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashA
   cfg.attrs = attrs;
   cfg.numAttrs = n_attrs;
   // first wave, stagger, second-fill prefetch and burst order: the plan's
-  cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p, t, mode, static_cast<int>(t.wave_ctas), static_cast<int>(t.stagger_ns),
-                                       static_cast<int>(t.second_fill_keys), static_cast<int>(t.lockstep_burst));
-  if (err != cudaSuccess || t.num_splits == 1 || mode != kMergeKernel) return err;
+  DUALOPS_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, t, mode, static_cast<int>(t.wave_ctas),
+                                      static_cast<int>(t.stagger_ns), static_cast<int>(t.second_fill_keys),
+                                      static_cast<int>(t.lockstep_burst)));
+  if (t.num_splits == 1 || mode != kMergeKernel) return cudaSuccess;
   cfg.attrs = la;
   cfg.numAttrs = 1;
   cfg.gridDim = dim3(static_cast<unsigned>((static_cast<int64_t>(t.batch) * t.h_kv - t.whole_groups) * t.q_rows),

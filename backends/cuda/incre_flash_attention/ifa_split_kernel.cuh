@@ -15,49 +15,14 @@
 #include <type_traits>
 
 #include "ifa_config.cuh"
+#include "ifa_measure.cuh"
 #include "ifa_primitives.cuh"
 #include "ifa_tiling.h"
-#include "ifa_trace.cuh"
 
 namespace dualops::cuda::ifa {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-template <typename T>
-__device__ __forceinline__ float to_f32(T x);
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// A 16-bit q value from its raw bits.
-template <typename T>
-__device__ __forceinline__ float bits_to_f32(uint32_t x);
-template <>
-__device__ __forceinline__ float bits_to_f32<__half>(uint32_t x) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(x)));
-}
-template <>
-__device__ __forceinline__ float bits_to_f32<__nv_bfloat16>(uint32_t x) { return __uint_as_float(x << 16); }
-
-// Two output values at head-dim positions d0, d1 of one row (adjacent for 16-bit caches).
-template <typename T>
-__device__ __forceinline__ void store2(T* row, int d0, int d1, float v0, float v1) {
-  if (d1 == d0 + 1 && (d0 & 1) == 0) {
-    if constexpr (std::is_same_v<T, __half>) {
-      *reinterpret_cast<__half2*>(row + d0) = __floats2half2_rn(v0, v1);
-    } else {
-      *reinterpret_cast<__nv_bfloat162*>(row + d0) = __floats2bfloat162_rn(v0, v1);
-    }
-  } else {
-    if constexpr (std::is_same_v<T, __half>) {
-      row[d0] = __float2half_rn(v0), row[d1] = __float2half_rn(v1);
-    } else {
-      row[d0] = __float2bfloat16_rn(v0), row[d1] = __float2bfloat16_rn(v1);
-    }
-  }
-}
 
 template <typename KVT>
 struct CvtOf {
@@ -74,73 +39,11 @@ struct BlockWindow {
   int cur = -1, nxt = -1;
 };
 
-// Block index and in-block slot of key kc (block sizes are powers of two in practice: shifts).
-struct PageMath {
-  int size = 0, shift = -1;
-  __device__ __forceinline__ explicit PageMath(int bs) : size(bs) {
-    if (bs > 0 && (bs & (bs - 1)) == 0) shift = __ffs(bs) - 1;
-  }
-  __device__ __forceinline__ int block(int kc) const { return shift >= 0 ? kc >> shift : kc / size; }
-  __device__ __forceinline__ int slot(int kc) const { return shift >= 0 ? kc & (size - 1) : kc % size; }
-};
-
 // Arrival counters of the in-kernel split merge (p.merge_counters, kMaxMergeGroups int32), one per
 // (batch, KV head, q tile) group: the last CTA of a group to finish merges the group's partials
 // and sets its counter back to 0, so the buffer is all zeros between calls (and between replays
 // of a captured graph). The Python glue keeps one zeroed buffer per stream, so calls running
 // concurrently on different streams never share counters. Capacity: kMaxMergeGroups (ifa_tiling.h).
-
-// Log-sum-exp merge of split partials, four output columns at a time: each split brings its
-// lse (natural log, -inf when it saw no key) and its normalized output; the state keeps the
-// running max m, the weight sum l (relative to m) and the weighted output sum.
-struct PartialMerge {
-  float m = -INFINITY, l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  // Splits s0, s0 + step, ... (< s_end) of one (row, 4 columns): all K loads of a round go out
-  // at once, so a round costs one memory round trip; each split is a state of weight 1.
-  // load(s, lse, o) fetches split s.
-  template <int K, typename Load>
-  __device__ __forceinline__ void add_splits(int s0, int s_end, int step, Load&& load) {
-    for (; s0 < s_end; s0 += K * step) {
-      PartialMerge sp[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int s = s0 + k * step;
-        sp[k].l = 1.f;
-        if (s < s_end) load(s, sp[k].m, sp[k].acc);  // (m -inf, acc 0 past s_end: weight 0)
-      }
-      merge_all<K>([&](int k) -> const PartialMerge& { return sp[k]; });
-    }
-  }
-  // N other states of the same row and columns, get(k) the k-th: the maximum first, then every
-  // weight at once, so the merge is one short dependent chain whatever N (merging them one by
-  // one chains N rescales: BENCHMARKS.md item 36).
-  template <int N, typename Get>
-  __device__ __forceinline__ void merge_all(Get&& get) {
-    float mx = m;
-#pragma unroll
-    for (int k = 0; k < N; ++k) mx = fmaxf(mx, get(k).m);
-    if (mx == -INFINITY) return;  // no key in any state
-    const float sc = __expf(m - mx);  // 0 while m is -inf
-    l *= sc, acc.x *= sc, acc.y *= sc, acc.z *= sc, acc.w *= sc;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const PartialMerge& o = get(k);
-      const float w = __expf(o.m - mx);  // 0 for a state without keys
-      l += o.l * w;
-      acc.x += o.acc.x * w, acc.y += o.acc.y * w, acc.z += o.acc.z * w, acc.w += o.acc.w * w;
-    }
-    m = mx;
-  }
-  // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then).
-  template <typename QT>
-  __device__ __forceinline__ void store(QT* dst, int c) const {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
-    store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
-  }
-  __device__ __forceinline__ float lse() const { return l > 0.f ? m + __logf(l) : INFINITY; }
-};
 
 // The last CTA of a split group merges the group's fp32 partials (rows row0 .. row0 + rows - 1
 // of units ubase .. ubase + ns - 1) into out / lse, as the combine kernel would: a thread per
@@ -258,7 +161,7 @@ __device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 struct ClusterMergeLayout {
   using C = Cfg<QT, KVT, D, SHAPE>;
-  static constexpr bool kStaged = kStagedOut == 2 || (kStagedOut == 1 && C::kQuant);  // (kStageOut)
+  static constexpr bool kStaged = C::kQuant;  // 8-bit epilogues stage their rows (kStageOut)
   static constexpr int kOutPitch = kStaged ? D + 4 : D;
   static constexpr int kOut = C::kWarps * M_TILE * D * 4;  // after ebuf
   static constexpr int kLse = kOut + M_TILE * kOutPitch * 4;
@@ -502,8 +405,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     DUALOPS_IFA_DEP(x);
   }
 #endif
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  pdl_launch_dependents();
+  pdl_wait();
   DUALOPS_IFA_MARK(kTrWaited);
   // A multi-wave grid of narrow CTAs (launcher: stagger_ns > 0): the first stagger_ctas CTAs --
   // the first wave -- start their work spread evenly over stagger_ns. Released by one wait, a
