@@ -4,12 +4,14 @@
 #include <cmath>
 
 #include "convert.cuh"
+#include "ptx.cuh"
 
 namespace dualops::cuda::common {
 
 // Log-sum-exp merge of split partials, four output columns at a time: each split brings its
 // lse (natural log, -inf when it saw no key) and its normalized output; the state keeps the
-// running max m, the weight sum l (relative to m) and the weighted output sum.
+// running max m, the weight sum l (relative to m) and the weighted output sum. A NaN partial (lse
+// or output) makes the merged row NaN: the max propagates NaN, and l > 0 is tested as !(l <= 0).
 struct PartialMerge {
   float m = -INFINITY, l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -36,8 +38,8 @@ struct PartialMerge {
   __device__ __forceinline__ void merge_all(Get&& get) {
     float mx = m;
 #pragma unroll
-    for (int k = 0; k < N; ++k) mx = fmaxf(mx, get(k).m);
-    if (mx == -INFINITY) return;  // no key in any state
+    for (int k = 0; k < N; ++k) mx = fmax_nan(mx, get(k).m);
+    if (mx == -INFINITY) return;  // no key in any state (NaN goes on: every weight turns NaN)
     const float sc = __expf(m - mx);  // 0 while m is -inf
     l *= sc, acc.x *= sc, acc.y *= sc, acc.z *= sc, acc.w *= sc;
 #pragma unroll
@@ -52,11 +54,11 @@ struct PartialMerge {
   // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then).
   template <typename QT>
   __device__ __forceinline__ void store(QT* dst, int c) const {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = !(l <= 0.f) ? 1.f / l : 0.f;  // (NaN l: NaN out)
     store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
     store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
   }
-  __device__ __forceinline__ float lse() const { return l > 0.f ? m + __logf(l) : INFINITY; }
+  __device__ __forceinline__ float lse() const { return !(l <= 0.f) ? m + __logf(l) : INFINITY; }
 };
 
 }  // namespace dualops::cuda::common

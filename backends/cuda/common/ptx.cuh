@@ -46,4 +46,12 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 }
 
 
+// max(a, b) that returns NaN when either is NaN (fmaxf returns the other operand): state
+// merges use it so that a NaN partial cannot be dropped.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
 }  // namespace dualops::cuda::common

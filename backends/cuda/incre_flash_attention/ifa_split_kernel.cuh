@@ -1004,13 +1004,15 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     DUALOPS_IFA_DEP(mx);
     DUALOPS_IFA_MARK(kTrStatsMax);
 #endif
+    // A warp whose reference stayed -inf saw no finite score: its l is 0, or NaN when it summed
+    // NaN scores (NaN q, key, bias or scale), which must reach the row's l (and so out and lse).
     float l = 0.f;
-    if (mx != -INFINITY)
 #pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        const float mw = w < n_active ? warp_m[w * M_TILE + tid] : -INFINITY;
-        if (mw != -INFINITY) l += warp_l[w * M_TILE + tid] * exp2f(mw - mx);
-      }
+    for (int w = 0; w < NW; ++w) {
+      if (w >= n_active) break;
+      const float mw = warp_m[w * M_TILE + tid], lw = warp_l[w * M_TILE + tid];
+      l += mw != -INFINITY ? lw * exp2f(mw - mx) : lw;
+    }
 #if DUALOPS_IFA_TRACE
     DUALOPS_IFA_DEP(l);
     DUALOPS_IFA_MARK(kTrStatsSum);
@@ -1035,7 +1037,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     for (int hf = 0; hf < 2; ++hf) {
       const int rr = mt * 16 + g + 8 * hf;
       const float lt = fin_l[rr];
-      f[hf] = (lt > 0.f && m_run[mt][hf] != -INFINITY) ? exp2f(m_run[mt][hf] - fin_m[rr]) / lt : 0.f;
+      // (!(lt <= 0): a NaN row l passes NaN on to the output)
+      f[hf] = (!(lt <= 0.f) && m_run[mt][hf] != -INFINITY) ? exp2f(m_run[mt][hf] - fin_m[rr]) / lt : 0.f;
     }
     if (half_rows) {
 #pragma unroll
@@ -1088,7 +1091,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     for (int hf = 0; hf < 2; ++hf) {
       const int rr = mt * 16 + (ln >> 2) + 8 * hf, r = row0 + rr;
       if (r >= q_rows) continue;
-      const bool seen = fin_l[rr] > 0.f;
+      const bool seen = !(fin_l[rr] <= 0.f);  // (a NaN row is seen: NaN out)
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
@@ -1128,7 +1131,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   if (tid < M_TILE && row0 + tid < q_rows) {
     const float lt = fin_l[tid];
     // no key: lse +inf in the output, -inf in a partial (weight 0 in the merge)
-    const float lse = lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : (ns == 1 ? INFINITY : -INFINITY);
+    const float lse = !(lt <= 0.f) ? (fin_m[tid] + __log2f(lt)) * kLn2 : (ns == 1 ? INFINITY : -INFINITY);
     if (kClusterMerge && ns > 1 && merge_mode == kMergeCluster)
       clu_lse[tid] = lse;
     else
