@@ -1,6 +1,6 @@
 """Roofline cost model of the Ascend simulator: per-core counters of one launch -> an *estimated*
-time on a named 910B profile. Estimates, never measurements: every figure below that is not in
-REFERENCE.md §3 is an assumption, listed in ``ASSUMPTIONS`` and in docs/ascend_sim.md.
+time on a named 910B profile. Estimates, never measurements: every figure below that is not an
+Atlas A2 fact (docs/incre_flash_attention_ascend.md) is an assumption, listed in ``ASSUMPTIONS`` and in docs/ascend_sim.md.
 
 Model (per launch):
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from .devices import ASCEND_CUBE_MACS_PER_CYCLE, DeviceProfile
 
-VECTOR_BYTES_PER_CYCLE = 256          # one vector repeat (REFERENCE.md §3: repeat 256 B)
+VECTOR_BYTES_PER_CYCLE = 256          # one vector repeat (256 B on Atlas A2)
 CORE_DMA_BYTES_PER_CYCLE = 128        # assumption: per-core GM port of MTE2 / MTE3 / FIXPIPE
 L2_BW_FACTOR = 4.0                    # assumption: L2 bandwidth = 4 x the profile's HBM bandwidth
 SYNC_LATENCY_S = 0.5e-6               # assumption: one cross-core flag hand-off / SyncAll
 LAUNCH_OVERHEAD_S = 5e-6              # assumption: MIX kernel launch + tiling fetch
-FP32_CUBE_SLOWDOWN = 4                # REFERENCE.md §3: fp32 cube throughput is 1/4 of fp16
+FP32_CUBE_SLOWDOWN = 4                # Atlas A2: fp32 cube throughput is 1/4 of fp16
 
 # GM buffers whose traffic stays on chip (L2): the cube <-> vector hand-off workspace and the
 # split-KV partials; buffers read by the scalar unit only are too small to matter.

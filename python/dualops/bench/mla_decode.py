@@ -1,6 +1,6 @@
 """Bench workload of MLA decode (protocol: ``bench/workloads.py``).
 
-FLOPs and bytes as FlashMLA counts them (REFERENCE.md §1): FLOPs = 2 · h_q · s_q · Σ keys ·
+FLOPs and bytes as FlashMLA counts them: FLOPs = 2 · h_q · s_q · Σ keys ·
 (d_qk + d_v), keys = s_k per request (dense) or topk per query token (sparse); bytes = the KV
 tokens read once in the cache format + q + out."""
 from __future__ import annotations
