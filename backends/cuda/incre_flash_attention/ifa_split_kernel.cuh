@@ -39,135 +39,13 @@ struct BlockWindow {
   int cur = -1, nxt = -1;
 };
 
-// Arrival counters of the in-kernel split merge (p.merge_counters, kMaxMergeGroups int32), one per
-// (batch, KV head, q tile) group: the last CTA of a group to finish merges the group's partials
-// and sets its counter back to 0, so the buffer is all zeros between calls (and between replays
-// of a captured graph). The Python glue keeps one zeroed buffer per stream, so calls running
-// concurrently on different streams never share counters. Capacity: kMaxMergeGroups (ifa_tiling.h).
+}  // namespace dualops::cuda::ifa
 
-// The last CTA of a split group merges the group's fp32 partials (rows row0 .. row0 + rows - 1
-// of units ubase .. ubase + ns - 1) into out / lse, as the combine kernel would: a thread per
-// (row, 4 columns), every split's lse and output loaded together (one L2 round trip per 8
-// splits; the first version loaded the lse values, reduced them through shared memory and only
-// then the outputs: two round trips and two barriers -- BENCHMARKS.md v12). Rounds of 16 took
-// the kernel from ~170 to 254 registers, and the fp8 main loop, compiled around them, ran 3 %
-// slower on bandwidth-bound calls (same-lease A/B, v12).
-template <typename QT, int D, int M_TILE, int NW>
-__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
-                                             int b, int kvh, int64_t ubase, int row0) {
-  constexpr int NT = NW * 32, C4 = D / 4;
-  const int tid = threadIdx.x;
-  const int ns = t.num_splits, q_rows = t.q_rows, s_q = t.s_q;
-  const int rows = min(M_TILE, q_rows - row0);
-  const float* la = static_cast<const float*>(p.lse_accum) + ubase * q_rows + row0;       // split stride q_rows
-  const float* oa = static_cast<const float*>(p.o_accum) + (ubase * q_rows + row0) * D;  // split stride q_rows * D
-  for (int slot = tid; slot < rows * C4; slot += NT) {
-    const int rr = slot / C4, c = (slot % C4) * 4;
-    PartialMerge st;
-    // (partials of other CTAs of this grid: L2 loads, not L1)
-    st.add_splits<8>(0, ns, 1, [&](int s, float& lse, float4& o) {
-      lse = __ldcg(la + rr + static_cast<int64_t>(s) * q_rows);
-      o = __ldcg(reinterpret_cast<const float4*>(oa + rr * D + c + static_cast<int64_t>(s) * q_rows * D));
-    });
-    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q, h = kvh * t.group + gh;
-    st.store<QT>(static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h, c);
-    if (c == 0) static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] = st.lse();
-  }
-}
+#include "ifa_prefetch.cuh"
+#include "ifa_split_merge.cuh"
 
-// How the split partials of a (batch, KV head, q tile) group are merged (merge_mode):
-//  kMergeKernel   the split kernel writes fp32 partials; the combine kernel follows;
-//  kMergeCounter  partials in global memory; the last CTA of the group to arrive (an arrival
-//                 counter) merges them (merge_splits);
-//  kMergeCluster  the group's CTAs are one thread-block cluster (launch_variant): each keeps
-//                 its partial in its own shared memory and, after a cluster barrier, merges a
-//                 slice of the rows x columns from every CTA's shared memory (no global round
-//                 trip, no atomic; BENCHMARKS.md v12).
-enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
+namespace dualops::cuda::ifa {
 
-// L2 prefetch of the first pipeline fill of a plan unit (batch b, KV head kvh, keys k_begin ..
-// + Cfg::kPrefetchKeys of its split, both tensors: warp warp0 K, warp0 + 1 V) before the grid-dependency wait,
-// while the kernel ahead finishes, so that the unit's first copies after the wait hit L2
-// (16-bit caches, Cfg::kPrefetchKeys). A prefetch returns no data, so it is safe before the
-// wait: L2 is the point of coherence, and rows the kernel ahead still writes are read fresh by
-// the copies. Only CTAs of the first wave call it: a later CTA starts after the kernel ahead has
-// ended, and its prefetch would only duplicate its first copies (b128 h32/8 s1k +2 %,
-// BENCHMARKS.md v14). (A CTA prefetching, after its main loop, for the CTA one wave behind it
-// made multi-wave grids 4 % slower, v14.)
-// Keys past kv_lens (not known yet) may be prefetched: still inside the cache (k_cap <=
-// max_kv_len). The rows are contiguous spans where a head's rows are dense (stride_1 == D) or
-// the heads are packed in a row (stride_2 == D, stride_1 == h_kv * D: the unit takes its head's
-// share of the all-head span, the units of the other heads the rest); paged caches one span per
-// block (a lane per block, its id read here: a stale id only misdirects a hint; splits of at
-// least 2 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
-// moves the call's whole read into the tail of the kernel ahead, which it then slows (b16 h8/1
-// s1k, 8 splits of 128 keys: +0.6 us, v14).
-// The same function prefetches the second fill (k_from = k_begin + kPrefetchKeys, warps 2 and 3)
-// right after the wait, in the first wave's splits of at least second_fill_keys keys (a kernel
-// argument, the launcher's second_fill_keys(): the H100 only): there HBM would otherwise idle while
-// the first copies come from L2.
-template <typename C>
-__device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p,
-                                              const IncreFlashAttentionTiling& t, int b, int kvh,
-                                              int k_from, int k_cap, int span, int warp0) {
-  constexpr int D = C::kD;
-  const int warp = (threadIdx.x >> 5) - warp0, lane = threadIdx.x & 31;
-  const int nk = min(C::kPrefetchKeys, k_cap - k_from);
-  if (warp < 0 || warp >= 2 || nk <= 0 || span <= C::kPrefetchKeys) return;
-  // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
-  // round trip when the kernel ahead has already ended; it pays from splits of two fills up
-  // (Cfg::kPagedPrefetchMinKeys; H100 b1 h32/8 s8k, 16 splits of 512 keys: paged 18.4 -> 17.2
-  // us; H200 -1 to -3 %, but b1 h8/1 s32k, 64 splits of 512 keys, +0.2 us; v16). (Loading the
-  // block ids at the kernel's start instead, under the address set-up, did not remove that
-  // +0.2 us and re-scheduled the bf16 main loop: contiguous calls +0.3 to +1.2 %, v16.)
-  if (t.block_size > 0 && span < C::kPagedPrefetchMinKeys) return;
-  const char* base = static_cast<const char*>(warp == 0 ? p.k : p.v);
-  const int64_t s0 = warp == 0 ? p.k_stride_0 : p.v_stride_0;
-  const int64_t s1 = warp == 0 ? p.k_stride_1 : p.v_stride_1;
-  const int64_t s2 = warp == 0 ? p.k_stride_2 : p.v_stride_2;
-  const int64_t elt = sizeof(typename C::KV);
-  const bool dense = s1 == D, packed = s2 == D && s1 == static_cast<int64_t>(t.h_kv) * D;
-  // segment `lane`: keys [ka, kb) of one block (contiguous: one segment, the batch's rows)
-  int ka = k_from, kb = k_from + nk;
-  int64_t seg_base = static_cast<int64_t>(b) * s0;  // elements to the block's / batch's row 0
-  bool ok = dense || packed;
-  if (t.block_size > 0) {
-    const PageMath pm(t.block_size);
-    const int pg = pm.block(k_from) + lane;
-    ka = max(ka, pg * t.block_size);
-    kb = min(kb, (pg + 1) * t.block_size);
-    ok = ok && ka < kb;
-    const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
-    const int blk = ok ? bt_row[pg] : -1;
-    ok = ok && blk >= 0 && blk < p.num_blocks;
-    seg_base = static_cast<int64_t>(ok ? blk : 0) * s0;
-    ka -= pg * t.block_size, kb -= pg * t.block_size;  // slots within the block
-  } else {
-    ok = ok && lane == 0;
-  }
-  if (!ok) return;
-  const int n = kb - ka;
-  const int64_t off = dense ? (seg_base + kvh * s2 + static_cast<int64_t>(ka) * s1) * elt
-                            : (seg_base + static_cast<int64_t>(ka) * s1) * elt + static_cast<int64_t>(kvh) * n * C::kRowBytes;
-  prefetch_l2(base + off, static_cast<uint32_t>(n) * C::kRowBytes);
-}
-
-// The CTA's output rows (M_TILE x D fp32, rows kOutPitch floats apart) and lse (M_TILE) in the
-// K/V stages after the warps' merge buffer: the partial a cluster merge reads, and the rows an
-// 8-bit cache's epilogue stages there (kStageOut). There the rows are padded by 4 floats: a warp
-// stores one column of 8 rows x 4 column groups 32 apart (Cfg::pv_d), which rows D floats apart
-// put in one bank. Kernels that do not stage keep rows D apart: a different pitch re-scheduled
-// their main loops (the int8 one ran 2.5-3 % slower on the H200 in one such schedule, item 41).
-template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
-struct ClusterMergeLayout {
-  using C = Cfg<QT, KVT, D, SHAPE>;
-  static constexpr bool kStaged = C::kQuant;  // 8-bit epilogues stage their rows (kStageOut)
-  static constexpr int kOutPitch = kStaged ? D + 4 : D;
-  static constexpr int kOut = C::kWarps * M_TILE * D * 4;  // after ebuf
-  static constexpr int kLse = kOut + M_TILE * kOutPitch * 4;
-  static constexpr bool kFits = kLse + M_TILE * 4 <= SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kKv;
-};
-constexpr int kMaxClusterSplits = 8;  // portable cluster size
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
