@@ -30,7 +30,7 @@ INT8, FP8 = 3, 4                 # DType codes (ops/include/dualops/params.h)
 
 
 @dataclasses.dataclass(frozen=True)
-class IfaLaunch:
+class IfaLaunchFields:
     """The launch fields of an IFA plan header (0 where they do not apply)."""
 
     cta_m_tile: int = 16         # q rows of one CTA (16, 32 or 64)
@@ -158,12 +158,12 @@ def _merge(p, variant: int, m: int) -> tuple[int, int]:
     return fallback, fallback
 
 
-def choose_launch(p, device, kv_dtype: int) -> IfaLaunch:
+def choose_launch(p, device, kv_dtype: int) -> IfaLaunchFields:
     """The launch fields of plan `p` (its shape and split fields set) on CUDA `device`, under the
     tuning overrides in force. `kv_dtype`: the cache's DType code (int8 and fp8 differ)."""
     rules = device.ifa_cuda
     if rules is None:
-        return IfaLaunch()
+        return IfaLaunchFields()
     sms = device.num_cores
     m = pick_m_tile(p.q_rows, p.head_dim)
     variant = _variant(p, rules, sms, m, kv_dtype)
@@ -174,13 +174,13 @@ def choose_launch(p, device, kv_dtype: int) -> IfaLaunch:
     stagger = _knob("ifa_stagger_ns", STAGGER_NS if variant == NARROW and not c["quant"] else 0) if waves else 0
     burst_keys = _knob("ifa_lockstep_burst_keys", LOCKSTEP_BURST_KEYS)
     burst = int(variant == WIDE_LS and p.block_size == 0 and burst_keys > 0 and unit_keys(p) >= burst_keys)
-    return IfaLaunch(cta_m_tile=m, variant=variant, merge=merge, merge_fallback=fallback,
+    return IfaLaunchFields(cta_m_tile=m, variant=variant, merge=merge, merge_fallback=fallback,
                      pdl=int(_knob("ifa_pdl", True)), wave_ctas=wave, stagger_ns=stagger,
                      second_fill_keys=_knob("ifa_second_fill_keys", rules.second_fill_keys),
                      lockstep_burst=burst)
 
 
-def describe(launch: IfaLaunch) -> str:
+def describe(launch: IfaLaunchFields) -> str:
     if launch.wave_ctas == 0:
         return ""
     merge = MERGE_NAMES[launch.merge] + (f" (else {MERGE_NAMES[launch.merge_fallback]})"

@@ -148,7 +148,7 @@ class IfaPlan(PackedPlan):
     kv_dtype_bytes: int
     whole_groups: int = 0
     # The cache's DType code (ops/include/dualops/params.h; int8 and fp8 launch differently) and
-    # the CUDA launch choices (_ifa_launch.IfaLaunch; 0 on Ascend): made by the planner, read
+    # the CUDA launch choices (_ifa_launch.IfaLaunchFields; 0 on Ascend): made by the planner, read
     # by the CUDA launcher as they are.
     kv_dtype: int = 0
     cta_m_tile: int = 0
@@ -169,7 +169,7 @@ class IfaPlan(PackedPlan):
         "q_tile_rows", "kv_dtype_bytes", "whole_groups", "kv_dtype", "cta_m_tile", "variant",
         "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns", "second_fill_keys",
         "lockstep_burst")
-    LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(_ifa_launch.IfaLaunch))
+    LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(_ifa_launch.IfaLaunchFields))
     VERSION: ClassVar[int] = IFA_VERSION
 
     # -- work list --------------------------------------------------------------------------
@@ -225,9 +225,9 @@ class IfaPlan(PackedPlan):
         return dataclasses.replace(self, device=device, **dataclasses.asdict(launch))
 
     @property
-    def launch(self) -> _ifa_launch.IfaLaunch:
+    def launch(self) -> _ifa_launch.IfaLaunchFields:
         """The CUDA launch choices the plan carries."""
-        return _ifa_launch.IfaLaunch(**{f: getattr(self, f) for f in self.LAUNCH_FIELDS})
+        return _ifa_launch.IfaLaunchFields(**{f: getattr(self, f) for f in self.LAUNCH_FIELDS})
 
     def units_of_core(self, c: int) -> range:
         """Units core c runs: c, c + num_cores, ..."""
