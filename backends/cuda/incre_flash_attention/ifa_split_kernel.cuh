@@ -855,7 +855,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int rr = mt * 16 + g + 8 * hf;
-        warp_m[warp * M_TILE + rr] = m_run[mt][hf];
+        // A warp that summed NaN scores (NaN q, key, bias or scale) has a NaN l, also where its
+        // reference stayed -inf (every score NaN): l - l turns its reference NaN too, so that the
+        // row merge below (a NaN-propagating max) makes the row's out and lse NaN.
+        warp_m[warp * M_TILE + rr] = m_run[mt][hf] + (l_run[mt][hf] - l_run[mt][hf]);
         warp_l[warp * M_TILE + rr] = l_run[mt][hf];
       }
   }
@@ -877,20 +880,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < NW; ++w)
-      if (w < n_active) mx = fmaxf(mx, warp_m[w * M_TILE + tid]);
+      if (w < n_active) mx = fmax_nan(mx, warp_m[w * M_TILE + tid]);  // (a NaN warp makes the row NaN)
 #if DUALOPS_IFA_TRACE
     DUALOPS_IFA_DEP(mx);
     DUALOPS_IFA_MARK(kTrStatsMax);
 #endif
-    // A warp whose reference stayed -inf saw no finite score: its l is 0, or NaN when it summed
-    // NaN scores (NaN q, key, bias or scale), which must reach the row's l (and so out and lse).
     float l = 0.f;
+    if (mx != -INFINITY)
 #pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      if (w >= n_active) break;
-      const float mw = warp_m[w * M_TILE + tid], lw = warp_l[w * M_TILE + tid];
-      l += mw != -INFINITY ? lw * exp2f(mw - mx) : lw;
-    }
+      for (int w = 0; w < NW; ++w) {
+        const float mw = w < n_active ? warp_m[w * M_TILE + tid] : -INFINITY;
+        if (mw != -INFINITY) l += warp_l[w * M_TILE + tid] * exp2f(mw - mx);
+      }
 #if DUALOPS_IFA_TRACE
     DUALOPS_IFA_DEP(l);
     DUALOPS_IFA_MARK(kTrStatsSum);
