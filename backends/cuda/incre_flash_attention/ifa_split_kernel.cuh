@@ -60,18 +60,17 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // cluster-merge buffer, rows kOutPitch apart) and out from there as whole 16-B runs of a row.
   // Stored straight from the fragments, a lane's two columns lie 16 apart (Cfg::pv_d), so each
   // warp store touched 32 sectors instead of 8, and the partials' release and the kernel boundary
-  // waited for four times the writes: H100, split calls of 8 q rows per KV head 0.9-2 us faster
-  // (BENCHMARKS.md item 41). 16-bit caches keep the direct stores (staged: level).
+  // waited for four times the writes. 16-bit caches keep the direct stores (staging gains nothing there).
   constexpr bool kStageOut = CML::kFits && CML::kStaged;
   constexpr int kOutPitch = CML::kOutPitch;
   constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
   constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
   constexpr int PP = C::kPParts;
   // int8 key offsets: the per-row score term sum_d q_d s_d o_d is summed from the q values,
-  // scales and offsets the q-tile load brings into registers (v15), where each thread's q pairs
+  // scales and offsets the q-tile load brings into registers, where each thread's q pairs
   // lie in one row (one m-tile, NT a multiple of 128); otherwise one warp per row reads them.
-  // (int8 keys enter the mma exactly, as x: the 1152 + x fold of v10 saved the subtraction but
-  // put a 1-key request's lse up to 2e-3 off on q with a one-signed bias, BENCHMARKS.md item 34.)
+  // (int8 keys enter the mma exactly, as x: folding the +1152 bias of the conversion into the
+  // offsets would save the subtraction but puts a 1-key request's lse off on q with a one-signed bias.)
   constexpr bool kOffsetsInRegs = std::is_same_v<KVT, int8_t> && QP == 2 && MTILES == 1;
 
   DUALOPS_IFA_TRACE_BEGIN(p.out);
@@ -111,12 +110,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // keys the plan allows this split (kv_lens[b] may cut it shorter): block ids below it are
   // inside the block table, so they can be fetched before kv_lens arrives
   const int k_cap = min(k_begin + span, t.max_kv_len);
-  // The L2 prefetch of the first fill goes out first, ahead of the address set-up below (~700
-  // instructions, ~1.8 us from the CTA's start to the wait): where nothing runs ahead of the
-  // kernel to hide that set-up, the DRAM stream starts that much earlier. Same-lease A/B against
-  // the prefetch after the set-up (BENCHMARKS.md item 31), graph us: H200 b16 h32/8 s8k 124.3 ->
-  // 123.4, b1 h32/8 s8k 14.8 -> 14.3, b16 h8/1 s8k 22.1 -> 21.4, b1 h8/1 s128k 22.8 -> 22.3;
-  // H100 b1 h32/8 s8k 17.1 -> 16.5, b16 h8/1 s8k 27.8 -> 26.6; nothing slower by more than 0.1 us.
+  // The L2 prefetch of the first fill goes out first, ahead of the address set-up below (several
+  // hundred instructions before the wait): where nothing runs ahead of the kernel to hide that
+  // set-up, the DRAM stream starts that much earlier.
   // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
   const bool first_wave =
       C::kPrefetchKeys > 0 && blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
@@ -125,8 +121,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // ---- before the grid-dependency wait: every address, from the parameters alone ------------
   // A CTA sits in the wait while the kernel before it finishes (programmatic dependent launch),
   // so what is computed here is off the call's critical path; after the wait, kv_lens, the q
-  // tile and the first K/V copies go out with little arithmetic in between (BENCHMARKS.md v12:
-  // ~600 instructions of index math sat between the wait and the first copy). pin() makes each
+  // tile and the first K/V copies go out with little arithmetic in between (rather than the
+  // index math sitting between the wait and the first copy). pin() makes each
   // value exist before the wait. Before it, global memory is only touched by the L2 prefetch of
   // the first K/V copies (and, paged, the block ids it reads): hints, whose data is not used.
   const QT* q = static_cast<const QT*>(p.q);
@@ -165,8 +161,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   };
   // 8-bit caches: every round's q pair, key scale and int8 key offset address before the wait,
   // so that after it a round is its loads alone (the 8-bit q rounds' index math sat between the
-  // wait and the first K/V copy: BENCHMARKS.md item 44). The 16-bit kernels compute theirs after
-  // the wait, as before (precomputed, bf16 b1 h8/1 s32k ran 0.3 us slower: rescheduled).
+  // wait and the first K/V copy). The 16-bit kernels compute theirs after the wait (precomputed,
+  // their main loops are scheduled otherwise, and slower).
   const uint16_t* q_src[C::kQuant ? QIT : 1];
   const float* ks_src[C::kQuant ? QIT : 1];
   const float* ko_src[kOffsetsInRegs ? QIT : 1];
@@ -196,8 +192,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // Per-row mask / pse / output offsets (shared memory, read after the q barrier). 8-bit caches:
   // a thread of the last warps per row, one pass, instead of M_TILE / NW passes by each warp's
   // lane 0 -- this loop was over half of the pre-wait code, exposed wherever nothing runs ahead
-  // of the kernel. Same-lease A/B (BENCHMARKS.md item 31): 8-bit calls -1 to -4 % on both GPUs;
-  // 16-bit ones +0.1 to +0.3 % on the H100 (H200 mixed), so they keep lane 0 of each warp.
+  // of the kernel. 16-bit kernels gain nothing from it and keep lane 0 of each warp.
   auto row_offsets = [&](int rr) {
     const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
     mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
@@ -289,8 +284,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // A multi-wave grid of narrow CTAs (launcher: stagger_ns > 0): the first stagger_ctas CTAs --
   // the first wave -- start their work spread evenly over stagger_ns. Released by one wait, a
   // wave of equal units otherwise starts, streams and ends in step, so its CTAs' prologues and
-  // epilogues (~5 us per CTA, nothing streaming) fall together, and so do the next waves';
-  // spread, the two CTAs of an SM alternate and HBM stays busy (BENCHMARKS.md item 26).
+  // epilogues (nothing streaming) fall together, and so do the next waves'; spread, the two
+  // CTAs of an SM alternate and HBM stays busy.
   if (stagger_ns > 0) {
     const int cta = blockIdx.y * gridDim.x + blockIdx.x;
     if (cta < stagger_ctas) {
@@ -353,7 +348,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // int8 (Cfg::kVScalesInSmem): the head's value scales and offsets into shared memory, in each
   // thread's first commit group (landed before its first chunk, so before the epilogue reads
   // them), instead of per-column loads in the epilogue -- a global round trip at the end of
-  // every call (v13 trace: the 8-bit "stored" phase 0.65 us longer than bf16's).
+  // every call.
   if constexpr (C::kVScalesInSmem) {
 #pragma unroll
     for (int r = 0; r < kVsRounds; ++r)
@@ -420,11 +415,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // barrier, so the CTA reads 128 (8-bit: 256) consecutive keys at a time with 64 KB in flight
   // (D 128). The barrier comes before the wait (warps issue as their own chunks land) or, with
   // lockstep_burst (launcher: contiguous caches, units of >= 8192 keys), after it: every warp's
-  // chunks have landed and the next keys go out in one burst. On GPUs of little DRAM bandwidth
-  // per SM the 16-bit stream runs ~0.5-1 % faster with the lockstep and ~1 % more with the burst
-  // (BENCHMARKS.md items 38, 39: fewer, more orderly requests) and the 8-bit one 1.5-5 % (item 40:
-  // its SMs' ends spread over 4.6 us instead of 7); the H200, short splits and the burst on paged
-  // caches lose.
+  // chunks have landed and the next keys go out in one burst. GPUs of little DRAM bandwidth per
+  // SM stream faster so (fewer, more orderly requests; the SMs' ends spread less); the others,
+  // short splits and the burst on paged caches lose (the planner's rules: docs/tuning.md).
   constexpr bool kLockstep = C::kLockstep;
   static_assert(!kLockstep || STAGES >= 2 * SUB, "lockstep pipeline: a step's chunks and the next step's");
   const int lock_steps = (n_chunks / NW + SUB - 1) / SUB;  // steps every warp has
@@ -445,9 +438,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // ---- q tile -> A fragments in shared memory -------------------------------------------
   // 8-bit caches fold the key scale into q (score = sum q_d s_d x_d + sum q_d s_d o_d); the
   // scaled q is kept as hi + lo fp16 parts (two mma) after a power-of-two normalization, so
-  // the folding costs no precision whatever the scales' magnitude. One fp16 part is 5 %
-  // faster on bandwidth-bound calls but puts the lse 2.7e-4 off (bound 1e-4; out is fine):
-  // measured in BENCHMARKS.md v10, DUALOPS_IFA_ABLATE bit 256.
+  // the folding costs no precision whatever the scales' magnitude. One fp16 part is faster on
+  // bandwidth-bound calls but puts the lse outside the parity bound (ablation bit 256).
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
@@ -500,7 +492,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   }
   // Per-row log2-domain score offset of an int8 key offset: with kOffsetsInRegs summed above
   // from the q values, scales and offsets already in registers; otherwise one warp per row reads
-  // them (a global round trip: 0.45 us of an int8 16-key call, BENCHMARKS.md v15).
+  // them (a global round trip).
   const float score_mul = p.softmax_scale * kLog2e / qmul;
   for (int rr = warp; !kOffsetsInRegs && rr < M_TILE; rr += NW) {
     float acc = 0.f;
@@ -661,8 +653,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     // The row reference m_run moves only when a score passes it by more than kLazySlack (log2
     // units; p then stays <= 2^kLazySlack, exact in fp32 l / acc and in the p parts): most
     // chunks take one warp vote instead of the row-max shuffles, the alpha exp2 and the
-    // accumulator rescale (BENCHMARKS.md item 33: skipping the padding half of the m16 tile
-    // besides, for q_rows <= 8, measured nothing more).
+    // accumulator rescale.
     uint32_t pa[MTILES][PP][SUB][4];  // p (bf16: as hi + lo parts), one A fragment per chunk
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt) {
@@ -820,7 +811,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
   // Value scales / offsets of the columns this thread writes (8-bit caches whose scales are not
   // in shared memory: fp8): loaded now, so that the round trip runs under the merge barriers
-  // below instead of at the store (0.6 us of an fp8 16-key call, BENCHMARKS.md v15).
+  // below instead of at the store.
   constexpr int kSlots = MTILES * NTILES * 32;
   constexpr bool kVScalesEarly = C::kQuant && !C::kVScalesInSmem;
   constexpr int kSlotRounds = kVScalesEarly ? (kSlots + NT - 1) / NT : 1;
@@ -868,8 +859,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int n_active = min(n_chunks, NW);
 #if DUALOPS_IFA_TRACE >= 2
   // Probe (trace level 2, trace_probe): straight-line code with no memory access right after
-  // the barrier, what running ~3 KB of code not run before costs: ~0.6 us, under a full HBM
-  // stream and on a quiet GPU alike (BENCHMARKS.md item 25, which corrects item 24).
+  // the barrier: what running ~3 KB of code not run before costs.
   if (tid == 0) {
     uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
     DUALOPS_IFA_DEP(x);
@@ -903,10 +893,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   DUALOPS_IFA_MARK_BAR(kTrStats, fin_m);
   // Each warp stores its rescaled fragments in fragment order (16 B per lane, no bank
   // conflicts); then every thread sums one slot over the warps and writes it out.
-  // (Merging the row states in every thread instead, one barrier less, measured +0.3 us on
-  // small calls: BENCHMARKS.md v11.) A tile of <= 8 q rows (decode with <= 8 q heads per KV
-  // head) keeps only rows 0..7 of the m16 fragment, 8 B per lane: the rows 8..15 are padding,
-  // and half the shared-memory traffic is ~0.3 us of a single-wave call (BENCHMARKS.md item 35).
+  // (Merging the row states in every thread instead, one barrier less, is slower.) A tile of
+  // <= 8 q rows (decode with <= 8 q heads per KV head) keeps only rows 0..7 of the m16 fragment,
+  // 8 B per lane: the rows 8..15 are padding.
   const bool half_rows = MTILES == 1 && q_rows - row0 <= 8;
   float2* ebuf2 = reinterpret_cast<float2*>(ebuf);  // [NW][NTILES][32] when half_rows
 #pragma unroll
@@ -975,7 +964,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
       // (kStageOut first, a branch of its own: folded into the cluster merge's condition, the
-      // 16-bit kernels' main loops were scheduled anew, BENCHMARKS.md item 41)
+      // 16-bit kernels' main loops are scheduled anew)
       if (kStageOut) {
         to_rows(rr, d0, d1, v0, v1);
       } else if (ns == 1) {
@@ -1050,7 +1039,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     // Publish this CTA's partials and count it in: after the barrier, thread 0's acq_rel atomic
     // releases every thread's partials (cumulativity through the barrier) and acquires the
     // other CTAs'; the CTA that brings the count to ns merges. (Two __threadfence() -- a
-    // fence.sc per thread before, one after -- cost ~0.5 us more: BENCHMARKS.md v12.)
+    // fence.sc per thread before, one after -- would cost more.)
     __syncthreads();
     int* ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(b) * t.h_kv + kvh) * gridDim.y + blockIdx.y;
     if (tid == 0) scratch[0] = atom_add_acq_rel_gpu(ctr, 1);
