@@ -95,7 +95,7 @@ if has sanitize; then
   }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
-    sanitize $tool $tool "not launch_ and (smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128))"
+    sanitize $tool $tool "(launch_default or not launch_) and (smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128))"
     # the lockstep pipeline (on by default only on the H100, for long units) forced on everywhere,
     # in its burst order on contiguous caches
     echo "== compute-sanitizer $tool, lockstep pipeline forced"
