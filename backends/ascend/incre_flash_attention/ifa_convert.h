@@ -90,7 +90,7 @@ class IfaConvert {
  private:
   template <AscendC::HardEvent E>
   __aicore__ inline void PipeSyncV() {
-    const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
+    const AscendC::TEventID id = GetTPipePtr()->FetchEventID(E);
     AscendC::SetFlag<E>(id);
     AscendC::WaitFlag<E>(id);
   }

@@ -13,7 +13,7 @@ namespace ifa {
 
 template <AscendC::HardEvent E>
 __aicore__ inline void PipeSync() {
-  const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
+  const AscendC::TEventID id = GetTPipePtr()->FetchEventID(E);
   AscendC::SetFlag<E>(id);
   AscendC::WaitFlag<E>(id);
 }

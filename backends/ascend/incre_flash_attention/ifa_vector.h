@@ -78,7 +78,7 @@ class IfaVector {
  private:
   template <AscendC::HardEvent E>
   __aicore__ inline void Sync() {
-    const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
+    const AscendC::TEventID id = GetTPipePtr()->FetchEventID(E);
     AscendC::SetFlag<E>(id);
     AscendC::WaitFlag<E>(id);
   }

@@ -57,7 +57,7 @@ inline T FromF(float f) {
 }
 
 template <typename T, typename F>
-void Binary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& a,
+void Binary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& a,
             const AscendC::LocalTensor<T>& b, int64_t count, bool ints_ok, F f, uint32_t weight = 1) {
   VecEnter(api);
   RequireVecType<T>(api, ints_ok);
@@ -65,6 +65,7 @@ void Binary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::
   VecOperand(api, "dst", dst, count);
   VecOperand(api, "src0", a, count);
   VecOperand(api, "src1", b, count);
+  PipeOp(api, loc, kPV, {Rng(a, count), Rng(b, count)}, {Rng(dst, count)});
   T* d = dst.SimPtr();
   const T* x = a.SimPtr();
   const T* y = b.SimPtr();
@@ -76,13 +77,14 @@ void Binary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::
 }
 
 template <typename T, typename F>
-void Unary(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& a, int64_t count,
+void Unary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& a, int64_t count,
            bool ints_ok, F f, uint32_t weight = 1) {
   VecEnter(api);
   RequireVecType<T>(api, ints_ok);
   if (count < 0) Fault(api, Str("count ", count, " is negative"));
   VecOperand(api, "dst", dst, count);
   VecOperand(api, "src", a, count);
+  PipeOp(api, loc, kPV, {Rng(a, count)}, {Rng(dst, count)});
   T* d = dst.SimPtr();
   const T* x = a.SimPtr();
   for (int64_t i = 0; i < count; ++i) {
@@ -175,7 +177,7 @@ void RequireWholeRepeats(const char* api, int64_t count) {
 // dst[0] = max / min / sum of src[0, count); with calIndex, dst[1] holds the index (bits of an
 // integer of T's width, as the hardware stores it).
 template <typename T>
-void ReduceCommon(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+void ReduceCommon(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
                   const AscendC::LocalTensor<T>& tmp, int32_t count, bool calIndex, int kind) {
   VecEnter(api);
   RequireVecType<T>(api, false);
@@ -187,6 +189,7 @@ void ReduceCommon(const char* api, const AscendC::LocalTensor<T>& dst, const Asc
   const uint32_t repeats = (count + per_repeat - 1) / per_repeat;
   const uint32_t need = ((2 * repeats * sizeof(T) + 31) / 32 * 32) / sizeof(T);
   VecOperand(api, "sharedTmpBuffer", tmp, need);
+  PipeOp(api, loc, kPV, {Rng(src, count)}, {Rng(dst, calIndex ? 2 : 1), Rng(tmp, need)});
   const T* s = src.SimPtr();
   float acc = ToF(s[0]);
   int32_t idx = 0;
@@ -223,29 +226,29 @@ namespace AscendC {
 // ---- binary ---------------------------------------------------------------------------------
 template <typename T>
 __aicore__ inline void Add(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
-  ascend_sim::Binary("Add", dst, src0, src1, count, true, [](auto a, auto b) { return a + b; });
+                           const int32_t& count, ASIM_LOC) {
+  ascend_sim::Binary("Add", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) { return a + b; });
 }
 template <typename T>
 __aicore__ inline void Sub(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
-  ascend_sim::Binary("Sub", dst, src0, src1, count, true, [](auto a, auto b) { return a - b; });
+                           const int32_t& count, ASIM_LOC) {
+  ascend_sim::Binary("Sub", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) { return a - b; });
 }
 template <typename T>
 __aicore__ inline void Mul(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
-  ascend_sim::Binary("Mul", dst, src0, src1, count, true, [](auto a, auto b) { return a * b; });
+                           const int32_t& count, ASIM_LOC) {
+  ascend_sim::Binary("Mul", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) { return a * b; });
 }
 template <typename T>
 __aicore__ inline void Div(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
-  ascend_sim::Binary("Div", dst, src0, src1, count, false, [](float a, float b) { return a / b; }, 4);
+                           const int32_t& count, ASIM_LOC) {
+  ascend_sim::Binary("Div", asim_loc, dst, src0, src1, count, false, [](float a, float b) { return a / b; }, 4);
 }
 template <typename T>
 __aicore__ inline void Max(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
+                           const int32_t& count, ASIM_LOC) {
   // NaN propagates (a NaN score must not be hidden by a max).
-  ascend_sim::Binary("Max", dst, src0, src1, count, true, [](auto a, auto b) {
+  ascend_sim::Binary("Max", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) {
     if constexpr (std::is_floating_point_v<decltype(a)>) {
       if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
     }
@@ -254,8 +257,8 @@ __aicore__ inline void Max(const LocalTensor<T>& dst, const LocalTensor<T>& src0
 }
 template <typename T>
 __aicore__ inline void Min(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
-  ascend_sim::Binary("Min", dst, src0, src1, count, true, [](auto a, auto b) {
+                           const int32_t& count, ASIM_LOC) {
+  ascend_sim::Binary("Min", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) {
     if constexpr (std::is_floating_point_v<decltype(a)>) {
       if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<decltype(a)>::quiet_NaN();
     }
@@ -264,44 +267,44 @@ __aicore__ inline void Min(const LocalTensor<T>& dst, const LocalTensor<T>& src0
 }
 template <typename T>
 __aicore__ inline void And(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                           const int32_t& count) {
+                           const int32_t& count, ASIM_LOC) {
   static_assert(std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>, "And takes int16_t / uint16_t");
-  ascend_sim::Binary("And", dst, src0, src1, count, true, [](auto a, auto b) { return a & b; });
+  ascend_sim::Binary("And", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) { return a & b; });
 }
 template <typename T>
 __aicore__ inline void Or(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                          const int32_t& count) {
+                          const int32_t& count, ASIM_LOC) {
   static_assert(std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>, "Or takes int16_t / uint16_t");
-  ascend_sim::Binary("Or", dst, src0, src1, count, true, [](auto a, auto b) { return a | b; });
+  ascend_sim::Binary("Or", asim_loc, dst, src0, src1, count, true, [](auto a, auto b) { return a | b; });
 }
 
 // ---- tensor op scalar -------------------------------------------------------------------------
 template <typename T, typename U>
 __aicore__ inline void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const U& scalarValue,
-                            const int32_t& count) {
+                            const int32_t& count, ASIM_LOC) {
   const T s = static_cast<T>(scalarValue);
-  ascend_sim::Unary("Adds", dst, src, count, true, [s](auto a) { return a + static_cast<decltype(a)>(s); });
+  ascend_sim::Unary("Adds", asim_loc, dst, src, count, true, [s](auto a) { return a + static_cast<decltype(a)>(s); });
 }
 template <typename T, typename U>
 __aicore__ inline void Muls(const LocalTensor<T>& dst, const LocalTensor<T>& src, const U& scalarValue,
-                            const int32_t& count) {
+                            const int32_t& count, ASIM_LOC) {
   const T s = static_cast<T>(scalarValue);
-  ascend_sim::Unary("Muls", dst, src, count, true, [s](auto a) { return a * static_cast<decltype(a)>(s); });
+  ascend_sim::Unary("Muls", asim_loc, dst, src, count, true, [s](auto a) { return a * static_cast<decltype(a)>(s); });
 }
 template <typename T, typename U>
 __aicore__ inline void Maxs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const U& scalarValue,
-                            const int32_t& count) {
+                            const int32_t& count, ASIM_LOC) {
   const T s = static_cast<T>(scalarValue);
-  ascend_sim::Unary("Maxs", dst, src, count, true, [s](auto a) {
+  ascend_sim::Unary("Maxs", asim_loc, dst, src, count, true, [s](auto a) {
     const auto b = static_cast<decltype(a)>(s);
     return a > b ? a : b;
   });
 }
 template <typename T, typename U>
 __aicore__ inline void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src, const U& scalarValue,
-                            const int32_t& count) {
+                            const int32_t& count, ASIM_LOC) {
   const T s = static_cast<T>(scalarValue);
-  ascend_sim::Unary("Mins", dst, src, count, true, [s](auto a) {
+  ascend_sim::Unary("Mins", asim_loc, dst, src, count, true, [s](auto a) {
     const auto b = static_cast<decltype(a)>(s);
     return a < b ? a : b;
   });
@@ -309,36 +312,37 @@ __aicore__ inline void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src
 
 // ---- unary ----------------------------------------------------------------------------------
 template <typename T>
-__aicore__ inline void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
-  ascend_sim::Unary("Exp", dst, src, count, false, [](float a) { return std::exp(a); }, 4);
+__aicore__ inline void Exp(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASIM_LOC) {
+  ascend_sim::Unary("Exp", asim_loc, dst, src, count, false, [](float a) { return std::exp(a); }, 4);
 }
 template <typename T>
-__aicore__ inline void Ln(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
-  ascend_sim::Unary("Ln", dst, src, count, false, [](float a) { return std::log(a); }, 4);
+__aicore__ inline void Ln(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASIM_LOC) {
+  ascend_sim::Unary("Ln", asim_loc, dst, src, count, false, [](float a) { return std::log(a); }, 4);
 }
 template <typename T>
-__aicore__ inline void Sqrt(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
-  ascend_sim::Unary("Sqrt", dst, src, count, false, [](float a) { return std::sqrt(a); }, 4);
+__aicore__ inline void Sqrt(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASIM_LOC) {
+  ascend_sim::Unary("Sqrt", asim_loc, dst, src, count, false, [](float a) { return std::sqrt(a); }, 4);
 }
 template <typename T>
-__aicore__ inline void Reciprocal(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
-  ascend_sim::Unary("Reciprocal", dst, src, count, false, [](float a) { return 1.0f / a; }, 4);
+__aicore__ inline void Reciprocal(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASIM_LOC) {
+  ascend_sim::Unary("Reciprocal", asim_loc, dst, src, count, false, [](float a) { return 1.0f / a; }, 4);
 }
 template <typename T>
-__aicore__ inline void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
-  ascend_sim::Unary("Abs", dst, src, count, false, [](float a) { return std::fabs(a); });
+__aicore__ inline void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASIM_LOC) {
+  ascend_sim::Unary("Abs", asim_loc, dst, src, count, false, [](float a) { return std::fabs(a); });
 }
 template <typename T>
-__aicore__ inline void Relu(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count) {
-  ascend_sim::Unary("Relu", dst, src, count, true, [](auto a) { return a > 0 ? a : decltype(a)(0); });
+__aicore__ inline void Relu(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count, ASIM_LOC) {
+  ascend_sim::Unary("Relu", asim_loc, dst, src, count, true, [](auto a) { return a > 0 ? a : decltype(a)(0); });
 }
 
 template <typename T>
-__aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {
+__aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count, ASIM_LOC) {
   const char* api = "Duplicate";
   ascend_sim::VecEnter(api);
   if (count < 0) ascend_sim::Fault(api, ascend_sim::Str("count ", count, " is negative"));
   ascend_sim::VecOperand(api, "dst", dst, count);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {}, {ascend_sim::Rng(dst, count)});
   T* d = dst.SimPtr();
   for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
   ascend_sim::CountVector(count, sizeof(T));
@@ -347,12 +351,13 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
 // ---- Cast -----------------------------------------------------------------------------------
 template <typename T, typename U>
 __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src, const RoundMode& round_mode,
-                            const uint32_t count) {
+                            const uint32_t count, ASIM_LOC) {
   const char* api = "Cast";
   ascend_sim::VecEnter(api);
   ascend_sim::CheckCast<T, U>(api, round_mode);
   ascend_sim::VecOperand(api, "dst", dst, count);
   ascend_sim::VecOperand(api, "src", src, count);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src, count)}, {ascend_sim::Rng(dst, count)});
   const ascend_sim::Rounding r = ascend_sim::ToRounding(round_mode);
   T* d = dst.SimPtr();
   const U* s = src.SimPtr();
@@ -376,24 +381,24 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 // ---- reductions (ascend_sim::ReduceCommon) -------------------------------------------------
 template <typename T>
 __aicore__ inline void ReduceMax(const LocalTensor<T>& dst, const LocalTensor<T>& src,
-                                 const LocalTensor<T>& sharedTmpBuffer, const int32_t count, bool calIndex = 0) {
-  ascend_sim::ReduceCommon("ReduceMax", dst, src, sharedTmpBuffer, count, calIndex, 0);
+                                 const LocalTensor<T>& sharedTmpBuffer, const int32_t count, bool calIndex = 0, ASIM_LOC) {
+  ascend_sim::ReduceCommon("ReduceMax", asim_loc, dst, src, sharedTmpBuffer, count, calIndex, 0);
 }
 template <typename T>
 __aicore__ inline void ReduceMin(const LocalTensor<T>& dst, const LocalTensor<T>& src,
-                                 const LocalTensor<T>& sharedTmpBuffer, const int32_t count, bool calIndex = 0) {
-  ascend_sim::ReduceCommon("ReduceMin", dst, src, sharedTmpBuffer, count, calIndex, 1);
+                                 const LocalTensor<T>& sharedTmpBuffer, const int32_t count, bool calIndex = 0, ASIM_LOC) {
+  ascend_sim::ReduceCommon("ReduceMin", asim_loc, dst, src, sharedTmpBuffer, count, calIndex, 1);
 }
 template <typename T>
 __aicore__ inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src,
-                                 const LocalTensor<T>& sharedTmpBuffer, const int32_t count) {
-  ascend_sim::ReduceCommon("ReduceSum", dst, src, sharedTmpBuffer, count, false, 2);
+                                 const LocalTensor<T>& sharedTmpBuffer, const int32_t count, ASIM_LOC) {
+  ascend_sim::ReduceCommon("ReduceSum", asim_loc, dst, src, sharedTmpBuffer, count, false, 2);
 }
 
 // ---- compare / select (bit masks: bit i of byte i/8 is element i) ------------------------------
 template <typename T, typename U>
 __aicore__ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
-                               CMPMODE cmpMode, uint32_t count) {
+                               CMPMODE cmpMode, uint32_t count, ASIM_LOC) {
   const char* api = "Compare";
   ascend_sim::VecEnter(api);
   static_assert(std::is_same_v<U, uint8_t>, "Compare writes a uint8_t bit mask");
@@ -402,6 +407,8 @@ __aicore__ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& 
   ascend_sim::VecOperand(api, "src0", src0, count);
   ascend_sim::VecOperand(api, "src1", src1, count);
   ascend_sim::VecOperand(api, "dst", dst, (count + 7) / 8);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src0, count), ascend_sim::Rng(src1, count)},
+                     {ascend_sim::Rng(dst, (count + 7) / 8)});
   uint8_t* d = dst.SimPtr();
   const T* a = src0.SimPtr();
   const T* b = src1.SimPtr();
@@ -413,7 +420,7 @@ __aicore__ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& 
 
 template <typename T, typename U>
 __aicore__ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar,
-                                     CMPMODE cmpMode, uint32_t count) {
+                                     CMPMODE cmpMode, uint32_t count, ASIM_LOC) {
   const char* api = "CompareScalar";
   ascend_sim::VecEnter(api);
   static_assert(std::is_same_v<U, uint8_t>, "CompareScalar writes a uint8_t bit mask");
@@ -421,6 +428,7 @@ __aicore__ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTenso
   ascend_sim::RequireWholeRepeats<T>(api, count);
   ascend_sim::VecOperand(api, "src0", src0, count);
   ascend_sim::VecOperand(api, "dst", dst, (count + 7) / 8);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src0, count)}, {ascend_sim::Rng(dst, (count + 7) / 8)});
   uint8_t* d = dst.SimPtr();
   const T* a = src0.SimPtr();
   const float b = ascend_sim::ToF(src1Scalar);
@@ -431,14 +439,14 @@ __aicore__ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTenso
 }
 template <typename T, typename U>
 __aicore__ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar,
-                                CMPMODE cmpMode, uint32_t count) {
-  CompareScalar(dst, src0, src1Scalar, cmpMode, count);
+                                CMPMODE cmpMode, uint32_t count, ASIM_LOC) {
+  CompareScalar(dst, src0, src1Scalar, cmpMode, count, asim_loc);
 }
 
 // Select mode 1 (tensor / scalar): dst[i] = bit i ? src0[i] : src1.
 template <typename T, typename U>
 __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
-                              T src1, SELMODE selMode, uint32_t count) {
+                              T src1, SELMODE selMode, uint32_t count, ASIM_LOC) {
   const char* api = "Select";
   ascend_sim::VecEnter(api);
   ascend_sim::RequireVecType<T>(api, false);
@@ -448,6 +456,9 @@ __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& s
   ascend_sim::VecOperand(api, "dst", dst, count);
   ascend_sim::VecOperand(api, "src0", src0, count);
   ascend_sim::VecOperand(api, "selMask", selMask, (count * 1ull + 8 * sizeof(U) - 1) / (8 * sizeof(U)));
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV,
+                     {ascend_sim::Rng(src0, count), ascend_sim::RngBytes(selMask, 0, (count + 7) / 8)},
+                     {ascend_sim::Rng(dst, count)});
   const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.SimPtr());
   T* d = dst.SimPtr();
   const T* a = src0.SimPtr();
@@ -458,7 +469,7 @@ __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& s
 // Select mode 2 (tensor / tensor).
 template <typename T, typename U>
 __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
-                              const LocalTensor<T>& src1, SELMODE selMode, uint32_t count) {
+                              const LocalTensor<T>& src1, SELMODE selMode, uint32_t count, ASIM_LOC) {
   const char* api = "Select";
   ascend_sim::VecEnter(api);
   ascend_sim::RequireVecType<T>(api, false);
@@ -469,6 +480,9 @@ __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& s
   ascend_sim::VecOperand(api, "src0", src0, count);
   ascend_sim::VecOperand(api, "src1", src1, count);
   ascend_sim::VecOperand(api, "selMask", selMask, (count * 1ull + 8 * sizeof(U) - 1) / (8 * sizeof(U)));
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV,
+                     {ascend_sim::Rng(src0, count), ascend_sim::Rng(src1, count), ascend_sim::RngBytes(selMask, 0, (count + 7) / 8)},
+                     {ascend_sim::Rng(dst, count)});
   const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.SimPtr());
   T* d = dst.SimPtr();
   const T* a = src0.SimPtr();
@@ -479,11 +493,12 @@ __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& s
 
 // dst[i] = firstValue + i.
 template <typename T>
-__aicore__ inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t calCount) {
+__aicore__ inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, uint32_t calCount, ASIM_LOC) {
   const char* api = "CreateVecIndex";
   ascend_sim::VecEnter(api);
   ascend_sim::RequireVecType<T>(api, true);
   ascend_sim::VecOperand(api, "dst", dst, calCount);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {}, {ascend_sim::Rng(dst, calCount)});
   T* d = dst.SimPtr();
   const float f0 = ascend_sim::ToF(firstValue);
   for (uint32_t i = 0; i < calCount; ++i) {
@@ -497,13 +512,15 @@ __aicore__ inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, u
 template <typename T>
 __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src,
                               const LocalTensor<uint32_t>& srcOffset, const uint32_t srcBaseAddr,
-                              const uint32_t count) {
+                              const uint32_t count, ASIM_LOC) {
   const char* api = "Gather";
   ascend_sim::VecEnter(api);
   static_assert(sizeof(T) == 2 || sizeof(T) == 4, "Gather takes 16- or 32-bit elements");
   ascend_sim::VecOperand(api, "dst", dst, count);
   ascend_sim::VecOperand(api, "srcOffset", srcOffset, count);
   ascend_sim::CheckOperand(api, "src", src, 0, {ascend_sim::Mem::UB}, 32);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src, src.GetSize()), ascend_sim::Rng(srcOffset, count)},
+                     {ascend_sim::Rng(dst, count)});
   T* d = dst.SimPtr();
   const uint8_t* base = reinterpret_cast<const uint8_t*>(src.SimPtr());
   const uint32_t* off = srcOffset.SimPtr();
