@@ -220,6 +220,36 @@ FAULTS = {
     "gm_write_out_of_bounds": (21, "AIV", r"DataCopy\(local->GM\): writes GM .* past the end of buffer 'buf'"),
 }
 
+# Missing pipe synchronisation (asynchronous pipes): each class names both pipes and both call sites.
+_SITE = r"at backends/ascend/sim/tests/sim_test_faults\.cpp:\d+"
+SYNC_FAULTS = {
+    "mte2_to_mte1": (22, "AIC", rf"LoadData\(2D\): unsynchronized pipes: PIPE_MTE1 \(LoadData\(2D\) {_SITE}\) reads L1 "
+                                rf".* PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) may still be writing .*MTE2_MTE1"),
+    "mte1_to_mte2": (23, "AIC", rf"PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) writes L1 .* PIPE_MTE1 \(LoadData\(2D\) "
+                                rf"{_SITE}\) may still be reading .*MTE1_MTE2"),
+    "v_to_mte3": (24, "AIV", rf"PIPE_MTE3 \(DataCopy\(local->GM\) {_SITE}\) reads UB .* PIPE_V \(Duplicate {_SITE}\) "
+                             rf"may still be writing .*V_MTE3"),
+    "mte3_to_mte2": (25, "AIV", rf"PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) writes UB .* PIPE_MTE3 "
+                                rf"\(DataCopy\(local->GM\) {_SITE}\) may still be reading .*MTE3_MTE2"),
+    "v_to_v_without_barrier": (26, "AIV", rf"PIPE_V \(Muls {_SITE}\) reads UB .* PIPE_V \(Adds {_SITE}\) .*"
+                                          rf"PipeBarrier<PIPE_V>"),
+    "fix_to_v_across_cores": (27, "AIV", rf"unsynchronized GM access: PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) reads "
+                                         rf"GM .* PIPE_FIX of AIC0 \(Fixpipe\(L0C->GM\) {_SITE}\) may still be writing"),
+    "s_to_v": (29, "AIV", rf"PIPE_V \(Adds {_SITE}\) reads UB .* PIPE_S \(LocalTensor::SetValue {_SITE}\) .*S_V"),
+}
+FAULTS.update(SYNC_FAULTS)
+
+
+def test_cross_core_flag_on_the_writing_pipe_is_clean():
+    launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(28)))
+
+
+@pytest.mark.parametrize("name", sorted(SYNC_FAULTS))
+def test_missing_sync_passes_with_pipe_checks_off(name):
+    """The same kernels run in program order when the checks are off: only the model catches them."""
+    launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(SYNC_FAULTS[name][0])),
+           {"pipe_sync": "off"})
+
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
 def test_fault_is_reported_with_kernel_core_and_call(name):
