@@ -397,29 +397,29 @@ def test_env_profile_override(monkeypatch):
 
 
 def test_kernel_fault_surfaces_as_runtime_error(gen):
-    """A params struct pointing q outside every registered buffer: the sim stops the launch and
-    raises, naming the kernel, the cube core that read it and the copy."""
+    """A q address outside every registered buffer: the sim stops the launch and raises, naming
+    the kernel, the cube core that read it and the copy (with its call site)."""
     from dualops import native
 
     C = native.require()
     case = make_case(gen, B=1, H_q=2, H_kv=1, lens=(20,))
     plan = _forced_plan(case, kv_tile=32, num_splits=1, split_len=32, cores=1)
-    tiling = bytearray(plan.pack().numpy().tobytes())
     k, v = case["k_cache"], case["v_cache"]
     out = torch.zeros(1, 1, 2, 64, dtype=FP16)
     lse = torch.zeros(1, 2, 1)
-    params = bytearray(schema.pack_params(
-        "incre_flash_attention", q=0x1000, k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
-        lse=lse.data_ptr(), kv_lens=case["kv_lens"].data_ptr(), q_stride_b=128, q_stride_s=128,
+    params = schema.pack_params(
+        "incre_flash_attention", q=0, k=0, v=0, out=0, lse=0, kv_lens=0, q_stride_b=128, q_stride_s=128,
         q_stride_h=64, k_stride_0=k.stride(0), k_stride_1=k.stride(1), k_stride_2=k.stride(2),
         v_stride_0=v.stride(0), v_stride_1=v.stride(1), v_stride_2=v.stride(2), out_stride_b=128,
-        out_stride_s=128, out_stride_h=64, softmax_scale=0.125, q_dtype=1, kv_dtype=1))
-    ws = torch.zeros(C.ascend_ifa_workspace_bytes(bytes(tiling), 1, 1), dtype=torch.uint8)
-    pt = torch.frombuffer(params, dtype=torch.uint8)
-    tt = torch.frombuffer(tiling, dtype=torch.uint8)
+        out_stride_s=128, out_stride_h=64, softmax_scale=0.125, q_dtype=1, kv_dtype=1)
+    head = plan.pack().numpy().tobytes()
+    ws = torch.zeros(C.ascend_ifa_workspace_bytes(head, 1, 1), dtype=torch.uint8)
+    tt = torch.frombuffer(bytearray(head + params), dtype=torch.uint8)
     bufs = [(t.data_ptr(), t.numel() * t.element_size(), n) for n, t in
             (("k", k), ("v", v), ("out", out), ("lse", lse), ("kv_lens", case["kv_lens"]), ("ws", ws),
-             ("params", pt), ("tiling", tt))]
+             ("tiling", tt))]
+    args = [0x1000, k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), case["kv_lens"].data_ptr()]
+    args += [0] * 9 + [ws.data_ptr(), tt.data_ptr()]
     with pytest.raises(RuntimeError, match=r"kernel 'incre_flash_attention' on AIC0 .*DataCopy\(GM->L1, Nd2NzParams\): "
                                            r"reads .* outside every buffer"):
-        C.ascend_sim_launch("incre_flash_attention", 1, [pt.data_ptr(), ws.data_ptr(), tt.data_ptr()], bufs, {})
+        C.ascend_sim_launch("incre_flash_attention", 1, args, bufs, {})

@@ -108,7 +108,8 @@ void PipeOp(const char* api, const Loc& loc, PipeIdx pipe, std::initializer_list
       if (g.wpipe >= 0 && g.wpipe != pipe && !Ordered(ps, pipe, g.wpipe, g.w.seq))
         Hazard(api, loc, pipe, "writes", r.mem, a, b, g.wpipe, g.w.site, "writing");
       for (int q = 0; q < kNumPipes; ++q) {
-        if (q == pipe || g.r[q].seq == 0) continue;
+        // The scalar unit's loads complete before it issues anything else (their value is used).
+        if (q == pipe || q == kPS || g.r[q].seq == 0) continue;
         if (!Ordered(ps, pipe, q, g.r[q].seq)) Hazard(api, loc, pipe, "writes", r.mem, a, b, q, g.r[q].site, "reading");
       }
     });
