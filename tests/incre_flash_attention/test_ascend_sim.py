@@ -423,3 +423,47 @@ def test_kernel_fault_surfaces_as_runtime_error(gen):
     with pytest.raises(RuntimeError, match=r"kernel 'incre_flash_attention' on AIC0 .*DataCopy\(GM->L1, Nd2NzParams\): "
                                            r"reads .* outside every buffer"):
         C.ascend_sim_launch("incre_flash_attention", 1, args, bufs, {})
+
+
+# ----------------------------------------------------------------------------- NaN / inf semantics
+# The kernel follows the reference on bad values: NaN in q, a key or pse_shift makes (the API
+# rejects a non-finite softmax_scale before any backend runs)
+# that row's out and lse NaN (never "saw no key"); a row whose max score is +inf gets lse +inf and
+# NaN out; a split that holds NaN poisons the merged row; +-inf in V gives +-inf where p . v does.
+
+def _nan_inf_case(gen, what, dtype):
+    case = make_case(gen, B=2, H_q=4, H_kv=2, lens=(70, 0), pse="full" if what.startswith("pse") else None,
+                     dtype=dtype, mask="full" if what == "pse_inf" else None)
+    q, k, v = case["q"], case["k_cache"], case["v_cache"]
+    if what == "q_nan":
+        q[0, 0, 1, 5] = float("nan")                 # one query row
+    elif what == "k_nan":
+        k[0, 33, 1, 7] = float("nan")                # a key every head of kv head 1 sees
+    elif what == "pse_nan":
+        case["pse_shift"][0, 2, 0, 12] = float("nan")
+    elif what == "pse_inf":
+        case["atten_mask"][0, 3, 0, 40] = False
+        case["pse_shift"][0, 3, 0, 40] = float("inf")   # that row's max is +inf
+    elif what == "v_inf":
+        v[0, 20, 0, 3] = float("inf")
+        v[0, 50, 1, 9] = float("-inf")
+        v[0, 61, 1, 10] = float("inf")
+    return case
+
+
+@pytest.mark.parametrize("what", ["q_nan", "k_nan", "pse_nan", "pse_inf", "v_inf"])
+@pytest.mark.parametrize("dtype", [FP16, BF16])
+def test_nan_and_inf_follow_the_reference(gen, what, dtype):
+    case = _nan_inf_case(gen, what, dtype)
+    out, lse = run_sim(case)
+    ref_out, ref_lse = ref_ifa(**case)
+    assert bool(torch.isnan(ref_out).any() or torch.isinf(ref_out).any()), "the case must hit a bad value"
+    check(case, out, lse)
+
+
+@pytest.mark.parametrize("what", ["k_nan", "pse_inf", "v_inf"])
+def test_nan_and_inf_survive_the_split_merge(gen, what):
+    # Split-KV: the split that holds the bad value must poison (or inf) the merged row, not vanish.
+    case = _nan_inf_case(gen, what, BF16)
+    plan = _forced_plan(case, kv_tile=16, num_splits=3, split_len=32)
+    check(case, *_backend_call(case, plan))

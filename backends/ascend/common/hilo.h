@@ -1,5 +1,6 @@
 // hi / lo split of fp32 values into a 16-bit cube input type T (half / bfloat16_t), shared by the
-// Ascend C kernels: hi = round(x), lo = round(x - hi). The cube multiplies both parts and
+// Ascend C kernels: hi = x rounded toward zero, lo = round(x - hi), so lo has hi's sign (or is 0)
+// and hi . v + lo . v never turns into inf - inf where x . v is +-inf. The cube multiplies both parts and
 // accumulates in fp32, so a product keeps ~2^-17 relative accuracy instead of T's 2^-8 / 2^-11.
 //
 // SplitHiLo(hi, lo, x, tmp, bits, count, keep_nonzero)
@@ -28,7 +29,7 @@ template <typename T>
 __aicore__ inline void SplitHiLo(const AscendC::LocalTensor<T>& hi, const AscendC::LocalTensor<T>& lo,
                                  const AscendC::LocalTensor<float>& x, const AscendC::LocalTensor<float>& tmp,
                                  const AscendC::LocalTensor<uint8_t>& bits, uint32_t count, bool keep_nonzero) {
-  AscendC::Cast(hi, x, AscendC::RoundMode::CAST_RINT, count);
+  AscendC::Cast(hi, x, AscendC::RoundMode::CAST_TRUNC, count);
   VecBarrier();
   AscendC::Cast(tmp, hi, AscendC::RoundMode::CAST_NONE, count);
   VecBarrier();
