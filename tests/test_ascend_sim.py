@@ -193,6 +193,10 @@ def test_cube_vector_handoff_and_syncall(gen):
     assert kinds == ["AIC"] * blocks + ["AIV"] * 2 * blocks
     assert all(c["cross_core_sets"] == rounds for c in rep["cores"])
     assert all(c["sync_alls"] == 1 for c in rep["cores"] if c["kind"] == "AIV")
+    # More blocks than the chip's AI cores: SyncAll would wait forever for blocks not yet resident.
+    with pytest.raises(RuntimeError, match=r"SyncAll: the launch has 3 blocks but .* has 2 AI cores"):
+        launch("sim_test_pipeline", blocks, dict(x=x, eye=eye, out=out, out2=out2, ws=ws, tiling=i32(rounds)),
+               {"ai_cores": 2})
 
 
 # ----------------------------------------------------------------------------- faults

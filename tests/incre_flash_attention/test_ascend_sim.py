@@ -467,3 +467,15 @@ def test_nan_and_inf_survive_the_split_merge(gen, what):
     case = _nan_inf_case(gen, what, BF16)
     plan = _forced_plan(case, kv_tile=16, num_splits=3, split_len=32)
     check(case, *_backend_call(case, plan))
+
+
+def test_plan_with_more_blocks_than_ai_cores_is_rejected(gen):
+    # A plan made for a 24-core 910B2 run on a 20-core 910B3: SyncAll needs every block resident.
+    case = make_case(gen, B=8, H_q=8, H_kv=4, lens=(300,) * 8, dtype=BF16)
+    plan = _forced_plan(case, kv_tile=64, num_splits=2, split_len=192, cores=24)
+    assert plan.num_cores == 24
+    values = dict(case)
+    kw = dualops_ops.ifa_backend_kwargs(schema.validate("incre_flash_attention", values))
+    with ascend_sim.use_profile("ascend910b3"):
+        with pytest.raises(ValueError, match=r"plan.num_cores = 24 exceeds the 20 AI cores of ascend910b3"):
+            ascend_sim_ifa.incre_flash_attention(case["q"], case["k_cache"], case["v_cache"], plan=plan, **kw)

@@ -338,6 +338,10 @@ void SyncAllCores(bool aiv_only) {
   CoreContext& c = Cur();
   LaunchState& L = *c.launch;
   if (aiv_only && c.kind != CoreKind::AIV) Fault(api, "SyncAll<true> (vector cores only) called on the cube core");
+  if (L.cfg.ai_cores > 0 && L.num_blocks > L.cfg.ai_cores) {
+    Fault(api, Str("the launch has ", L.num_blocks, " blocks but ", L.cfg.profile, " has ", L.cfg.ai_cores,
+                   " AI cores: SyncAll needs every block resident at once (it would hang on the NPU)"));
+  }
   const int32_t b = aiv_only ? 0 : 1;
   const int32_t parties = aiv_only ? L.NumAiv() : L.NumAiv() + L.NumAic();
   const XSnap snap = CrossSnap(PIPE_ALL);   // SyncAll waits for every pipe of the core first

@@ -60,7 +60,7 @@ def use_profile(profile="ascend910b2", cores: int | None = None):
 
 def launch_profile(p: devices.DeviceProfile) -> dict:
     return {"name": p.name, "ub_bytes": p.ub_bytes, "l1_bytes": p.l1_bytes, "l0a_bytes": p.l0a_bytes,
-            "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes,
+            "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes, "ai_cores": p.num_cores,
             "timeout_s": float(os.environ.get("DUALOPS_ASCEND_SIM_TIMEOUT_S", "60")),
             # asynchronous-pipe hazard checks (docs/ascend_sim.md): "strict" (default) or "off"
             "pipe_sync": os.environ.get("DUALOPS_ASCEND_SIM_PIPE_SYNC", "strict")}

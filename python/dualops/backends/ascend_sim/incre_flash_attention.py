@@ -29,6 +29,9 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
         plan = plan_for_tensors(q, k_cache, block_table, prof)
     else:
         check_plan_for_tensors(plan, q, k_cache, block_table)
+    if plan.num_cores > prof.num_cores:
+        raise ValueError(f"ascend_sim: plan.num_cores = {plan.num_cores} exceeds the {prof.num_cores} AI cores of "
+                         f"{prof.name}: the split-KV combine's SyncAll needs every block resident")
     tiling = plan.pack().numpy().tobytes()
     why = C.ascend_ifa_check_tiling(tiling)
     if why is not None:
