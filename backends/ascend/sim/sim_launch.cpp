@@ -152,6 +152,7 @@ LaunchReport Launch(const std::string& kernel, int32_t num_blocks, const std::ve
   for (auto& s : L.cores) {
     s->ctx.pipes.mode = cfg.pipe_sync ? SyncMode::kStrict : SyncMode::kOff;
     s->ctx.pipes.xseen.assign(n * kNumPipes, 0);
+    s->ctx.vec_ulp = cfg.vec_ulp;
   }
   L.running = static_cast<int32_t>(n);
 

@@ -63,7 +63,9 @@ def launch_profile(p: devices.DeviceProfile) -> dict:
             "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes, "ai_cores": p.num_cores,
             "timeout_s": float(os.environ.get("DUALOPS_ASCEND_SIM_TIMEOUT_S", "60")),
             # asynchronous-pipe hazard checks (docs/ascend_sim.md): "strict" (default) or "off"
-            "pipe_sync": os.environ.get("DUALOPS_ASCEND_SIM_PIPE_SYNC", "strict")}
+            "pipe_sync": os.environ.get("DUALOPS_ASCEND_SIM_PIPE_SYNC", "strict"),
+            # hardware-like vector numerics: Exp / Ln / Div / Sqrt / Reciprocal off by up to n ulp
+            "vec_ulp": int(os.environ.get("DUALOPS_ASCEND_SIM_VEC_ULP", "0"))}
 
 
 def status():

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -56,6 +57,31 @@ inline T FromF(float f) {
   else return static_cast<T>(f);
 }
 
+// Hardware-like numerics (profile vec_ulp = n > 0): the result of a vector Exp / Ln / Div / Sqrt /
+// Reciprocal (the instructions of weight 4) moves by a deterministic pseudo-random k in [-n, n]
+// ulp, a function of the operand bits, instead of fp32 libm's correctly rounded value.
+inline float Approx(float in, float out) {
+  const int32_t n = Cur().vec_ulp;
+  if (n <= 0 || !std::isfinite(out) || out == 0.0f) return out;
+  uint32_t h;
+  std::memcpy(&h, &in, 4);
+  h ^= h >> 16;
+  h *= 0x7feb352dU;
+  h ^= h >> 15;
+  h *= 0x846ca68bU;
+  h ^= h >> 16;
+  const int32_t k = static_cast<int32_t>(h % static_cast<uint32_t>(2 * n + 1)) - n;
+  uint32_t b;
+  std::memcpy(&b, &out, 4);
+  const uint32_t mag = b & 0x7fffffffU;
+  const int64_t m2 = static_cast<int64_t>(mag) + k;
+  if (m2 <= 0 || m2 >= 0x7f800000) return out;
+  b = (b & 0x80000000U) | static_cast<uint32_t>(m2);
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
+
 template <typename T, typename F>
 void Binary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& a,
             const AscendC::LocalTensor<T>& b, int64_t count, bool ints_ok, F f, uint32_t weight = 1) {
@@ -70,7 +96,10 @@ void Binary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst,
   const T* x = a.SimPtr();
   const T* y = b.SimPtr();
   for (int64_t i = 0; i < count; ++i) {
-    if constexpr (kIsFloatLike<T>) d[i] = FromF<T>(f(ToF(x[i]), ToF(y[i])));
+    if constexpr (kIsFloatLike<T>) {
+      const float r = f(ToF(x[i]), ToF(y[i]));
+      d[i] = FromF<T>(weight == 4 ? Approx(ToF(x[i]) + ToF(y[i]), r) : r);
+    }
     else d[i] = static_cast<T>(f(x[i], y[i]));
   }
   CountVector(count, sizeof(T), weight);
@@ -88,7 +117,10 @@ void Unary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, 
   T* d = dst.SimPtr();
   const T* x = a.SimPtr();
   for (int64_t i = 0; i < count; ++i) {
-    if constexpr (kIsFloatLike<T>) d[i] = FromF<T>(f(ToF(x[i])));
+    if constexpr (kIsFloatLike<T>) {
+      const float r = f(ToF(x[i]));
+      d[i] = FromF<T>(weight == 4 ? Approx(ToF(x[i]), r) : r);
+    }
     else d[i] = static_cast<T>(f(x[i]));
   }
   CountVector(count, sizeof(T), weight);
