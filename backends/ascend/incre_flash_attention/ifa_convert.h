@@ -7,30 +7,12 @@
 // Each converted tile goes to the workspace as hi = round(x) and lo = round(x - hi) in q's
 // dtype, which the cube multiplies in two passes. The two vector cores split the tile's rows.
 #pragma once
+#include "ascend/common/fp8.h"
 #include "ascend/common/hilo.h"
 #include "ascend/incre_flash_attention/ifa_common.h"
 
 namespace dualops {
 namespace ifa {
-
-// fp16 bit pattern of an e4m3fn byte (S.EEEE.MMM, bias 7, no infinities, 0x7F/0xFF = NaN).
-__aicore__ inline uint16_t E4m3ToHalfBits(uint32_t byte) {
-  const uint32_t sign = (byte & 0x80u) << 8;
-  const uint32_t e = (byte >> 3) & 0xFu;
-  uint32_t m = byte & 0x7u;
-  if (e == 0xF && m == 0x7) return static_cast<uint16_t>(sign | 0x7E00u);
-  if (e == 0) {
-    if (m == 0) return static_cast<uint16_t>(sign);
-    // Subnormal m * 2^-9: normalize into an fp16 normal.
-    int32_t exp = -9 + 15;   // fp16 biased exponent of 2^-9
-    while (m < 4) {          // shift the leading 1 up to bit 2 (the implicit bit)
-      m <<= 1;
-      exp -= 1;
-    }
-    return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp + 2) << 10) | ((m & 0x3u) << 8));
-  }
-  return static_cast<uint16_t>(sign | ((e + 8) << 10) | (m << 7));
-}
 
 template <typename QT, typename KT>
 class IfaConvert {
@@ -53,7 +35,7 @@ class IfaConvert {
       pipe.InitBuffer(idx_, elems * sizeof(int32_t));
       pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
       AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, E4m3ToHalfBits(b));
+      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ascend::E4m3ToHalfBits(b));
       PipeSync<AscendC::HardEvent::S_V>();   // Gather reads the table
     }
     if (!k16) pipe.InitBuffer(vec_, 4 * d * sizeof(float));   // k scale, k offset, v scale, v offset
