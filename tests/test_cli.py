@@ -98,8 +98,12 @@ def test_bench_writes_reports_and_compare_flags_regression(capsys, tmp_path):
     rc, out, _ = _main(capsys, "bench", "--sweep", "quick-gg", *common, "--out", tmp_path / "new",
                        "--compare", tmp_path / "old.json", "--fail-on-regression")
     assert rc == 3 and "REGRESSION" in out and "regression(s) beyond 5%" in out
+    for r in old["rows"]:  # and now 10x slower everywhere: no regression whatever the load here
+        if r["time_s"]:
+            r["time_s"] *= 100
+    (tmp_path / "old_slow.json").write_text(json.dumps(old))
     rc, out, _ = _main(capsys, "bench", "--sweep", "quick-gg", *common, "--out", tmp_path / "new",
-                       "--compare", tmp_path / "old.json", "--threshold", 100)
+                       "--compare", tmp_path / "old_slow.json", "--threshold", 100)
     assert rc == 0 and "0 regressions" in out
 
 

@@ -1,31 +1,50 @@
-"""The public functions (DESIGN.md "Public API"). Each one converts its arguments and calls the
-matching ``torch.ops.dualops`` custom op, which validates against the schema, picks the
-backend and runs it (``ops.py``)."""
+"""The public functions (README.md, docs/ops.md). Each one hands its arguments, by name, to the
+op's eager implementation (``ops.run``), or to the custom op ``torch.ops.dualops.<op>`` while
+torch.compile traces it; both validate against the schema, pick the backend and run it."""
 from __future__ import annotations
 
 import torch
 
 from . import backends as _backends
+from . import ops as _ops
 from . import schema
-from . import ops as _ops  # noqa: F401  (registers torch.ops.dualops.*)
 
-_VALIDATE = {True: "basic", "basic": "basic", "full": "full"}
+# validate=: True / "basic" (the default: shapes, dtypes, layouts), "full" (also device values,
+# a sync), False / "none" (the cheapest mode: as "basic", whose checks are cached per signature
+# and keep every kernel in bounds, so nothing cheaper is safe).
+_VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "none": "none"}
 
 
-def _call(op: str, *args):
-    """torch.compile tracing: the custom op ``torch.ops.dualops.<op>`` (whose fake implementation
-    validates); eager: its implementation directly — same code, no dispatcher overhead, and an
-    argument of the wrong kind gets the schema's error naming it (the dispatcher would only say
-    "expected Tensor ...")."""
+def _call(op: str, given: dict):
+    """Run ``op`` with the arguments of ``given``: a public function's ``locals()``, taken first
+    thing in its body, so it holds the schema arguments plus backend / validate (/ return_lse)."""
     if torch.compiler.is_compiling():
-        return getattr(torch.ops.dualops, op)(*args)
-    return getattr(_ops, f"{op}_impl")(*args)
+        values = {name: given[name] for name in _ops.ARG_NAMES[op]}
+        plan = values.get("plan")
+        if plan is not None and not isinstance(plan, torch.Tensor):
+            values["plan"] = _packed_plan(plan)
+        return getattr(torch.ops.dualops, op)(*values.values(), given["backend"] or "",
+                                              _mode(given["validate"]))
+    backend = given.pop("backend") or ""
+    validate = _mode(given.pop("validate"))
+    given.pop("return_lse", None)
+    return _ops.run(op, given, backend, validate)
 
 
 def _mode(validate) -> str:
-    if validate not in _VALIDATE:
-        raise ValueError(f"validate must be True, 'basic' or 'full', got {validate!r}")
-    return _VALIDATE[validate]
+    try:
+        return _VALIDATE[validate]
+    except (KeyError, TypeError):
+        raise ValueError(f"validate must be True, False, 'basic', 'full' or 'none', got {validate!r}") from None
+
+
+def _packed_plan(plan):
+    packed = getattr(plan, "_dualops_packed", None)
+    if packed is None:
+        if not hasattr(plan, "pack"):
+            raise TypeError(f"plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
+        packed = plan.pack()
+    return packed
 
 
 def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None,
@@ -41,10 +60,7 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     ``validate="full"`` also checks kv_lens and block ids against the cache (a device sync)."""
     if not isinstance(return_lse, bool):
         raise TypeError(f"incre_flash_attention: return_lse must be a bool, got {type(return_lse).__name__}")
-    out, lse = _call(
-        "incre_flash_attention",
-        q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
-        k_scale, v_scale, k_offset, v_offset, backend or "", _mode(validate))
+    out, lse = _call("incre_flash_attention", locals())
     return (out, lse) if return_lse else out
 
 
@@ -73,18 +89,9 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
                backend=None, validate=True):
     """MLA decode with FlashMLA semantics. Returns (out [B, S_q, H_q, 512], lse [B, H_q, S_q] fp32).
     See ``ops/mla_decode.yaml``."""
-    packed = None
-    if plan is not None:
-        packed = getattr(plan, "_dualops_packed", None)
-        if packed is None:
-            if not hasattr(plan, "pack"):
-                raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
-            packed = plan.pack()
-    return _call(
-        "mla_decode",
-        q, kv_cache, block_table, cache_seqlens, head_dim_v, packed, softmax_scale, causal,
-        kv_format, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-        extra_topk_length, backend or "", _mode(validate))
+    if plan is not None and not hasattr(plan, "pack") and not isinstance(plan, torch.Tensor):
+        raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
+    return _call("mla_decode", locals())
 
 
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None,
@@ -92,9 +99,7 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     """Grouped GEMM, NT layout: y[rows of group g] = x[rows of group g] @ w[g].T.
     Contiguous layout (x [M, K] + group_offsets [G+1]) or masked (x [G, M_max, K] + masked_m [G]).
     See ``ops/grouped_gemm.yaml``."""
-    return _call("grouped_gemm",
-                 x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype,
-                 backend or "", _mode(validate))
+    return _call("grouped_gemm", locals())
 
 
 def supports(op: str, backend: str, **variant) -> bool:

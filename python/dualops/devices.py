@@ -1,7 +1,8 @@
 """Device profiles: the facts about a machine that the tiling planners need.
 
 A profile is a frozen (hashable) dataclass, so planners can be cached on it. Figures come
-from vendor datasheets (Hopper), from REFERENCE.md (Ascend buffer sizes, our measurements)
+from vendor datasheets (Hopper), from CANN's documentation (Ascend buffer sizes), from our
+measurements (BENCHMARKS.md)
 or are assumptions; every profile lists the fields that are assumptions in `assumptions`,
 so tools that print them (``python -m dualops info``) can say so.
 """
@@ -50,7 +51,7 @@ class DeviceProfile:
     l0c_align_bytes: int = 0
     cube_fractal: int = 16         # matrix-unit granule along M/N/K (fp16)
     vector_repeat_bytes: int = 0   # Ascend vector instruction repeat width
-    # Our own measurements (REFERENCE.md section 6); 0.0 = not measured.
+    # Our own measurements (BENCHMARKS.md, "Method": copy and matmul probes); 0.0 = not measured.
     measured_copy_gbs: float = 0.0       # device-to-device copy, read + write
     measured_matmul_tflops: float = 0.0  # bf16 8192^3 torch matmul
     assumptions: tuple[str, ...] = ()    # names of fields that are assumptions, not facts
@@ -100,7 +101,7 @@ def _hopper(name: str, *, hbm_bytes: int, hbm_gbs: float, copy_gbs: float,
 
 
 def _ascend_910b(name: str, *, num_cores: int, hbm_bytes: int, hbm_gbs: float) -> DeviceProfile:
-    # Buffer sizes and alignments are the Atlas A2 facts of REFERENCE.md section 3; clock,
+    # Buffer sizes and alignments are the Atlas A2 facts (docs/incre_flash_attention_ascend.md); clock,
     # bandwidth, L2 size and the peak derived from the clock are not published in our
     # sources: they are assumptions, listed as such.
     clock = 1.8

@@ -1,4 +1,4 @@
-"""Which backend runs a call: by the tensors' device, or by name (DESIGN.md principle 6)."""
+"""Which backend runs a call: by the tensors' device, or by name."""
 from __future__ import annotations
 
 from . import backends, schema

@@ -1,5 +1,5 @@
 """The Ascend C incremental flash attention kernel on the simulator against dualops.reference,
-by the REFERENCE.md §5 method: NaN in every unused cache slot, randomly permuted block tables,
+by the docs/parity.md method: NaN in every unused cache slot, randomly permuted block tables,
 varlen batches with 0- and 1-token requests, non-contiguous q, fresh random inputs per case;
 GQA / MQA / MHA, head dims 64 / 128 / 256, causal MTP, masks, biases, int8 / fp8 caches,
 split-KV on and off (plans forced to odd shapes too), lse, and full 910B core counts.
@@ -229,7 +229,7 @@ def test_fp8_cache(gen, dtype):
 def test_biased_q_short_requests(gen, kv):
     """q biased +2 in every channel (a large channel sum) on requests of 1 and 17 keys, whose lse
     is little more than the scores: the same cases as the CUDA kernels' (tests/incre_flash_attention/test_cuda.py,
-    BENCHMARKS.md item 34)."""
+    exact int8 keys)."""
     kv_dtype = {"int8_asym": torch.int8, "int8_sym": torch.int8, "fp8": torch.float8_e4m3fn, "same": None}[kv]
     case = make_case(gen, B=2, H_q=8, H_kv=2, D=128, lens=(1, 17), dtype=BF16, kv_dtype=kv_dtype,
                      int8_offset=kv != "int8_sym", q_bias=2.0)
@@ -274,7 +274,7 @@ def _backend_call(case, plan, cores=4):
     v = schema.validate("incre_flash_attention", values)
     kw = dualops_ops.ifa_backend_kwargs(v)
     with ascend_sim.use_profile("ascend910b2", cores=cores):
-        return ascend_sim_ifa.incre_flash_attention(case["q"], case["k_cache"], case["v_cache"], plan=plan, **kw)
+        return ascend_sim_ifa.incre_flash_attention(plan=plan, **kw)
 
 
 def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, cores=4, whole_groups=0):
@@ -380,7 +380,7 @@ def test_estimate_entry_point_for_bench(gen):
     res = ascend_sim.estimate("incre_flash_attention", case, profile="ascend910b4")
     assert res["seconds"] > 0 and res["profile"] == "ascend910b4"
     with pytest.raises(NotImplementedError):
-        ascend_sim.estimate("mla_decode", {}, profile="ascend910b2")
+        ascend_sim.estimate("no_such_op", {}, profile="ascend910b2")   # ops without an Ascend C kernel
 
 
 def test_env_profile_override(monkeypatch):

@@ -1,4 +1,4 @@
-"""CUDA incremental flash attention against dualops.reference, by the REFERENCE.md §5 method:
+"""CUDA incremental flash attention against dualops.reference, by the docs/parity.md method:
 NaN in every unused cache slot, randomly permuted block tables, varlen batches with 0- and
 1-token requests, non-contiguous q and caches, fresh random inputs per case; plus split-KV
 plans forced to odd shapes, CUDA-graph capture of a decode step, and argument errors.
@@ -104,7 +104,7 @@ def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0
     k_trend > 0: scores climb along the keys (q gets a bias of +-0.5 by channel parity, key j gains
     k_trend * j times the same signs); k_jumps: that many keys, at random, jump 6 above their
     neighbours (the signs keep q's channel sum unbiased). q_bias: added to every channel of q (a
-    one-signed bias: a large channel sum, BENCHMARKS.md item 34)."""
+    one-signed bias: a large channel sum)."""
     gen = torch.Generator().manual_seed(seed)
     dev = torch.device(device)
     if lens is None:
@@ -404,14 +404,14 @@ def test_climbing_scores(case):
         # Key channels spanning +-100: the int8 key-offset term sum_d q_d s_d o_d (~280 in lse
         # units here) and the mma's sum_d q_d s_d x_d cancel in fp32 for the short requests, whose
         # scores are small: 2^-24 * 280 * ~16 roundings ~ 3e-4 (H100: 1.2e-4 and 1.8e-4 measured;
-        # the reference dequantizes first and sums small values). BENCHMARKS.md item 34.
+        # the reference dequantizes first and sums small values).
         lse_tol = (5e-4,) + tuple(LSE_TOLERANCE[1:])
     assert_close_parity(lse, ref_lse, *lse_tol, name=f"{_id(case)} lse")
 
 
 # q with a one-signed bias (a channel sum of 64 to 512) on short requests, whose lse is the score
-# itself: the int8 kernels' former 1152 + x key fold put a 1-key request's lse 2.1e-3 off here
-# (BENCHMARKS.md item 34). 4 q rows per KV head, or 32 (S_q 4, causal: two m-tiles, where the
+# itself: folding int8 keys as 1152 + x (with 1152 * sum(q) taken off the score) puts a 1-key
+# request's lse 2.1e-3 off here, so the kernels take int8 keys exactly. 4 q rows per KV head, or 32 (S_q 4, causal: two m-tiles, where the
 # int8 key-offset term is not summed in registers); every cache type, int8 with and without
 # offsets, head dims 64 / 128 / 256.
 BIASED_Q = [dict(kv=kv, D=D, q_bias=qb, rows=rows)

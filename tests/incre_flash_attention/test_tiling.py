@@ -224,7 +224,7 @@ def test_split_kv_engages_for_long_single_requests():
             assert p.num_splits > 1, p.describe()
             # roughly fills the machine: at least 3/4 of the cores get a unit -- on CUDA at least
             # CUDA_MAX_SPLITS units: 64 SMs with their K/V pipelines full saturate HBM, and more
-            # splits of short ranges measured slower (BENCHMARKS.md v12), so a single-head
+            # splits of short ranges measured slower, so a single-head
             # request goes past 64 splits only with long ones (test_split_cap_...)
             need = min(0.75 * dev.num_cores, CUDA_MAX_SPLITS) if dev.is_cuda else 0.75 * dev.num_cores
             assert p.num_units >= need, p.describe()
@@ -240,9 +240,9 @@ def test_split_kv_engages_for_long_single_requests():
 def test_split_cap_depends_on_cache_width():
     """16-bit caches stop at CUDA_MAX_SPLITS splits unless every split keeps CUDA_LONG_SPLIT keys
     (then up to CUDA_MAX_SPLITS_LONG: a long split's first fill is prefetched into L2 under the
-    kernel ahead, BENCHMARKS.md v14: b1 h8/1 s128k 64 splits 23.9 us, 128 splits 22.2); 8-bit
+    kernel ahead: b1 h8/1 s128k 64 splits 23.9 us, 128 splits 22.2); 8-bit
     ones at CUDA_MAX_SPLITS_8BIT: the 8-bit kernel does more math per byte, so a single-head
-    128k request needs more SMs (v13: fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of
+    128k request needs more SMs (fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of
     the other measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 64 for
     8-bit since the one-chunk kernel, b1 h8/1 s32k 64 for 16-bit)."""
     for kv_bytes, cap in ((2, CUDA_MAX_SPLITS_LONG), (1, CUDA_MAX_SPLITS_8BIT)):
@@ -324,7 +324,7 @@ def test_bad_arguments_name_the_argument(kw, exc, match):
 def test_short_8bit_splits_only_on_small_grids():
     """8-bit caches split down to CUDA_MIN_SPLIT_8BIT (128) keys, as 16-bit ones, but splits shorter
     than CUDA_SHORT_SPLIT_8BIT (256) only while the split grid keeps <= CUDA_SHORT_SPLIT_MAX_UNITS
-    units (BENCHMARKS.md item 32: b1 h8/1 s1k 8 splits beat 4, b16 h8/1 s1k 8 splits lost to 4)."""
+    units (b1 h8/1 s1k 8 splits beat 4, b16 h8/1 s1k 8 splits lost to 4)."""
     assert CUDA_MIN_SPLIT_8BIT == CUDA_MIN_SPLIT < CUDA_SHORT_SPLIT_8BIT
     for b, h_q, h_kv, s_kv, ns in ((1, 8, 1, 1024, 8), (1, 8, 1, 8192, 64), (1, 32, 8, 1024, 8), (16, 8, 1, 1024, 4)):
         p = plan(H200, batch=b, h_q=h_q, h_kv=h_kv, max_kv_len=s_kv, kv_dtype_bytes=1)

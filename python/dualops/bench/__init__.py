@@ -8,7 +8,7 @@ Layout: ``sweeps.py`` (named sweeps), ``workloads.py`` (the per-op module protoc
 ``ifa_workload.py`` / ``mla_decode.py`` / ``grouped_gemm.py``, ``measure.py`` (CUDA through the
 CUDA author's ``timing.py``, wall clock through ``cpu_timing.py``), ``sim_estimate.py`` (the Ascend
 simulator's cost model), ``ceilings.py``, ``runner.py``, ``report.py``, ``compare.py``, ``plots.py``.
-``incre_flash_attention.py`` is issue 4's standalone CUDA IFA sweep (``python -m
+``incre_flash_attention.py`` is the standalone CUDA IFA sweep of BENCHMARKS.md (``python -m
 dualops.bench.incre_flash_attention``).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bench workload of MLA decode (protocol: ``bench/workloads.py``).
 
-FLOPs and bytes as FlashMLA counts them (REFERENCE.md §1): FLOPs = 2 · h_q · s_q · Σ keys ·
+FLOPs and bytes as FlashMLA counts them: FLOPs = 2 · h_q · s_q · Σ keys ·
 (d_qk + d_v), keys = s_k per request (dense) or topk per query token (sparse); bytes = the KV
 tokens read once in the cache format + q + out."""
 from __future__ import annotations
@@ -88,6 +88,35 @@ def build(s: dict, device, g: torch.Generator) -> dict:
         seqlens, num_heads_q=s["h_q"], num_heads_k=1, s_q=s["s_q"], kv_format=s["kv_format"],
         topk=s["topk"] or None, page_block_size=pbs)
     return inputs
+
+
+# Reduced configurations the Ascend simulator runs for a bench row's estimate (keys per request).
+SIM_KEYS = (256, 512)
+
+
+def sim_estimate(s: dict, profile: str | None = None) -> dict:
+    """The Ascend cost model's estimate of shape ``s`` (never a measurement). Simulating the full
+    shape on the CPU would take minutes, so the simulator runs the real kernel on two reduced
+    configurations (the same heads, s_q, format, page, causal; at most one request per AI core;
+    256 and 512 keys per request) for the named profile, and every term of the model (cube,
+    vector, DMA, sync, HBM, L2) is extrapolated linearly in the work one AI core is dealt,
+    b * (ceil(keys / 64) + 5) scheduler blocks, as the MLA plan deals it."""
+    from .. import ascend_cost_model, devices
+    from ..backends import ascend_sim
+
+    prof = devices.profile(profile or devices.DEFAULT_SIM_PROFILE)
+    keys = s["topk"] or s["s_k"]
+    b_small = min(s["b"], prof.num_cores)
+    runs = []
+    for k in SIM_KEYS:
+        small = dict(s, b=b_small, s_k=k, topk=k if s["topk"] else 0)
+        inputs = build(small, "cpu", torch.Generator().manual_seed(0))
+        inputs.pop("plan")   # made for the simulated profile
+        est = ascend_sim.estimate(OP, inputs, profile=prof.name)
+        runs.append((b_small * (math.ceil(k / 64) + 5), est))
+    work = s["b"] * (math.ceil(keys / 64) + 5)
+    return ascend_cost_model.extrapolate(runs, work, prof) | {
+        "extrapolated_from": [dict(b=b_small, keys=k) for k in SIM_KEYS]}
 
 
 def call(inputs: dict, backend: str):

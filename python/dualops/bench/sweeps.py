@@ -7,7 +7,7 @@ op module's defaults). Model shapes come from the public model configs: Llama-3.
 (64/8), Qwen3-235B-A22B (64/4), DeepSeek-V3 MoE (hidden 7168, expert intermediate 2048, 256
 experts, top-8), Qwen3-235B-A22B MoE (hidden 4096, expert intermediate 1536, 128 experts) and
 Qwen3-30B-A3B MoE (hidden 2048, expert intermediate 768); FlashMLA's benchmark configurations
-for MLA (REFERENCE.md §1, §6).
+for MLA.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ _SWEEPS = [
           _ifa_grid([(32, 8)], [1, 16], _K) + _ifa_grid([(32, 8)], [1, 16], _K, layout="paged", block_size=64),
           x_key="s_kv"),
     Sweep("ifa-targets", "incre_flash_attention",
-          "issue 4's sweep: b 1-128, s_kv 1k-128k, heads 8/1, 32/8, 64/8, 128/128, d 128, contiguous",
+          "the targets sweep of BENCHMARKS.md: b 1-128, s_kv 1k-128k, heads 8/1, 32/8, 64/8, 128/128, d 128, contiguous",
           _ifa_grid([(8, 1), (32, 8), (64, 8), (128, 128)], [1, 4, 16, 64, 128], [1024, 4096, 16384, 131072]),
           x_key="s_kv"),
     Sweep("ifa-paged", "incre_flash_attention",

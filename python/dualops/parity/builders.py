@@ -1,4 +1,4 @@
-"""Input construction for parity cases, by the method of REFERENCE.md §5: fresh random values
+"""Input construction for parity cases, by the method of docs/parity.md: fresh random values
 (never zeros), unused cache slots poisoned (NaN, or the dtype's extreme where it has no NaN),
 block tables randomly permuted, varlen batches, non-contiguous views whose hidden half is
 poison too. Everything is built on the CPU from a seeded ``torch.Generator`` so a case is

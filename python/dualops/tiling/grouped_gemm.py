@@ -1,6 +1,6 @@
 """Planner for grouped_gemm: tile sizes, pipeline depth and the work list of output tiles.
 
-Tiles (REFERENCE.md section 4, after hpc-ops): tile M (tokens) from the average rows per group
+Tiles (after hpc-ops' Hopper grouped GEMM): tile M (tokens) from the average rows per group
 by the table below, tile N 128, tile K = 128 bytes of one input row (64 for fp16/bf16, 128 for
 fp8/int8: one 128-B swizzle atom on Hopper, and for fp8 exactly one blockwise-scale K block).
 On Ascend tile M is rounded up to the cube fractal (16).

@@ -1,4 +1,4 @@
-"""Planner for mla_decode: the FlashMLA-style decode scheduler (REFERENCE.md section 1).
+"""Planner for mla_decode: the FlashMLA-style decode scheduler (``get_mla_metadata``).
 
 The KV of every request is cut into scheduler blocks of `block_tokens` (64) tokens, whatever
 the cache's page_block_size (the kernel maps a token range onto pages itself). Every request
