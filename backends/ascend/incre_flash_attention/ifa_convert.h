@@ -14,6 +14,9 @@
 namespace dualops {
 namespace ifa {
 
+// The e4m3 decode lives in backends/ascend/common/fp8.h; the old name stays for kernels using it.
+using ascend::E4m3ToHalfBits;
+
 template <typename QT, typename KT>
 class IfaConvert {
  public:
