@@ -478,7 +478,7 @@ def test_plan_with_more_blocks_than_ai_cores_is_rejected(gen):
     kw = dualops_ops.ifa_backend_kwargs(schema.validate("incre_flash_attention", values))
     with ascend_sim.use_profile("ascend910b3"):
         with pytest.raises(ValueError, match=r"plan.num_cores = 24 exceeds the 20 AI cores of ascend910b3"):
-            ascend_sim_ifa.incre_flash_attention(case["q"], case["k_cache"], case["v_cache"], plan=plan, **kw)
+            ascend_sim_ifa.incre_flash_attention(plan=plan, **kw)
 
 
 @pytest.mark.parametrize("kv", ["same", "int8_asym"])

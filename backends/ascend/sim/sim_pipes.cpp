@@ -203,7 +203,16 @@ std::vector<uint64_t> CrossSnap(pipe_t p) {
   return v;
 }
 
-void CrossAbsorb(const std::vector<uint64_t>& v) { MergeInto(PS().xseen, v); }
+void CrossAbsorb(const std::vector<uint64_t>& v, pipe_t wait_pipe) {
+  CoreContext& c = Cur();
+  PipeState& ps = c.pipes;
+  if (ps.mode == SyncMode::kOff) return;
+  MergeInto(ps.xseen, v);
+  Snap own;
+  const size_t base = static_cast<size_t>(c.linear) * kNumPipes;
+  for (int i = 0; i < kNumPipes; ++i) own.s[i] = base + i < v.size() ? v[base + i] : 0;
+  Absorb(PipeIndex(wait_pipe), own);
+}
 
 void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t bytes, bool write) {
   CoreContext& c = Cur();

@@ -323,13 +323,13 @@ void CrossCoreWait(int32_t mode, pipe_t pipe, int32_t id) {
   int32_t& n = L.counter[c.linear][id];
   L.WaitUntil(c, lk, api, Str("CrossCoreWaitFlag(", id, ")"), [&n] { return n > 0; });
   --n;
+  // The waiting pipe (PIPE_S by default: every later instruction) runs after what the setter
+  // had completed. Local pipes still in flight are NOT ordered by a cross-core wait.
   auto& dq = L.xcounter[c.linear][id];
   if (!dq.empty()) {
-    CrossAbsorb(dq.front());
+    CrossAbsorb(dq.front(), pipe);
     dq.pop_front();
   }
-  // The waiting pipe (PIPE_S by default: every later instruction) runs after the setter's.
-  if (PipesOn()) BarrierPipe(PIPE_ALL);
 }
 
 void SyncAllCores(bool aiv_only) {
@@ -350,7 +350,7 @@ void SyncAllCores(bool aiv_only) {
   const int64_t gen = L.bar_gen[b];
   MergeInto(L.bar_acc[b], snap);
   auto leave = [&] {
-    CrossAbsorb(L.bar_done[b][gen & 1]);
+    CrossAbsorb(L.bar_done[b][gen & 1], PIPE_S);
     if (PipesOn()) BarrierPipe(PIPE_ALL);
   };
   if (++L.bar_count[b] == parties) {

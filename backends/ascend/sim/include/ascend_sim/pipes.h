@@ -86,7 +86,9 @@ void BarrierPipe(pipe_t p);              // PipeBarrier<p>
 bool PipesOn();
 // Cross-core knowledge this core hands over with a flag set on `p` (xseen plus its own pipes).
 std::vector<uint64_t> CrossSnap(pipe_t p);
-void CrossAbsorb(const std::vector<uint64_t>& v);
+// Takes cross-core knowledge at a wait on `wait_pipe`: GM writes of other cores, and this core's
+// own pipes as far as the chain of flags proves them complete.
+void CrossAbsorb(const std::vector<uint64_t>& v, pipe_t wait_pipe);
 void MergeInto(std::vector<uint64_t>& dst, const std::vector<uint64_t>& src);
 
 }  // namespace ascend_sim
