@@ -264,8 +264,6 @@ __aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>&
   ascend_sim::CheckOperand(api, "src (L0C)", src, static_cast<uint64_t>(nb - 1) * p.srcStride * 16 + static_cast<uint64_t>(p.srcStride) * 16,
                            {Mem::L0C}, 64);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPFix, {ascend_sim::Rng(src, static_cast<uint64_t>(nb) * p.srcStride * 16)}, {});
-  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPFix, reinterpret_cast<uint64_t>(dst.SimPtr()),
-                     (static_cast<uint64_t>(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T), true);
   const U* s = src.SimPtr();
   for (uint32_t r = 0; r < p.mSize; ++r) {
     dst.SimCheck(api, static_cast<uint64_t>(r) * p.dstStride, p.nSize, true);
@@ -277,6 +275,8 @@ __aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>&
       else d[c] = v;
     }
   }
+  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPFix, reinterpret_cast<uint64_t>(dst.SimPtr()),
+                     (static_cast<uint64_t>(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T), true);
   ascend_sim::CoreContext& cc = ascend_sim::Cur();
   cc.c.fixpipe_bytes += static_cast<uint64_t>(p.mSize) * p.nSize * sizeof(T);
 }

@@ -121,7 +121,6 @@ void GmToLocal(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& d
   if (bc.count == 0 || bc.len == 0) return;
   CheckLocalBytes(api, "dst", dst, (bc.count - 1) * bc.dst_pitch + bc.len);
   PipeOp(api, loc, kPMte2, {}, {RngBytes(dst, 0, (bc.count - 1) * bc.dst_pitch + RoundUp32(bc.len))});
-  PipeGm(api, loc, kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()), (bc.count - 1) * bc.src_pitch + bc.len, false);
   uint8_t* d = reinterpret_cast<uint8_t*>(dst.SimPtr());
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src.SimPtr());
   for (uint64_t i = 0; i < bc.count; ++i) {
@@ -130,6 +129,8 @@ void GmToLocal(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& d
     src.SimCheck(api, so / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), false);
     std::memcpy(d + i * bc.dst_pitch, s + so, bc.len);
   }
+  // After the bounds checks, so an out-of-bounds access is reported as such.
+  PipeGm(api, loc, kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()), (bc.count - 1) * bc.src_pitch + bc.len, false);
 }
 
 template <typename T>
@@ -141,7 +142,6 @@ void LocalToGm(const char* api, const Loc& loc, const AscendC::GlobalTensor<T>& 
   if (bc.count == 0 || bc.len == 0) return;
   CheckLocalBytes(api, "src", src, (bc.count - 1) * bc.src_pitch + bc.len);
   PipeOp(api, loc, kPMte3, {RngBytes(src, 0, (bc.count - 1) * bc.src_pitch + bc.len)}, {});
-  PipeGm(api, loc, kPMte3, reinterpret_cast<uint64_t>(dst.SimPtr()), (bc.count - 1) * bc.dst_pitch + bc.len, true);
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src.SimPtr());
   uint8_t* d = reinterpret_cast<uint8_t*>(dst.SimPtr());
   for (uint64_t i = 0; i < bc.count; ++i) {
@@ -150,6 +150,7 @@ void LocalToGm(const char* api, const Loc& loc, const AscendC::GlobalTensor<T>& 
     dst.SimCheck(api, dof / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), true);
     std::memcpy(d + dof, s + i * bc.src_pitch, bc.len);
   }
+  PipeGm(api, loc, kPMte3, reinterpret_cast<uint64_t>(dst.SimPtr()), (bc.count - 1) * bc.dst_pitch + bc.len, true);
 }
 
 inline void RequireWholeBlocks(const char* api, uint64_t bytes, const char* what) {
@@ -242,9 +243,6 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
                         static_cast<uint64_t>(p.nValue - 1) * p.dstNzNStride * c0 + c0;
   ascend_sim::CheckLocalBytes(api, "dst", dst, last * sizeof(T));
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPMte2, {}, {ascend_sim::Rng(dst, last)});
-  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()),
-                     ((static_cast<uint64_t>(p.ndNum - 1) * p.srcNdMatrixStride + static_cast<uint64_t>(p.nValue - 1) * p.srcDValue) +
-                      p.dValue) * sizeof(T), false);
   T* d = dst.SimPtr();
   for (uint32_t m = 0; m < p.ndNum; ++m) {
     for (uint32_t n = 0; n < p.nValue; ++n) {
@@ -261,6 +259,9 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
       }
     }
   }
+  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()),
+                     ((static_cast<uint64_t>(p.ndNum - 1) * p.srcNdMatrixStride + static_cast<uint64_t>(p.nValue - 1) * p.srcDValue) +
+                      p.dValue) * sizeof(T), false);
 }
 
 // ---- DataCopyPad: byte-exact lengths, rows padded to 32 B on the UB side ------------------
