@@ -248,6 +248,16 @@ def test_cross_core_flag_on_the_writing_pipe_is_clean():
     launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(28)))
 
 
+def test_cross_core_round_trip_orders_the_setters_own_pipes():
+    # AIV: MTE3 reads UB, flag (on MTE3) to the AIC, flag back: V may then rewrite that UB.
+    launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(30)))
+
+
+def test_parity_runs_use_the_strict_pipe_model():
+    from dualops.backends.ascend_sim import _common
+    assert _common.launch_profile(devices.profile(devices.DEFAULT_SIM_PROFILE))["pipe_sync"] == "strict"
+
+
 @pytest.mark.parametrize("name", sorted(SYNC_FAULTS))
 def test_missing_sync_passes_with_pipe_checks_off(name):
     """The same kernels run in program order when the checks are off: only the model catches them."""

@@ -41,6 +41,7 @@ enum FaultCase : int32_t {
   kMissFixVCross = 27,       // AIC Fixpipe -> GM, flag set on PIPE_MTE2 (not FIX); AIV reads it
   kFixVCrossOk = 28,         // the same with the flag on PIPE_FIX: clean
   kMissSV = 29,              // AIV: Adds reads what SetValue (S) wrote, no S_V
+  kRoundTripOk = 30,         // AIV MTE3 reads UB, flag on MTE3 to the AIC and back: V may rewrite it
 };
 
 __aicore__ inline void VectorCase(int32_t c, GlobalTensor<float>& g) {
@@ -171,6 +172,18 @@ __aicore__ inline void VectorCase(int32_t c, GlobalTensor<float>& g) {
       DataCopy(t, g[128 * (GetBlockIdx() / 2)], 64);
       break;
     }
+    case kRoundTripOk: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      Duplicate(t, 1.0f, 64);
+      SetFlag<HardEvent::V_MTE3>(0);
+      WaitFlag<HardEvent::V_MTE3>(0);
+      DataCopy(g[64 * GetBlockIdx()], t, 64);
+      CrossCoreSetFlag<2, PIPE_MTE3>(7);
+      CrossCoreWaitFlag(8);
+      Duplicate(t, 2.0f, 64);   // the round trip proves the MTE3 read done
+      break;
+    }
     case kMissSV: {
       pipe.InitBuffer(tb, 1024);
       LocalTensor<float> t = tb.Get<float>();
@@ -242,6 +255,10 @@ __aicore__ inline void CubeCase(int32_t c, GlobalTensor<float>& g) {
       if (c == kMissMte1Mte2) DataCopy(s, gh[256], 256);
       break;
     }
+    case kRoundTripOk:
+      CrossCoreWaitFlag(7);
+      CrossCoreSetFlag<2, PIPE_FIX>(8);
+      break;
     case kMissFixVCross:
     case kFixVCrossOk: {
       TBuf<TPosition::CO1> l0c;
