@@ -141,8 +141,8 @@ def test_main_job_writes_all_reports(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(cases._ALL, "incre_flash_attention", cases._ALL["incre_flash_attention"][:2])
     rc, out, _ = _main(capsys, "--out", tmp_path)
     assert rc == 0, out
-    for name in ("parity.json", "parity.md", "bench.json", "bench.md"):
+    for name in ("parity.json", "parity.md", "bench.json", "bench.md", "index.html"):
         assert (tmp_path / name).is_file()
-    assert f"reports written to {tmp_path}/" in out and "parity passed" in out
+    assert f"open {tmp_path}/index.html" in out and "parity passed" in out
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert set(bench["settings"]["sweeps"]) == {"quick-ifa", "quick-mla", "quick-gg"}

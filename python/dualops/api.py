@@ -65,22 +65,59 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
 
 
 def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_format="bf16",
-                     topk=None, extra_topk=None, page_block_size=64, device=None):
+                     topk=None, extra_topk=None, page_block_size=64, device=None, on_device=False):
     """The MLA scheduler plan for one decode step (FlashMLA's get_mla_metadata); reuse it for every
-    layer of the step. Reads cache_seqlens' values (a host sync when they live on a device)."""
-    from . import devices
+    layer of the step. Reads cache_seqlens' values (a host sync when they live on a device), unless
+    ``on_device=True``: then the plan is computed on the GPU from a CUDA ``cache_seqlens`` (dense
+    decode, CUDA backend; no host sync, so it can be captured in a CUDA graph with the layers)."""
     from .tiling import plan_mla_decode
 
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
         raise TypeError("get_mla_metadata: cache_seqlens must be an int32 tensor [B]")
-    profile = device if isinstance(device, devices.DeviceProfile) else devices.detect(
-        cache_seqlens.device if device is None else torch.device(device))
+    if on_device:
+        if cache_seqlens.device.type != "cuda":
+            raise ValueError(f"get_mla_metadata(on_device=True) needs a CUDA cache_seqlens, got {cache_seqlens.device}")
+        if topk is not None or extra_topk is not None:
+            raise NotImplementedError("get_mla_metadata(on_device=True) plans dense decode only (topk must be None)")
+        from .backends.cuda.mla_decode import plan_on_device
+
+        return plan_on_device(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
+                              kv_format=kv_format, page_block_size=page_block_size)
+    profile = _plan_profile(device, cache_seqlens)
     plan = plan_mla_decode(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
                            kv_format=kv_format, topk=topk, extra_topk=extra_topk,
                            page_block_size=page_block_size,
                            device=profile)
     object.__setattr__(plan, "_dualops_packed", plan.pack())
     return plan
+
+
+def _plan_profile(device, cache_seqlens):
+    """get_mla_metadata's device=: None (cache_seqlens' device), a DeviceProfile, a profile name
+    ("h100", "ascend910b2", ...), a torch.device or a device string ("cuda:0", "cpu", "npu")."""
+    from . import devices
+
+    if device is None:
+        return devices.detect(cache_seqlens.device)
+    if isinstance(device, devices.DeviceProfile):
+        return device
+    allowed = (f"None (cache_seqlens' device), a dualops.devices.DeviceProfile, a profile name "
+               f"({', '.join(devices.PROFILES)}), a torch.device or a device string such as 'cuda:0', "
+               f"'cpu', 'npu', 'ascend_sim'")
+    if isinstance(device, str):
+        try:
+            return devices.profile(device)
+        except ValueError:
+            pass
+        if device.strip().lower().split(":")[0] in ("ascend_sim", "sim", "npu"):
+            return devices.detect(device.split(":")[0])
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"get_mla_metadata: device must be {allowed}; got {device!r}") from None
+    if isinstance(device, torch.device):
+        return devices.detect(device)
+    raise TypeError(f"get_mla_metadata: device must be {allowed}; got {type(device).__name__}")
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None,

@@ -66,14 +66,32 @@ def _plain_kwargs(a: dict, d: dict) -> dict:
 
 
 def _mla_plan(packed):
+    if packed.device.type != "cpu":
+        # A packed plan on the GPU (made there by the device planner): the backend reads it
+        # there; reading it here would be a host sync (and break CUDA-graph capture).
+        return packed
+    hit = _MLA_PLANS.get(id(packed))
+    if hit is not None and hit[0] is packed and hit[1] == packed._version:
+        return hit[2]
     from .tiling.mla_decode import MlaPlan
 
-    return MlaPlan.from_packed(packed)
+    plan = MlaPlan.from_packed(packed)
+    if len(_MLA_PLANS) >= 64:
+        _MLA_PLANS.clear()
+    _MLA_PLANS[id(packed)] = (packed, packed._version, plan)
+    return plan
+
+
+# Host plans by packed tensor (torch.compile hands every layer's call the same tensor): unpacked
+# once per step, not once per call.
+_MLA_PLANS: dict = {}
 
 
 def _mla_check_plan(plan, a: dict, d: dict, full: bool) -> None:
     from .tiling import mla_decode as t
 
+    if not isinstance(plan, t.MlaPlan):
+        return  # a plan made on the device: its backend checks it against the call
     check = getattr(t, "check_plan_for_call", None)
     if check is not None:
         check(plan, a, d, full=full)

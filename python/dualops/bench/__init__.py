@@ -53,7 +53,10 @@ def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, r
         compare_mod.apply(result, old, threshold=threshold, path=compare)
     print(report.terminal(result), file=stream)
     paths = report.write(result, out, plots=plots)
-    print(f"bench reports: {paths['json']}  {paths['markdown']}", file=stream)
+    from .. import report_page
+
+    page = report_page.write(out)
+    print(f"bench reports: {paths['json']}  {paths['markdown']}  {page}", file=stream)
     for p in paths.get("plots", []):
         print(f"  plot: {p}", file=stream)
     if plots and paths.get("plots_note"):

@@ -101,6 +101,17 @@ _SWEEPS = [
     Sweep("mla-flashmla", "mla_decode",
           "FlashMLA's dense bf16 configs: b 64/128, h_q 16/64/128, s_q 1/2, s_k 4096, page 64",
           tuple(dict(b=b, h_q=h, s_q=q, s_k=4096) for b in (64, 128) for h in (16, 64, 128) for q in (1, 2))),
+    Sweep("mla-targets", "mla_decode",
+          "the dense decode target rows: compute-bound b128 h_q128 (s_q 1/2, s_k 4096/8192), b32 s_k16384; "
+          "memory-bound b64 h_q16 s_k4096; h_q 32/64; FP8 caches; page sizes 16-256",
+          (dict(b=128, h_q=128, s_k=4096), dict(b=128, h_q=128, s_q=2, s_k=4096),
+           dict(b=128, h_q=128, s_k=8192), dict(b=32, h_q=128, s_k=16384),
+           dict(b=64, h_q=16, s_k=4096), dict(b=64, h_q=32, s_k=4096), dict(b=64, h_q=64, s_k=4096),
+           dict(b=64, h_q=16, s_k=4096, kv_format="fp8_v32"), dict(b=64, h_q=16, s_k=4096, kv_format="fp8_model1"),
+           dict(b=128, h_q=128, s_k=4096, kv_format="fp8_v32"),
+           dict(b=128, h_q=128, s_k=4096, kv_format="fp8_model1"))
+          + tuple(dict(b=64, h_q=16, s_k=4096, page=p) for p in (16, 32, 128, 256))
+          + (dict(b=128, h_q=128, s_k=4096, varlen=True), dict(b=64, h_q=16, s_k=4096, varlen=True))),
     Sweep("mla-context", "mla_decode", "GB/s vs context length, b 64, h_q 16 (memory-bound)",
           tuple(dict(b=64, h_q=16, s_k=s) for s in _K[:6]), x_key="s_k"),
     Sweep("mla-fp8", "mla_decode",
