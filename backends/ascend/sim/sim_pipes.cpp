@@ -214,14 +214,12 @@ void CrossAbsorb(const std::vector<uint64_t>& v, pipe_t wait_pipe) {
   Absorb(PipeIndex(wait_pipe), own);
 }
 
-void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t bytes, bool write) {
-  CoreContext& c = Cur();
+namespace {
+
+void GmRange(CoreContext& c, LaunchState& L, const char* api, const Loc& loc, PipeIdx pipe, uint64_t lo, uint64_t hi,
+             bool write) {
   PipeState& ps = c.pipes;
-  if (ps.mode == SyncMode::kOff || bytes == 0) return;
-  LaunchState& L = *c.launch;
-  std::lock_guard<std::mutex> lk(L.gm_mu);
   auto& m = L.gm;
-  const uint64_t lo = addr, hi = addr + bytes;
   auto it = m.upper_bound(lo);
   if (it != m.begin()) {
     auto p = std::prev(it);
@@ -256,10 +254,7 @@ void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64
       left.end = lo;
       keep.emplace_back(it->first, left);
     }
-    if (it->second.end > hi) {
-      GmSeg right = it->second;
-      keep.emplace_back(hi, right);
-    }
+    if (it->second.end > hi) keep.emplace_back(hi, it->second);
     it = m.erase(it);
   }
   for (auto& k : keep) m.emplace(k.first, k.second);
@@ -270,6 +265,21 @@ void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64
   g.seq = ps.issued[pipe];   // the op was counted by PipeOp already
   g.site = Site{api, loc};
   m.emplace(lo, g);
+}
+
+}  // namespace
+
+void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t count, uint64_t len, uint64_t pitch,
+            bool write) {
+  CoreContext& c = Cur();
+  if (c.pipes.mode == SyncMode::kOff || count == 0 || len == 0) return;
+  LaunchState& L = *c.launch;
+  std::lock_guard<std::mutex> lk(L.gm_mu);
+  if (pitch == len || count == 1) {
+    GmRange(c, L, api, loc, pipe, addr, addr + (count - 1) * pitch + len, write);
+    return;
+  }
+  for (uint64_t i = 0; i < count; ++i) GmRange(c, L, api, loc, pipe, addr + i * pitch, addr + i * pitch + len, write);
 }
 
 }  // namespace ascend_sim

@@ -275,8 +275,8 @@ __aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>&
       else d[c] = v;
     }
   }
-  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPFix, reinterpret_cast<uint64_t>(dst.SimPtr()),
-                     (static_cast<uint64_t>(p.mSize - 1) * p.dstStride + p.nSize) * sizeof(T), true);
+  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPFix, reinterpret_cast<uint64_t>(dst.SimPtr()), p.mSize,
+                     static_cast<uint64_t>(p.nSize) * sizeof(T), static_cast<uint64_t>(p.dstStride) * sizeof(T), true);
   ascend_sim::CoreContext& cc = ascend_sim::Cur();
   cc.c.fixpipe_bytes += static_cast<uint64_t>(p.mSize) * p.nSize * sizeof(T);
 }

@@ -130,7 +130,7 @@ void GmToLocal(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& d
     std::memcpy(d + i * bc.dst_pitch, s + so, bc.len);
   }
   // After the bounds checks, so an out-of-bounds access is reported as such.
-  PipeGm(api, loc, kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()), (bc.count - 1) * bc.src_pitch + bc.len, false);
+  PipeGm(api, loc, kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()), bc.count, bc.len, bc.src_pitch, false);
 }
 
 template <typename T>
@@ -150,7 +150,7 @@ void LocalToGm(const char* api, const Loc& loc, const AscendC::GlobalTensor<T>& 
     dst.SimCheck(api, dof / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), true);
     std::memcpy(d + dof, s + i * bc.src_pitch, bc.len);
   }
-  PipeGm(api, loc, kPMte3, reinterpret_cast<uint64_t>(dst.SimPtr()), (bc.count - 1) * bc.dst_pitch + bc.len, true);
+  PipeGm(api, loc, kPMte3, reinterpret_cast<uint64_t>(dst.SimPtr()), bc.count, bc.len, bc.dst_pitch, true);
 }
 
 inline void RequireWholeBlocks(const char* api, uint64_t bytes, const char* what) {
@@ -259,9 +259,11 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
       }
     }
   }
-  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()),
-                     ((static_cast<uint64_t>(p.ndNum - 1) * p.srcNdMatrixStride + static_cast<uint64_t>(p.nValue - 1) * p.srcDValue) +
-                      p.dValue) * sizeof(T), false);
+  for (uint32_t mi = 0; mi < p.ndNum; ++mi) {   // rows of each matrix, exactly
+    ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPMte2,
+                       reinterpret_cast<uint64_t>(src.SimPtr(static_cast<uint64_t>(mi) * p.srcNdMatrixStride)), p.nValue,
+                       static_cast<uint64_t>(p.dValue) * sizeof(T), static_cast<uint64_t>(p.srcDValue) * sizeof(T), false);
+  }
 }
 
 // ---- DataCopyPad: byte-exact lengths, rows padded to 32 B on the UB side ------------------

@@ -79,7 +79,10 @@ struct Range {
 void PipeOp(const char* api, const Loc& loc, PipeIdx pipe, std::initializer_list<Range> reads,
             std::initializer_list<Range> writes);
 // GM side (cross-core and same-core RAW / WAW through GM): byte range [addr, addr + bytes).
-void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t bytes, bool write);
+// `count` blocks of `len` bytes, `pitch` bytes apart, starting at addr (exact ranges: strided
+// copies of different cores into one tensor do not overlap).
+void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t count, uint64_t len, uint64_t pitch,
+            bool write);
 Snap SnapOf(PipeIdx p);                  // what an event set on p now carries
 void Absorb(PipeIdx p, const Snap& s);   // ordered after s (p == kPS: every pipe)
 void BarrierPipe(pipe_t p);              // PipeBarrier<p>
