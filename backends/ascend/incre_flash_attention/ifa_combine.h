@@ -79,8 +79,7 @@ class IfaCombine {
         else lmax = v > lmax ? v : lmax;
       }
       float lse;
-      const bool special = nan || lmax == kNegInf || lmax == kPosInf;
-      AscendC::Duplicate(acc, special && lmax != kNegInf ? kNaN : 0.0f, d);
+      AscendC::Duplicate(acc, nan || lmax == kPosInf ? kNaN : 0.0f, d);
       if (nan) {
         lse = kNaN;
       } else if (lmax == kNegInf || lmax == kPosInf) {
@@ -99,7 +98,9 @@ class IfaCombine {
         lse = lmax + stage.GetValue(0);
         for (int32_t s = 0; s < ns; ++s) {
           const float ws = w.GetValue(s);
-          if (ws == 0.0f) continue;   // empty split (lse -inf): its partial is 0
+          // An empty split (lse -inf) adds nothing; a split whose weight underflows to 0 is still
+          // merged, so a NaN in its partial poisons the row (0 * NaN), as in the reference.
+          if (lb.GetValue(s * 8) == kNegInf) continue;
           AscendC::DataCopy(ob, oa[(base + static_cast<uint64_t>(s) * qr) * d], d);
           PipeSync<AscendC::HardEvent::MTE2_V>();
           AscendC::Muls(ob, ob, ws / sum, d);
