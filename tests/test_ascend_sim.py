@@ -193,6 +193,10 @@ def test_cube_vector_handoff_and_syncall(gen):
     assert kinds == ["AIC"] * blocks + ["AIV"] * 2 * blocks
     assert all(c["cross_core_sets"] == rounds for c in rep["cores"])
     assert all(c["sync_alls"] == 1 for c in rep["cores"] if c["kind"] == "AIV")
+    # More blocks than the chip's AI cores: SyncAll would wait forever for blocks not yet resident.
+    with pytest.raises(RuntimeError, match=r"SyncAll: the launch has 3 blocks but .* has 2 AI cores"):
+        launch("sim_test_pipeline", blocks, dict(x=x, eye=eye, out=out, out2=out2, ws=ws, tiling=i32(rounds)),
+               {"ai_cores": 2})
 
 
 # ----------------------------------------------------------------------------- faults
@@ -219,6 +223,46 @@ FAULTS = {
     "queue_exhausted": (20, "AIV", r"TQue::AllocTensor: all 1 buffers .* in use"),
     "gm_write_out_of_bounds": (21, "AIV", r"DataCopy\(local->GM\): writes GM .* past the end of buffer 'buf'"),
 }
+
+# Missing pipe synchronisation (asynchronous pipes): each class names both pipes and both call sites.
+_SITE = r"at backends/ascend/sim/tests/sim_test_faults\.cpp:\d+"
+SYNC_FAULTS = {
+    "mte2_to_mte1": (22, "AIC", rf"LoadData\(2D\): unsynchronized pipes: PIPE_MTE1 \(LoadData\(2D\) {_SITE}\) reads L1 "
+                                rf".* PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) may still be writing .*MTE2_MTE1"),
+    "mte1_to_mte2": (23, "AIC", rf"PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) writes L1 .* PIPE_MTE1 \(LoadData\(2D\) "
+                                rf"{_SITE}\) may still be reading .*MTE1_MTE2"),
+    "v_to_mte3": (24, "AIV", rf"PIPE_MTE3 \(DataCopy\(local->GM\) {_SITE}\) reads UB .* PIPE_V \(Duplicate {_SITE}\) "
+                             rf"may still be writing .*V_MTE3"),
+    "mte3_to_mte2": (25, "AIV", rf"PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) writes UB .* PIPE_MTE3 "
+                                rf"\(DataCopy\(local->GM\) {_SITE}\) may still be reading .*MTE3_MTE2"),
+    "v_to_v_without_barrier": (26, "AIV", rf"PIPE_V \(Muls {_SITE}\) reads UB .* PIPE_V \(Adds {_SITE}\) .*"
+                                          rf"PipeBarrier<PIPE_V>"),
+    "fix_to_v_across_cores": (27, "AIV", rf"unsynchronized GM access: PIPE_MTE2 \(DataCopy\(GM->local\) {_SITE}\) reads "
+                                         rf"GM .* PIPE_FIX of AIC\d+ \(Fixpipe\(L0C->GM\) {_SITE}\) may still be writing"),
+    "s_to_v": (29, "AIV", rf"PIPE_V \(Adds {_SITE}\) reads UB .* PIPE_S \(LocalTensor::SetValue {_SITE}\) .*S_V"),
+}
+FAULTS.update(SYNC_FAULTS)
+
+
+def test_cross_core_flag_on_the_writing_pipe_is_clean():
+    launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(28)))
+
+
+def test_cross_core_round_trip_orders_the_setters_own_pipes():
+    # AIV: MTE3 reads UB, flag (on MTE3) to the AIC, flag back: V may then rewrite that UB.
+    launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(30)))
+
+
+def test_parity_runs_use_the_strict_pipe_model():
+    from dualops.backends.ascend_sim import _common
+    assert _common.launch_profile(devices.profile(devices.DEFAULT_SIM_PROFILE))["pipe_sync"] == "strict"
+
+
+@pytest.mark.parametrize("name", sorted(SYNC_FAULTS))
+def test_missing_sync_passes_with_pipe_checks_off(name):
+    """The same kernels run in program order when the checks are off: only the model catches them."""
+    launch("sim_test_faults", 2, dict(buf=torch.zeros(256), tiling=i32(SYNC_FAULTS[name][0])),
+           {"pipe_sync": "off"})
 
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
@@ -290,3 +334,21 @@ def test_cost_model_bounds_and_assumptions(gen):
     assert d["label"].startswith("estimate") and len(d["assumptions"]) >= 5
     with pytest.raises(TypeError, match="Ascend DeviceProfile"):
         ascend_cost_model.estimate(rep, devices.profile("h100"))
+
+
+def test_hardware_like_vector_numerics(gen):
+    """vec_ulp = n: Exp / Ln / Div leave fp32 libm's value by a deterministic error of at most n ulp."""
+    x = torch.randn(3, 128, generator=gen)
+    y = torch.randn(3, 128, generator=gen).abs() + 0.5
+    for name in ("exp", "div"):
+        op, fn = VEC_OPS[name]
+        outs = []
+        for ulp in (0, 4, 4):
+            out = torch.full((3, 128), float("nan"))
+            launch("sim_test_vector", 3, dict(x=x, y=y, out=out, tiling=i32(op, 128)), {"vec_ulp": ulp})
+            outs.append(out)
+        exact, hw, again = outs
+        assert torch.equal(hw, again), "the error is deterministic"
+        assert not torch.equal(hw, exact)
+        ulps = (hw.view(torch.int32) - exact.view(torch.int32)).abs()
+        assert int(ulps.max()) <= 4

@@ -43,6 +43,13 @@ ascend_sim::SimConfig ConfigFrom(const py::dict& profile) {
   get_u32("l0c_bytes", c.l0c_bytes);
   if (profile.contains("timeout_s")) c.timeout_s = profile["timeout_s"].cast<double>();
   if (profile.contains("max_blocks")) c.max_blocks = profile["max_blocks"].cast<int32_t>();
+  if (profile.contains("vec_ulp")) c.vec_ulp = profile["vec_ulp"].cast<int32_t>();
+  if (profile.contains("ai_cores")) c.ai_cores = profile["ai_cores"].cast<int32_t>();
+  if (profile.contains("pipe_sync")) {
+    const std::string m = profile["pipe_sync"].cast<std::string>();
+    if (m != "strict" && m != "off") throw py::value_error("profile['pipe_sync'] must be 'strict' or 'off', got '" + m + "'");
+    c.pipe_sync = m == "strict";
+  }
   return c;
 }
 

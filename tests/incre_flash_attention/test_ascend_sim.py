@@ -366,29 +366,96 @@ def test_env_profile_override(monkeypatch):
 
 
 def test_kernel_fault_surfaces_as_runtime_error(gen):
-    """A params struct pointing q outside every registered buffer: the sim stops the launch and
-    raises, naming the kernel, the cube core that read it and the copy."""
+    """A q address outside every registered buffer: the sim stops the launch and raises, naming
+    the kernel, the cube core that read it and the copy (with its call site)."""
     from dualops import native
 
     C = native.require()
     case = make_case(gen, B=1, H_q=2, H_kv=1, lens=(20,))
     plan = _forced_plan(case, kv_tile=32, num_splits=1, split_len=32, cores=1)
-    tiling = bytearray(plan.pack().numpy().tobytes())
     k, v = case["k_cache"], case["v_cache"]
     out = torch.zeros(1, 1, 2, 64, dtype=FP16)
     lse = torch.zeros(1, 2, 1)
-    params = bytearray(schema.pack_params(
-        "incre_flash_attention", q=0x1000, k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
-        lse=lse.data_ptr(), kv_lens=case["kv_lens"].data_ptr(), q_stride_b=128, q_stride_s=128,
+    params = schema.pack_params(
+        "incre_flash_attention", q=0, k=0, v=0, out=0, lse=0, kv_lens=0, q_stride_b=128, q_stride_s=128,
         q_stride_h=64, k_stride_0=k.stride(0), k_stride_1=k.stride(1), k_stride_2=k.stride(2),
         v_stride_0=v.stride(0), v_stride_1=v.stride(1), v_stride_2=v.stride(2), out_stride_b=128,
-        out_stride_s=128, out_stride_h=64, softmax_scale=0.125, q_dtype=1, kv_dtype=1))
-    ws = torch.zeros(C.ascend_ifa_workspace_bytes(bytes(tiling), 1, 1), dtype=torch.uint8)
-    pt = torch.frombuffer(params, dtype=torch.uint8)
-    tt = torch.frombuffer(tiling, dtype=torch.uint8)
+        out_stride_s=128, out_stride_h=64, softmax_scale=0.125, q_dtype=1, kv_dtype=1)
+    head = plan.pack().numpy().tobytes()
+    ws = torch.zeros(C.ascend_ifa_workspace_bytes(head, 1, 1), dtype=torch.uint8)
+    tt = torch.frombuffer(bytearray(head + params), dtype=torch.uint8)
     bufs = [(t.data_ptr(), t.numel() * t.element_size(), n) for n, t in
             (("k", k), ("v", v), ("out", out), ("lse", lse), ("kv_lens", case["kv_lens"]), ("ws", ws),
-             ("params", pt), ("tiling", tt))]
+             ("tiling", tt))]
+    args = [0x1000, k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), case["kv_lens"].data_ptr()]
+    args += [0] * 9 + [ws.data_ptr(), tt.data_ptr()]
     with pytest.raises(RuntimeError, match=r"kernel 'incre_flash_attention' on AIC0 .*DataCopy\(GM->L1, Nd2NzParams\): "
                                            r"reads .* outside every buffer"):
-        C.ascend_sim_launch("incre_flash_attention", 1, [pt.data_ptr(), ws.data_ptr(), tt.data_ptr()], bufs, {})
+        C.ascend_sim_launch("incre_flash_attention", 1, args, bufs, {})
+
+
+# ----------------------------------------------------------------------------- NaN / inf semantics
+# The kernel follows the reference on bad values: NaN in q, a key or pse_shift makes (the API
+# rejects a non-finite softmax_scale before any backend runs)
+# that row's out and lse NaN (never "saw no key"); a row whose max score is +inf gets lse +inf and
+# NaN out; a split that holds NaN poisons the merged row; +-inf in V gives +-inf where p . v does.
+
+def _nan_inf_case(gen, what, dtype):
+    case = make_case(gen, B=2, H_q=4, H_kv=2, lens=(70, 0), pse="full" if what.startswith("pse") else None,
+                     dtype=dtype, mask="full" if what == "pse_inf" else None)
+    q, k, v = case["q"], case["k_cache"], case["v_cache"]
+    if what == "q_nan":
+        q[0, 0, 1, 5] = float("nan")                 # one query row
+    elif what == "k_nan":
+        k[0, 33, 1, 7] = float("nan")                # a key every head of kv head 1 sees
+    elif what == "pse_nan":
+        case["pse_shift"][0, 2, 0, 12] = float("nan")
+    elif what == "pse_inf":
+        case["atten_mask"][0, 3, 0, 40] = False
+        case["pse_shift"][0, 3, 0, 40] = float("inf")   # that row's max is +inf
+    elif what == "v_inf":
+        v[0, 20, 0, 3] = float("inf")
+        v[0, 50, 1, 9] = float("-inf")
+        v[0, 61, 1, 10] = float("inf")
+    return case
+
+
+@pytest.mark.parametrize("what", ["q_nan", "k_nan", "pse_nan", "pse_inf", "v_inf"])
+@pytest.mark.parametrize("dtype", [FP16, BF16])
+def test_nan_and_inf_follow_the_reference(gen, what, dtype):
+    case = _nan_inf_case(gen, what, dtype)
+    out, lse = run_sim(case)
+    ref_out, ref_lse = ref_ifa(**case)
+    assert bool(torch.isnan(ref_out).any() or torch.isinf(ref_out).any()), "the case must hit a bad value"
+    check(case, out, lse)
+
+
+@pytest.mark.parametrize("what", ["k_nan", "pse_inf", "v_inf"])
+def test_nan_and_inf_survive_the_split_merge(gen, what):
+    # Split-KV: the split that holds the bad value must poison (or inf) the merged row, not vanish.
+    case = _nan_inf_case(gen, what, BF16)
+    plan = _forced_plan(case, kv_tile=16, num_splits=3, split_len=32)
+    check(case, *_backend_call(case, plan))
+
+
+def test_plan_with_more_blocks_than_ai_cores_is_rejected(gen):
+    # A plan made for a 24-core 910B2 run on a 20-core 910B3: SyncAll needs every block resident.
+    case = make_case(gen, B=8, H_q=8, H_kv=4, lens=(300,) * 8, dtype=BF16)
+    plan = _forced_plan(case, kv_tile=64, num_splits=2, split_len=192, cores=24)
+    assert plan.num_cores == 24
+    values = dict(case)
+    kw = dualops_ops.ifa_backend_kwargs(schema.validate("incre_flash_attention", values))
+    with ascend_sim.use_profile("ascend910b3"):
+        with pytest.raises(ValueError, match=r"plan.num_cores = 24 exceeds the 20 AI cores of ascend910b3"):
+            ascend_sim_ifa.incre_flash_attention(plan=plan, **kw)
+
+
+@pytest.mark.parametrize("kv", ["same", "int8_asym"])
+def test_parity_with_hardware_like_vector_numerics(gen, monkeypatch, kv):
+    # Exp / Ln / Div off by up to 4 ulp (deterministically, simulator profile vec_ulp) instead of
+    # fp32 libm: the kernel still meets the budgets, split-KV merge included.
+    monkeypatch.setenv("DUALOPS_ASCEND_SIM_VEC_ULP", "4")
+    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(200, 65), block_size=32, dtype=BF16,
+                     kv_dtype=torch.int8 if kv == "int8_asym" else None, mask="full", pse="heads")
+    run_and_check(case)
+    check(case, *_backend_call(case, _forced_plan(case, kv_tile=32, num_splits=3, split_len=96)))

@@ -8,12 +8,6 @@
 namespace dualops {
 namespace ifa {
 
-template <AscendC::HardEvent E>
-__aicore__ inline void VecSync() {
-  const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
-  AscendC::SetFlag<E>(id);
-  AscendC::WaitFlag<E>(id);
-}
 
 // out[b, i, h, :] = row (cast to QT, round to nearest even); lse[b, h, i] = stage[0].
 template <typename QT>
@@ -22,15 +16,16 @@ __aicore__ inline void WriteOutRow(const Args& a, AscendC::TBuf<AscendC::TPositi
                                    const AscendC::LocalTensor<float>& stage) {
   const int32_t d = a.t.head_dim;
   AscendC::LocalTensor<QT> oc = cast_buf.Get<QT>();
+  VecBarrier();   // row was written by the vector unit
   AscendC::Cast(oc, row, AscendC::RoundMode::CAST_RINT, d);
-  VecSync<AscendC::HardEvent::V_MTE3>();
+  PipeSync<AscendC::HardEvent::V_MTE3>();
   AscendC::GlobalTensor<QT> out;
-  out.SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(a.p.out));
+  out.SetGlobalBuffer(ascend::GmPtr<QT>(a.g.out));
   const int64_t off = static_cast<int64_t>(b) * a.p.out_stride_b + static_cast<int64_t>(i) * a.p.out_stride_s +
                       static_cast<int64_t>(h) * a.p.out_stride_h;
   AscendC::DataCopyPad(out[off], oc, AscendC::DataCopyExtParams(1, d * sizeof(QT), 0, 0, 0));
   AscendC::GlobalTensor<float> lg;
-  lg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse));
+  lg.SetGlobalBuffer(ascend::GmPtr<float>(a.g.lse));
   const uint64_t li = (static_cast<uint64_t>(b) * a.t.h_q + h) * a.t.s_q + i;
   AscendC::DataCopyPad(lg[li], stage, AscendC::DataCopyExtParams(1, sizeof(float), 0, 0, 0));
   (void)lse;
@@ -57,8 +52,8 @@ class IfaCombine {
     const int64_t total = static_cast<int64_t>(a.t.batch) * a.t.h_kv * qr;
     const int64_t first = static_cast<int64_t>(a.t.whole_groups) * qr;   // whole groups: no partials
     AscendC::GlobalTensor<float> oa, la;
-    oa.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.o_accum), static_cast<uint64_t>(total) * ns * d);
-    la.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse_accum), static_cast<uint64_t>(total) * ns);
+    oa.SetGlobalBuffer(ascend::GmPtr<float>(a.g.o_accum), static_cast<uint64_t>(total) * ns * d);
+    la.SetGlobalBuffer(ascend::GmPtr<float>(a.g.lse_accum), static_cast<uint64_t>(total) * ns);
     AscendC::LocalTensor<float> lb = lse_.Get<float>();
     AscendC::LocalTensor<float> w = w_.Get<float>();
     AscendC::LocalTensor<float> ob = o_.Get<float>();
@@ -73,42 +68,53 @@ class IfaCombine {
                            AscendC::DataCopyExtParams(static_cast<uint16_t>(ns), sizeof(float),
                                                       static_cast<uint32_t>((qr - 1) * sizeof(float)), 0, 0),
                            AscendC::DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
-      VecSync<AscendC::HardEvent::MTE2_S>();
+      PipeSync<AscendC::HardEvent::MTE2_S>();
+      // A NaN split poisons the row (never dropped); a split with max +inf gives lse +inf and
+      // out NaN; splits that saw no key (lse -inf) add nothing -- the reference's semantics.
       float lmax = kNegInf;
+      bool nan = false;
       for (int32_t s = 0; s < ns; ++s) {
         const float v = lb.GetValue(s * 8);
-        lmax = v > lmax ? v : lmax;
+        if (v != v) nan = true;
+        else lmax = v > lmax ? v : lmax;
       }
       float lse;
-      AscendC::Duplicate(acc, 0.0f, d);
-      if (lmax == kNegInf) {
-        lse = kPosInf;   // no split saw a key
+      AscendC::Duplicate(acc, nan || lmax == kPosInf ? kNaN : 0.0f, d);
+      if (nan) {
+        lse = kNaN;
+      } else if (lmax == kNegInf || lmax == kPosInf) {
+        lse = kPosInf;   // no split saw a key (out 0), or one saw a +inf score (out NaN)
       } else {
         for (int32_t s = 0; s < ns; ++s) w.SetValue(s, lb.GetValue(s * 8) - lmax);
-        VecSync<AscendC::HardEvent::S_V>();
+        PipeSync<AscendC::HardEvent::S_V>();
         AscendC::Exp(w, w, ns);
-        VecSync<AscendC::HardEvent::V_S>();
+        PipeSync<AscendC::HardEvent::V_S>();
         float sum = 0.0f;
         for (int32_t s = 0; s < ns; ++s) sum += w.GetValue(s);
         AscendC::Duplicate(stage, sum, 8);
+        VecBarrier();
         AscendC::Ln(stage, stage, 8);
-        VecSync<AscendC::HardEvent::V_S>();
+        PipeSync<AscendC::HardEvent::V_S>();
         lse = lmax + stage.GetValue(0);
         for (int32_t s = 0; s < ns; ++s) {
           const float ws = w.GetValue(s);
-          if (ws == 0.0f) continue;   // empty split (lse -inf): its partial is 0
+          // An empty split (lse -inf) adds nothing; a split whose weight underflows to 0 is still
+          // merged, so a NaN in its partial poisons the row (0 * NaN), as in the reference.
+          if (lb.GetValue(s * 8) == kNegInf) continue;
           AscendC::DataCopy(ob, oa[(base + static_cast<uint64_t>(s) * qr) * d], d);
-          VecSync<AscendC::HardEvent::MTE2_V>();
+          PipeSync<AscendC::HardEvent::MTE2_V>();
           AscendC::Muls(ob, ob, ws / sum, d);
+          VecBarrier();
           AscendC::Add(acc, acc, ob, d);
-          VecSync<AscendC::HardEvent::V_MTE2>();
+          PipeSync<AscendC::HardEvent::V_MTE2>();
         }
       }
       int32_t i, h;
       RowCoords(a, kvh, r, i, h);
+      PipeSync<AscendC::HardEvent::S_V>();
       AscendC::Duplicate(stage, lse, 8);
       WriteOutRow<QT>(a, cast_, acc, b, i, h, lse, stage);
-      VecSync<AscendC::HardEvent::MTE3_V>();
+      PipeSync<AscendC::HardEvent::MTE3_V>();
     }
   }
 

@@ -5,10 +5,15 @@
 #include "kernel_operator.h"
 
 #include "dualops/params.h"
+#include "ascend/common/gm_addr.h"
+#include "ascend/common/pipe_sync.h"
 #include "ascend/incre_flash_attention/ifa_layout.h"
 
 namespace dualops {
 namespace ifa {
+
+using ascend::PipeSync;
+using ascend::VecBarrier;
 
 // Cross-core flags (mode 2: cube <-> the two vector cores of one AI core).
 constexpr uint16_t kFlagScoresReady = 1;   // AIC -> AIV: mm1 scores of a tile are in S
@@ -28,37 +33,47 @@ struct IsSame<A, A> {
 
 constexpr float kNegInf = -__builtin_inff();
 constexpr float kPosInf = __builtin_inff();
+constexpr float kNaN = __builtin_nanf("");
 
-// Everything a core needs to know about the call, loaded once from GM by the scalar unit.
+// GM addresses of the call, as integers (the kernel's GM_ADDR arguments); 0 = tensor absent.
+struct GmAddrs {
+  uint64_t q, k, v, out, lse, kv_lens, block_table, atten_mask, pse_shift, k_scale, v_scale, k_offset, v_offset,
+      o_accum, lse_accum, workspace;
+};
+
+// Everything a core needs to know about the call, loaded once from GM by the scalar unit: the
+// addresses, and from the tiling buffer the plan header followed by the packed params struct
+// (whose scalars -- strides, scale, dtypes, flags -- the kernel uses; its address fields are
+// not read: addresses come from the arguments, as CANN kernels get them).
 struct Args {
   IncreFlashAttentionParams p;
+  GmAddrs g;
   Tiling t;
   CubeChunks cube;
   Workspace ws;
   bool convert_kv;
-  __gm__ uint8_t* workspace;
 
-  __aicore__ inline void Load(GM_ADDR params, GM_ADDR work, GM_ADDR tiling) {
-    AscendC::GlobalTensor<uint8_t> pg;
-    pg.SetGlobalBuffer(params, sizeof(IncreFlashAttentionParams));
-    uint8_t* dst = reinterpret_cast<uint8_t*>(&p);
-    for (uint32_t i = 0; i < sizeof(IncreFlashAttentionParams); ++i) dst[i] = pg.GetValue(i);
+  __aicore__ inline void Load(const GmAddrs& addrs, GM_ADDR tiling) {
+    g = addrs;
     AscendC::GlobalTensor<int32_t> tg;
     tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), kTilingInts);
     int32_t* td = reinterpret_cast<int32_t*>(&t);
     for (int32_t i = 0; i < kTilingInts; ++i) td[i] = tg.GetValue(i);
+    AscendC::GlobalTensor<uint8_t> pg;
+    pg.SetGlobalBuffer(tiling + kTilingInts * sizeof(int32_t), sizeof(IncreFlashAttentionParams));
+    uint8_t* dst = reinterpret_cast<uint8_t*>(&p);
+    for (uint32_t i = 0; i < sizeof(IncreFlashAttentionParams); ++i) dst[i] = pg.GetValue(i);
     cube = MakeCubeChunks(t);
     convert_kv = NeedsKvConvert(p.q_dtype, p.kv_dtype);
     ws = MakeWorkspace(t, convert_kv);
-    workspace = work;
   }
 
   // This AI core's slice of the workspace.
   template <typename T>
   __aicore__ inline __gm__ T* Ws(uint64_t region_offset) const {
-    return reinterpret_cast<__gm__ T*>(workspace + ws.per_core * static_cast<uint64_t>(AscendC::GetBlockIdx() /
-                                                                                         AscendC::GetTaskRation()) +
-                                       region_offset);
+    return ascend::GmPtr<T>(g.workspace + ws.per_core * static_cast<uint64_t>(AscendC::GetBlockIdx() /
+                                                                              AscendC::GetTaskRation()) +
+                            region_offset);
   }
 };
 
@@ -80,7 +95,7 @@ struct Unit {
     b = grp / a.t.h_kv;
     const int32_t span = whole ? a.t.max_kv_len : a.t.split_len;
     AscendC::GlobalTensor<int32_t> lens;
-    lens.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a.p.kv_lens), a.t.batch);
+    lens.SetGlobalBuffer(ascend::GmPtr<int32_t>(a.g.kv_lens), a.t.batch);
     kv_len = lens.GetValue(b);
     k0 = split * span;
     k1 = MinI(k0 + span, kv_len);
@@ -105,7 +120,7 @@ struct KeyLocator {
     b = batch;
     kvh = head;
     if (a->t.block_size) {
-      table.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(a->p.block_table));
+      table.SetGlobalBuffer(ascend::GmPtr<int32_t>(a->g.block_table));
     }
   }
   // Offset (elements) of key pos; run = keys from pos on in the same block, capped at want.

@@ -7,29 +7,15 @@
 // Each converted tile goes to the workspace as hi = round(x) and lo = round(x - hi) in q's
 // dtype, which the cube multiplies in two passes. The two vector cores split the tile's rows.
 #pragma once
+#include "ascend/common/fp8.h"
+#include "ascend/common/hilo.h"
 #include "ascend/incre_flash_attention/ifa_common.h"
 
 namespace dualops {
 namespace ifa {
 
-// fp16 bit pattern of an e4m3fn byte (S.EEEE.MMM, bias 7, no infinities, 0x7F/0xFF = NaN).
-__aicore__ inline uint16_t E4m3ToHalfBits(uint32_t byte) {
-  const uint32_t sign = (byte & 0x80u) << 8;
-  const uint32_t e = (byte >> 3) & 0xFu;
-  uint32_t m = byte & 0x7u;
-  if (e == 0xF && m == 0x7) return static_cast<uint16_t>(sign | 0x7E00u);
-  if (e == 0) {
-    if (m == 0) return static_cast<uint16_t>(sign);
-    // Subnormal m * 2^-9: normalize into an fp16 normal.
-    int32_t exp = -9 + 15;   // fp16 biased exponent of 2^-9
-    while (m < 4) {          // shift the leading 1 up to bit 2 (the implicit bit)
-      m <<= 1;
-      exp -= 1;
-    }
-    return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp + 2) << 10) | ((m & 0x3u) << 8));
-  }
-  return static_cast<uint16_t>(sign | ((e + 8) << 10) | (m << 7));
-}
+// The e4m3 decode lives in backends/ascend/common/fp8.h; the old name stays for kernels using it.
+using ascend::E4m3ToHalfBits;
 
 template <typename QT, typename KT>
 class IfaConvert {
@@ -52,7 +38,8 @@ class IfaConvert {
       pipe.InitBuffer(idx_, elems * sizeof(int32_t));
       pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
       AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, E4m3ToHalfBits(b));
+      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ascend::E4m3ToHalfBits(b));
+      PipeSync<AscendC::HardEvent::S_V>();   // Gather reads the table
     }
     if (!k16) pipe.InitBuffer(vec_, 4 * d * sizeof(float));   // k scale, k offset, v scale, v offset
   }
@@ -64,13 +51,14 @@ class IfaConvert {
     if (k16) return;
     const int32_t d = a_->t.head_dim;
     AscendC::LocalTensor<float> v = vec_.Get<float>();
-    LoadVec(v, a_->p.k_scale, u.kvh, 1.0f);
-    LoadVec(v[d], a_->p.k_offset, u.kvh, 0.0f);
-    LoadVec(v[2 * d], a_->p.v_scale, u.kvh, 1.0f);
-    LoadVec(v[3 * d], a_->p.v_offset, u.kvh, 0.0f);
-    has_k_off_ = a_->p.k_offset != nullptr;
-    has_v_off_ = a_->p.v_offset != nullptr;
-    PipeSyncV<AscendC::HardEvent::MTE2_V>();
+    PipeSync<AscendC::HardEvent::V_MTE2>();   // the last unit's Add / Mul read the vectors
+    LoadVec(v, a_->g.k_scale, u.kvh, 1.0f);
+    LoadVec(v[d], a_->g.k_offset, u.kvh, 0.0f);
+    LoadVec(v[2 * d], a_->g.v_scale, u.kvh, 1.0f);
+    LoadVec(v[3 * d], a_->g.v_offset, u.kvh, 0.0f);
+    has_k_off_ = a_->g.k_offset != 0;
+    has_v_off_ = a_->g.v_offset != 0;
+    PipeSync<AscendC::HardEvent::MTE2_V>();
   }
 
   // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
@@ -88,21 +76,15 @@ class IfaConvert {
   }
 
  private:
-  template <AscendC::HardEvent E>
-  __aicore__ inline void PipeSyncV() {
-    const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
-    AscendC::SetFlag<E>(id);
-    AscendC::WaitFlag<E>(id);
-  }
 
-  __aicore__ inline void LoadVec(const AscendC::LocalTensor<float>& dst, void* src, int32_t kvh, float fill) {
+  __aicore__ inline void LoadVec(const AscendC::LocalTensor<float>& dst, uint64_t src, int32_t kvh, float fill) {
     const int32_t d = a_->t.head_dim;
-    if (src == nullptr) {
+    if (src == 0) {
       AscendC::Duplicate(dst, fill, d);
       return;
     }
     AscendC::GlobalTensor<float> g;
-    g.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(src), static_cast<uint64_t>(a_->t.h_kv) * d);
+    g.SetGlobalBuffer(ascend::GmPtr<float>(src), static_cast<uint64_t>(a_->t.h_kv) * d);
     AscendC::DataCopy(dst, g[static_cast<uint64_t>(kvh) * d], d);
   }
 
@@ -115,7 +97,7 @@ class IfaConvert {
     AscendC::LocalTensor<QT> out = out_.Get<QT>();
     // Rows of the cache (each block's run in one strided copy) -> UB, D elements per row.
     AscendC::GlobalTensor<KT> cache;
-    cache.SetGlobalBuffer(reinterpret_cast<__gm__ KT*>(is_v ? a.p.v : a.p.k));
+    cache.SetGlobalBuffer(ascend::GmPtr<KT>(is_v ? a.g.v : a.g.k));
     const int64_t s0 = is_v ? a.p.v_stride_0 : a.p.k_stride_0;
     const int64_t s1 = is_v ? a.p.v_stride_1 : a.p.k_stride_1;
     const int64_t s2 = is_v ? a.p.v_stride_2 : a.p.k_stride_2;
@@ -137,20 +119,25 @@ class IfaConvert {
       }
       r += run;
     }
-    PipeSyncV<AscendC::HardEvent::MTE2_V>();
+    PipeSync<AscendC::HardEvent::MTE2_V>();
     if constexpr (kInt8) {
       AscendC::LocalTensor<half> h = h16_.Get<half>();
       AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
+      VecBarrier();
       AscendC::Cast(f, h, AscendC::RoundMode::CAST_NONE, count);
     } else if constexpr (kFp8) {
       // byte -> its integer value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
       AscendC::LocalTensor<half> h = h16_.Get<half>();
       AscendC::LocalTensor<int32_t> idx = idx_.Get<int32_t>();
       AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
+      VecBarrier();
       AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, count);
+      VecBarrier();
       AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(count));
+      VecBarrier();
       AscendC::Gather(h, lut_.Get<uint16_t>().template ReinterpretCast<half>(),
                       idx.template ReinterpretCast<uint32_t>(), 0, count);
+      VecBarrier();
       AscendC::Cast(f, h, AscendC::RoundMode::CAST_NONE, count);
     } else {
       AscendC::Cast(f, raw, AscendC::RoundMode::CAST_NONE, count);
@@ -161,24 +148,24 @@ class IfaConvert {
       const AscendC::LocalTensor<float> offset = v[(is_v ? 3 : 1) * d];
       const bool has_off = kInt8 && (is_v ? has_v_off_ : has_k_off_);
       for (int32_t r = 0; r < cn; ++r) {
+        VecBarrier();
         if (has_off) AscendC::Add(f[r * d], f[r * d], offset, d);
+        VecBarrier();
         AscendC::Mul(f[r * d], f[r * d], scale, d);
       }
     }
     AscendC::LocalTensor<QT> lo = out[rows_ * d];
     AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
-    AscendC::Cast(out, f, AscendC::RoundMode::CAST_RINT, count);
-    AscendC::Cast(hi32, out, AscendC::RoundMode::CAST_NONE, count);
-    AscendC::Sub(f, f, hi32, count);
-    AscendC::Cast(lo, f, AscendC::RoundMode::CAST_RINT, count);
-    PipeSyncV<AscendC::HardEvent::V_MTE3>();
+    VecBarrier();
+    ascend::SplitHiLo(out, lo, f, hi32, AscendC::LocalTensor<uint8_t>(), count, false);
+    PipeSync<AscendC::HardEvent::V_MTE3>();
     AscendC::GlobalTensor<QT> w;
     w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * kParts * a.t.kv_tile * d);
     const uint64_t part0 = (static_cast<uint64_t>(t % kSlots) * kParts * a.t.kv_tile + c) * d;
     AscendC::DataCopy(w[part0], out, count);
     AscendC::DataCopy(w[part0 + static_cast<uint64_t>(a.t.kv_tile) * d], lo, count);
-    PipeSyncV<AscendC::HardEvent::MTE3_MTE2>();
-    PipeSyncV<AscendC::HardEvent::MTE3_V>();
+    PipeSync<AscendC::HardEvent::MTE3_MTE2>();
+    PipeSync<AscendC::HardEvent::MTE3_V>();
   }
 
   const Args* a_ = nullptr;

@@ -11,12 +11,6 @@
 namespace dualops {
 namespace ifa {
 
-template <AscendC::HardEvent E>
-__aicore__ inline void PipeSync() {
-  const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
-  AscendC::SetFlag<E>(id);
-  AscendC::WaitFlag<E>(id);
-}
 
 template <typename QT>
 class IfaCube {
@@ -71,8 +65,9 @@ class IfaCube {
   __aicore__ inline void LoadQ(const Unit& u, int32_t r0, int32_t mr) {
     const Args& a = *a_;
     const int32_t mrp = RoundUp(mr, 16);
+    PipeSync<AscendC::HardEvent::MTE1_MTE2>();   // the last pass's LoadData may still read q_l1
     AscendC::GlobalTensor<QT> q;
-    q.SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(a.p.q));
+    q.SetGlobalBuffer(ascend::GmPtr<QT>(a.g.q));
     AscendC::LocalTensor<QT> l1 = q_l1_.template Get<QT>();
     for (int32_t r = r0; r < r0 + mr;) {
       int32_t i, h;
@@ -105,10 +100,9 @@ class IfaCube {
                                 int32_t n0, int32_t valid, int32_t rows_pad) {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim;
-    if (valid < rows_pad) {
+    if (valid < rows_pad) {   // (InitConstValue on L1 runs on MTE2, in order with the copies)
       AscendC::InitConstValue(dst, AscendC::InitConstValueParams<QT>(
                                        1, static_cast<uint16_t>(rows_pad * d * sizeof(QT) / 32), 0, QT(0)));
-      PipeSync<AscendC::HardEvent::MTE1_MTE2>();
     }
     if (a.convert_kv) {
       const int32_t slot = t % kSlots;
@@ -118,7 +112,7 @@ class IfaCube {
       return;
     }
     AscendC::GlobalTensor<QT> cache;
-    cache.SetGlobalBuffer(reinterpret_cast<__gm__ QT*>(is_v ? a.p.v : a.p.k));
+    cache.SetGlobalBuffer(ascend::GmPtr<QT>(is_v ? a.g.v : a.g.k));
     const int64_t s0 = is_v ? a.p.v_stride_0 : a.p.k_stride_0;
     const int64_t s1 = is_v ? a.p.v_stride_1 : a.p.k_stride_1;
     const int64_t s2 = is_v ? a.p.v_stride_2 : a.p.k_stride_2;
@@ -161,7 +155,8 @@ class IfaCube {
       const int32_t valid = MinI(a.cube.nc1, nv - n0);
       const int32_t ncw = RoundUp(valid, 16), nb = ncw / 16;
       for (int32_t part = 0; part < k_parts; ++part) {
-        if (part > 0) PipeSync<AscendC::HardEvent::MTE1_MTE2>();   // k_l1 is reloaded
+        // k_l1 is reloaded: the previous chunk's / part's LoadData (MTE1) may still read it.
+        PipeSync<AscendC::HardEvent::MTE1_MTE2>();
         LoadKv(k, false, part, u, t, n0, valid, ncw);
         PipeSync<AscendC::HardEvent::MTE2_MTE1>();
         for (int32_t d0 = 0; d0 < d; d0 += a.cube.kc1) {

@@ -11,6 +11,13 @@
 #endif
 #endif
 
+// The helpers below run on both sides: the host (workspace size, plan check) and the kernel (chunk
+// sizes, workspace layout), so they carry __aicore__. Built for the host without CANN's headers
+// (the pybind module), the qualifier means nothing.
+#ifndef __aicore__
+#define __aicore__
+#endif
+
 namespace dualops {
 namespace ifa {
 
@@ -48,11 +55,11 @@ constexpr int32_t kSlots = 2;   // kv tiles in flight between the cube and the v
 // accumulate in fp32: the result keeps ~2^-17 relative accuracy instead of q dtype's 2^-8 / 2^-11.
 constexpr int32_t kParts = 2;
 
-inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
-inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
-inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
-inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
-inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
+__aicore__ inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
+__aicore__ inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+__aicore__ inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
+__aicore__ inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
+__aicore__ inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
 
 // Cube chunking: mm1 = Q[Rp, D] . K^T[D, N] in (kc1 of D) x (nc1 keys) pieces, mm2 =
 // P[Rp, N] . V[N, D] in (kc2 keys) x (nc2 of D) pieces, each piece within L0A / L0B / L0C.
@@ -61,7 +68,7 @@ struct CubeChunks {
   int32_t kc1, nc1, kc2, nc2;
 };
 
-inline CubeChunks MakeCubeChunks(const Tiling& t) {
+__aicore__ inline CubeChunks MakeCubeChunks(const Tiling& t) {
   CubeChunks c;
   c.rows_p = RoundUp(t.q_tile_rows, 16);
   const int32_t d = RoundUp(t.head_dim, 16);
@@ -83,9 +90,9 @@ struct Workspace {
   uint64_t s, p, o, acc, k, v, per_core;
 };
 
-inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
+__aicore__ inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
 
-inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
+__aicore__ inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
   Workspace w;
   const uint64_t rows = static_cast<uint64_t>(RoundUp(t.q_tile_rows, 16));
   const uint64_t n = static_cast<uint64_t>(t.kv_tile);
@@ -107,14 +114,14 @@ inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
   return w;
 }
 
-inline bool NeedsKvConvert(int32_t q_dtype, int32_t kv_dtype) { return q_dtype != kv_dtype; }
+__aicore__ inline bool NeedsKvConvert(int32_t q_dtype, int32_t kv_dtype) { return q_dtype != kv_dtype; }
 
-inline uint64_t WorkspaceBytes(const Tiling& t, int32_t q_dtype, int32_t kv_dtype) {
+__aicore__ inline uint64_t WorkspaceBytes(const Tiling& t, int32_t q_dtype, int32_t kv_dtype) {
   return MakeWorkspace(t, NeedsKvConvert(q_dtype, kv_dtype)).per_core * static_cast<uint64_t>(t.num_cores);
 }
 
 // Checks a plan header (host side, before a launch). Returns nullptr when fine, else a message.
-inline const char* CheckTiling(const Tiling& t) {
+__aicore__ inline const char* CheckTiling(const Tiling& t) {
   if (t.version != kTilingVersion) return "plan version is not the one this kernel reads";
   if (t.batch < 1 || t.s_q < 1 || t.h_kv < 1 || t.group < 1 || t.h_q != t.h_kv * t.group) return "bad head / batch fields";
   if (t.head_dim < 16 || t.head_dim % 16) return "head_dim must be a positive multiple of 16";

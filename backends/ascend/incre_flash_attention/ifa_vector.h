@@ -5,6 +5,7 @@
 // when the cube has P . V, acc = acc * exp(m_old - m_new) + O. After the last
 // tile: out = acc / l, lse = m + ln(l) (or fp32 partials for split-KV, merged by ifa_combine.h).
 #pragma once
+#include "ascend/common/hilo.h"
 #include "ascend/incre_flash_attention/ifa_combine.h"
 #include "ascend/incre_flash_attention/ifa_common.h"
 #include "ascend/incre_flash_attention/ifa_convert.h"
@@ -26,13 +27,13 @@ class IfaVector {
     pipe_.InitBuffer(s_, score_elems * sizeof(float));
     pipe_.InitBuffer(res_, score_elems * sizeof(float));
     pipe_.InitBuffer(p_, kParts * score_elems * sizeof(QT));
-    if (a.p.pse_shift != nullptr) pipe_.InitBuffer(pse_, score_elems * sizeof(float));
-    if (a.p.atten_mask != nullptr) {
+    if (a.g.pse_shift != 0) pipe_.InitBuffer(pse_, score_elems * sizeof(float));
+    if (a.g.atten_mask != 0) {
       pipe_.InitBuffer(m8_, np_);
       pipe_.InitBuffer(mh_, np_ * sizeof(half));
       pipe_.InitBuffer(mf_, np_ * sizeof(float));
     }
-    pipe_.InitBuffer(bits_, RoundUp(np_ / 8, 32));
+    pipe_.InitBuffer(bits_, RoundUp(static_cast<int32_t>(score_elems) / 8, 32));
     pipe_.InitBuffer(col_, np_ * sizeof(float));
     const int32_t chunk_rows = RoundUp(MaxI(rc_, rc2_), 8);
     // m, l, corr[kSlots] per row of this core; chunk-local m_safe, diff, corr, ln vectors.
@@ -54,6 +55,7 @@ class IfaVector {
     chunk_corr_ = chunk_ms_[2 * chunk_rows];
     chunk_ln_ = chunk_ms_[3 * chunk_rows];
     AscendC::CreateVecIndex(col_.Get<float>(), 0.0f, np_);
+    VecBarrier();
   }
 
   __aicore__ inline void Process() {
@@ -76,12 +78,6 @@ class IfaVector {
   }
 
  private:
-  template <AscendC::HardEvent E>
-  __aicore__ inline void Sync() {
-    const AscendC::TEventID id = AscendC::GetTPipePtr()->FetchEventID(E);
-    AscendC::SetFlag<E>(id);
-    AscendC::WaitFlag<E>(id);
-  }
 
   __aicore__ inline void RunPass(int32_t r0, int32_t mr) {
     const Args& a = *a_;
@@ -93,6 +89,7 @@ class IfaVector {
       WriteEmpty();
       return;
     }
+    PipeSync<AscendC::HardEvent::S_V>();   // the scalar unit wrote m / l of the last pass
     AscendC::Duplicate(stats_m_, kNegInf, rows_aiv_);
     AscendC::Duplicate(stats_l_, 0.0f, rows_aiv_);
     if (a.convert_kv) {
@@ -145,9 +142,10 @@ class IfaVector {
       const int32_t cn = MinI(rc_, re_ - c);
       AscendC::DataCopy(sb, sg[static_cast<uint64_t>(c) * n],
                         AscendC::DataCopyParams(cn, static_cast<uint16_t>(n * 4 / 32), 0, gap_f32));
-      Sync<AscendC::HardEvent::MTE2_V>();
+      PipeSync<AscendC::HardEvent::MTE2_V>();
       AscendC::Muls(sb, sb, a.p.softmax_scale, cn * np_);
-      if (a.p.pse_shift != nullptr) AddPse(sb, c, cn, nv, t0);
+      VecBarrier();
+      if (a.g.pse_shift != 0) AddPse(sb, c, cn, nv, t0);
       for (int32_t r = c; r < c + cn; ++r) {
         int32_t i, h;
         RowCoords(a, unit_.kvh, r0_ + r, i, h);
@@ -158,30 +156,29 @@ class IfaVector {
           AscendC::Duplicate(row, kNegInf, np_);
         } else if (hi < np_) {
           AscendC::CompareScalar(bits, col, static_cast<float>(hi), AscendC::CMPMODE::LT, np_);
+          VecBarrier();
           AscendC::Select(row, bits, row, kNegInf, AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, np_);
+          VecBarrier();
         }
-        if (a.p.atten_mask != nullptr && hi > 0) ApplyMask(row, i, h, nv, t0);
+        if (a.g.atten_mask != 0 && hi > 0) ApplyMask(row, i, h, nv, t0);
       }
       OnlineSoftmax(sb, c, cn, slot);
       // P = hi + lo in q's dtype (the cube multiplies both and accumulates in fp32).
-      const int32_t count = cn * np_;
-      AscendC::Cast(p_hi, sb, AscendC::RoundMode::CAST_RINT, count);
-      AscendC::Cast(res, p_hi, AscendC::RoundMode::CAST_NONE, count);
-      AscendC::Sub(sb, sb, res, count);
-      AscendC::Cast(p_lo, sb, AscendC::RoundMode::CAST_RINT, count);
-      Sync<AscendC::HardEvent::V_MTE3>();
+      VecBarrier();
+      ascend::SplitHiLo(p_hi, p_lo, sb, res, bits, static_cast<uint32_t>(cn * np_), true);
+      PipeSync<AscendC::HardEvent::V_MTE3>();
       const AscendC::DataCopyParams rows(cn, static_cast<uint16_t>(n * sizeof(QT) / 32), gap_q, 0);
       AscendC::DataCopy(pg[static_cast<uint64_t>(c) * n], p_hi, rows);
       AscendC::DataCopy(pg[p_part + static_cast<uint64_t>(c) * n], p_lo, rows);
-      Sync<AscendC::HardEvent::MTE3_V>();
-      Sync<AscendC::HardEvent::MTE3_MTE2>();
+      PipeSync<AscendC::HardEvent::MTE3_V>();
+      PipeSync<AscendC::HardEvent::MTE3_MTE2>();
     }
   }
 
   __aicore__ inline void AddPse(const AscendC::LocalTensor<float>& sb, int32_t c, int32_t cn, int32_t nv, int32_t t0) {
     const Args& a = *a_;
     AscendC::GlobalTensor<float> g;
-    g.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.pse_shift));
+    g.SetGlobalBuffer(ascend::GmPtr<float>(a.g.pse_shift));
     AscendC::LocalTensor<float> pb = pse_.Get<float>();
     for (int32_t r = c; r < c + cn; ++r) {
       int32_t i, h;
@@ -191,22 +188,24 @@ class IfaVector {
       if (a.p.pse_stride_k == 0) {   // broadcast along keys: one value for the row
         AscendC::Adds(sb[(r - c) * np_], sb[(r - c) * np_], g.GetValue(base), np_);
       } else {
+        if (r == c) PipeSync<AscendC::HardEvent::V_MTE2>();   // the last chunk's Add read pb
         AscendC::DataCopyPad(pb[(r - c) * np_], g[base + static_cast<int64_t>(t0) * a.p.pse_stride_k],
                              AscendC::DataCopyExtParams(1, nv * sizeof(float), 0, 0, 0),
                              AscendC::DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
       }
     }
     if (a.p.pse_stride_k != 0) {
-      Sync<AscendC::HardEvent::MTE2_V>();
+      PipeSync<AscendC::HardEvent::MTE2_V>();
       // Columns past nv hold stale UB; they are masked to -inf right after.
       AscendC::Add(sb, sb, pb, cn * np_);
     }
+    VecBarrier();
   }
 
   __aicore__ inline void ApplyMask(const AscendC::LocalTensor<float>& row, int32_t i, int32_t h, int32_t nv, int32_t t0) {
     const Args& a = *a_;
     AscendC::GlobalTensor<uint8_t> g;
-    g.SetGlobalBuffer(reinterpret_cast<__gm__ uint8_t*>(a.p.atten_mask));
+    g.SetGlobalBuffer(ascend::GmPtr<uint8_t>(a.g.atten_mask));
     const int64_t base = static_cast<int64_t>(unit_.b) * a.p.mask_stride_b + static_cast<int64_t>(h) * a.p.mask_stride_h +
                          static_cast<int64_t>(i) * a.p.mask_stride_q;
     if (a.p.mask_stride_k == 0) {   // one flag for the whole row
@@ -219,13 +218,17 @@ class IfaVector {
     AscendC::LocalTensor<uint8_t> bits = bits_.Get<uint8_t>();
     AscendC::DataCopyPad(m8, g[base + static_cast<int64_t>(t0) * a.p.mask_stride_k],
                          AscendC::DataCopyExtParams(1, nv, 0, 0, 0), AscendC::DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
-    Sync<AscendC::HardEvent::MTE2_V>();
+    PipeSync<AscendC::HardEvent::MTE2_V>();
     // bool bytes -> fp16 -> fp32, keep where 0 (bytes past nv are already -inf in the row).
     AscendC::Cast(mh, m8, AscendC::RoundMode::CAST_NONE, np_);
+    VecBarrier();
     AscendC::Cast(mf, mh, AscendC::RoundMode::CAST_NONE, np_);
+    VecBarrier();
     AscendC::CompareScalar(bits, mf, 0.5f, AscendC::CMPMODE::LT, np_);
+    VecBarrier();
     AscendC::Select(row, bits, row, kNegInf, AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, np_);
-    Sync<AscendC::HardEvent::V_MTE2>();
+    VecBarrier();
+    PipeSync<AscendC::HardEvent::V_MTE2>();
   }
 
   // Rows [c, c + cn) of sb hold masked, scaled scores. Turns them into exp(s - m_new) and
@@ -233,34 +236,39 @@ class IfaVector {
   __aicore__ inline void OnlineSoftmax(const AscendC::LocalTensor<float>& sb, int32_t c, int32_t cn, int32_t slot) {
     AscendC::LocalTensor<float> red = red_.Get<float>();
     AscendC::LocalTensor<float> red_tmp = red[8];
+    VecBarrier();
     for (int32_t r = 0; r < cn; ++r) {
       AscendC::ReduceMax(red, sb[r * np_], red_tmp, np_, false);
-      Sync<AscendC::HardEvent::V_S>();
+      PipeSync<AscendC::HardEvent::V_S>();
       const float tile_max = red.GetValue(0);
       const float m_old = stats_m_.GetValue(c - rs_ + r);
-      const float m_new = tile_max > m_old ? tile_max : m_old;
+      // NaN propagates (a NaN score poisons the row, as in the reference).
+      const float m_new = (tile_max != tile_max || m_old != m_old) ? tile_max + m_old
+                                                                    : (tile_max > m_old ? tile_max : m_old);
       // A row with nothing visible yet keeps m = -inf; subtract 0 instead so exp gives 0, not NaN.
       const float m_safe = m_new == kNegInf ? 0.0f : m_new;
       stats_m_.SetValue(c - rs_ + r, m_new);
       chunk_ms_.SetValue(r, m_safe);
       chunk_diff_.SetValue(r, m_old - m_safe);
     }
-    Sync<AscendC::HardEvent::S_V>();
+    PipeSync<AscendC::HardEvent::S_V>();
     AscendC::Exp(chunk_corr_, chunk_diff_, cn);
     for (int32_t r = 0; r < cn; ++r) {
-      Sync<AscendC::HardEvent::V_S>();
+      PipeSync<AscendC::HardEvent::V_S>();
       const float m_safe = chunk_ms_.GetValue(r);
       AscendC::Adds(sb[r * np_], sb[r * np_], -m_safe, np_);
+      VecBarrier();
       AscendC::Exp(sb[r * np_], sb[r * np_], np_);
+      VecBarrier();
       AscendC::ReduceSum(red, sb[r * np_], red_tmp, np_);
-      Sync<AscendC::HardEvent::V_S>();
+      PipeSync<AscendC::HardEvent::V_S>();
       const float tile_sum = red.GetValue(0);
       const float corr = chunk_corr_.GetValue(r);
       const int32_t k = c - rs_ + r;
       stats_l_.SetValue(k, stats_l_.GetValue(k) * corr + tile_sum);
       stats_corr_.SetValue(slot * rows_aiv_ + k, corr);
     }
-    Sync<AscendC::HardEvent::S_V>();
+    PipeSync<AscendC::HardEvent::S_V>();
   }
 
   // acc = acc * corr + O for tile t; after the last tile, normalize and write out.
@@ -276,50 +284,62 @@ class IfaVector {
     AscendC::LocalTensor<float> ab = acc_.Get<float>();
     for (int32_t c = rs_; c < re_; c += rc2_) {
       const int32_t cn = MinI(rc2_, re_ - c);
+      // ob / ab are rewritten: the last chunk's vector ops and output copies must be done.
+      PipeSync<AscendC::HardEvent::V_MTE2>();
+      PipeSync<AscendC::HardEvent::MTE3_MTE2>();
       AscendC::DataCopy(ob, og[static_cast<uint64_t>(c) * d], cn * d);
       AscendC::LocalTensor<float> acc = ob;
       if (t > 0) {
         AscendC::DataCopy(ab, accg[static_cast<uint64_t>(c) * d], cn * d);
-        Sync<AscendC::HardEvent::MTE2_V>();
+        PipeSync<AscendC::HardEvent::MTE2_V>();
         for (int32_t r = 0; r < cn; ++r) {
           const float corr = stats_corr_.GetValue(slot * rows_aiv_ + c - rs_ + r);
           AscendC::Muls(ab[r * d], ab[r * d], corr, d);
         }
+        VecBarrier();
         AscendC::Add(ab, ab, ob, cn * d);
+        VecBarrier();
         acc = ab;
       } else {
-        Sync<AscendC::HardEvent::MTE2_V>();
+        PipeSync<AscendC::HardEvent::MTE2_V>();
       }
       if (!last) {
-        Sync<AscendC::HardEvent::V_MTE3>();
+        PipeSync<AscendC::HardEvent::V_MTE3>();
         AscendC::DataCopy(accg[static_cast<uint64_t>(c) * d], acc, cn * d);
-        Sync<AscendC::HardEvent::MTE3_MTE2>();
-        Sync<AscendC::HardEvent::MTE3_V>();
+        PipeSync<AscendC::HardEvent::MTE3_MTE2>();
+        PipeSync<AscendC::HardEvent::MTE3_V>();
       } else {
         Finalize(acc, c, cn);
+        PipeSync<AscendC::HardEvent::V_MTE2>();   // the next chunk's copies overwrite ob / ab
+        PipeSync<AscendC::HardEvent::MTE3_MTE2>();
       }
     }
   }
 
-  // Rows [c, c + cn): out = acc / l, lse = m + ln(l); a row with l == 0 saw no key.
+  // Rows [c, c + cn): out = acc / l, lse = m + ln(l); a row with l == 0 saw no key (m -inf).
+  // NaN (a NaN q, key, bias or scale) propagates to out and lse; a row whose max is +inf gets
+  // lse +inf and out NaN, as in the reference.
   __aicore__ inline void Finalize(const AscendC::LocalTensor<float>& acc, int32_t c, int32_t cn) {
     const int32_t d = a_->t.head_dim;
     AscendC::LocalTensor<float> dv = div_.Get<float>();
     for (int32_t r = 0; r < cn; ++r) {
       const float l = stats_l_.GetValue(c - rs_ + r);
-      chunk_ln_.SetValue(r, l > 0.0f ? l : 1.0f);
+      chunk_ln_.SetValue(r, l == 0.0f ? 1.0f : l);
     }
-    Sync<AscendC::HardEvent::S_V>();
+    PipeSync<AscendC::HardEvent::S_V>();
     AscendC::Ln(chunk_ln_, chunk_ln_, cn);
     for (int32_t r = 0; r < cn; ++r) {
-      Sync<AscendC::HardEvent::V_S>();
+      PipeSync<AscendC::HardEvent::V_S>();
       const int32_t k = c - rs_ + r;
       const float l = stats_l_.GetValue(k);
       float lse;
-      if (l > 0.0f) {
+      if (l != 0.0f) {
         AscendC::Duplicate(dv, l, d);
+        VecBarrier();
         AscendC::Div(acc[r * d], acc[r * d], dv, d);
-        lse = stats_m_.GetValue(k) + chunk_ln_.GetValue(r);
+        VecBarrier();
+        const float m = stats_m_.GetValue(k);
+        lse = m == kPosInf ? kPosInf : m + chunk_ln_.GetValue(r);
       } else {
         AscendC::Duplicate(acc[r * d], 0.0f, d);
         lse = unit_.ns > 1 ? kNegInf : kPosInf;
@@ -332,6 +352,7 @@ class IfaVector {
     const int32_t d = a_->t.head_dim;
     AscendC::LocalTensor<float> ab = acc_.Get<float>();
     AscendC::Duplicate(ab, 0.0f, d);
+    VecBarrier();
     const float lse = unit_.ns > 1 ? kNegInf : kPosInf;
     for (int32_t r = rs_; r < re_; ++r) WriteRow(ab, r, lse);
   }
@@ -342,15 +363,15 @@ class IfaVector {
     const int32_t d = a.t.head_dim;
     const int32_t ur = r0_ + r;
     AscendC::LocalTensor<float> stage = stage_.Get<float>();
-    Sync<AscendC::HardEvent::S_V>();
+    PipeSync<AscendC::HardEvent::S_V>();
     AscendC::Duplicate(stage, lse, 8);
     if (unit_.ns > 1) {
       const uint64_t prow = (static_cast<uint64_t>(unit_.b * a.t.h_kv + unit_.kvh) * a.t.num_splits + unit_.split) *
                                 a.t.q_rows + ur;
       AscendC::GlobalTensor<float> oa, la;
-      oa.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.o_accum));
-      la.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(a.p.lse_accum));
-      Sync<AscendC::HardEvent::V_MTE3>();
+      oa.SetGlobalBuffer(ascend::GmPtr<float>(a.g.o_accum));
+      la.SetGlobalBuffer(ascend::GmPtr<float>(a.g.lse_accum));
+      PipeSync<AscendC::HardEvent::V_MTE3>();
       AscendC::DataCopy(oa[prow * d], row, d);
       AscendC::DataCopyPad(la[prow], stage, AscendC::DataCopyExtParams(1, sizeof(float), 0, 0, 0));
     } else {
@@ -358,7 +379,7 @@ class IfaVector {
       RowCoords(a, unit_.kvh, ur, i, h);
       WriteOutRow<QT>(a, outc_, row, unit_.b, i, h, lse, stage);
     }
-    Sync<AscendC::HardEvent::MTE3_V>();
+    PipeSync<AscendC::HardEvent::MTE3_V>();
   }
 
   const Args* a_ = nullptr;

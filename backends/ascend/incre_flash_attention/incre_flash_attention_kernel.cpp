@@ -2,9 +2,9 @@
 //   AIC: mm1 = Q . K^T, mm2 = P . V (ifa_cube.h)
 //   AIV: scale / pse / masks / online softmax, rescale-accumulate, final divide, lse,
 //        int8 / fp8 / other-dtype antiquant (ifa_convert.h), split-KV combine (ifa_combine.h)
-// Arguments: `params` = the packed dualops::IncreFlashAttentionParams (addresses, strides,
-// scale, dtypes), `workspace` = per-core GM scratch (ifa_layout.h), `tiling` = the IFA plan
-// header from dualops.tiling.plan_incre_flash_attention, exactly as CANN kernels get tiling.
+// Arguments: the GM addresses of the tensors, `workspace` = per-core GM scratch (ifa_layout.h),
+// `tiling` = the IFA plan header from dualops.tiling.plan_incre_flash_attention followed by the
+// packed dualops::IncreFlashAttentionParams scalars, as CANN kernels get tiling.
 #include "kernel_operator.h"
 
 #include "ascend/incre_flash_attention/ifa_cube.h"
@@ -42,10 +42,21 @@ __aicore__ inline void RunTyped(const Args& a) {
 }  // namespace ifa
 }  // namespace dualops
 
-extern "C" __global__ __aicore__ void incre_flash_attention(GM_ADDR params, GM_ADDR workspace, GM_ADDR tiling) {
+// Arguments as CANN kernels receive them: GM addresses (0 where an optional tensor is absent),
+// the workspace, and the tiling buffer (plan header + params scalars, ifa_common.h Args).
+extern "C" __global__ __aicore__ void incre_flash_attention(GM_ADDR q, GM_ADDR k, GM_ADDR v, GM_ADDR out, GM_ADDR lse,
+                                                             GM_ADDR kv_lens, GM_ADDR block_table, GM_ADDR atten_mask,
+                                                             GM_ADDR pse_shift, GM_ADDR k_scale, GM_ADDR v_scale,
+                                                             GM_ADDR k_offset, GM_ADDR v_offset, GM_ADDR o_accum,
+                                                             GM_ADDR lse_accum, GM_ADDR workspace, GM_ADDR tiling) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  using dualops::ascend::GmAddr;
+  const dualops::ifa::GmAddrs addrs{GmAddr(q), GmAddr(k), GmAddr(v), GmAddr(out), GmAddr(lse), GmAddr(kv_lens),
+                                    GmAddr(block_table), GmAddr(atten_mask), GmAddr(pse_shift), GmAddr(k_scale),
+                                    GmAddr(v_scale), GmAddr(k_offset), GmAddr(v_offset), GmAddr(o_accum),
+                                    GmAddr(lse_accum), GmAddr(workspace)};
   dualops::ifa::Args args;
-  args.Load(params, workspace, tiling);
+  args.Load(addrs, tiling);
   if (args.p.q_dtype == dualops::ifa::kF16) {
     dualops::ifa::RunTyped<half>(args);
   } else {

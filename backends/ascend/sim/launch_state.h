@@ -4,6 +4,8 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -27,6 +29,17 @@ struct CoreSlot {
 
 void SetCurrentCore(CoreContext* c);
 
+// A GM byte range written by an asynchronous pipe: who and where (pipes.h).
+struct GmSeg {
+  uint64_t end = 0;
+  int32_t core = 0;
+  int8_t pipe = 0;
+  uint64_t seq = 0;
+  Site site;
+};
+
+using XSnap = std::vector<uint64_t>;   // cross-core knowledge carried by a flag (pipes.h)
+
 class LaunchState {
  public:
   std::string kernel;
@@ -48,6 +61,13 @@ class LaunchState {
   // SyncAll barriers: [0] all vector cores, [1] all cores.
   int32_t bar_count[2] = {0, 0};
   int64_t bar_gen[2] = {0, 0};
+
+  // Asynchronous-pipe model: GM writes of the launch, the knowledge each pending cross-core
+  // set carries (FIFO per core and flag, like the counters), the knowledge a SyncAll hands out.
+  std::mutex gm_mu;
+  std::map<uint64_t, GmSeg> gm;
+  std::vector<std::array<std::deque<XSnap>, kNumCrossFlags>> xcounter, xpend0, xpend1, xpend2;
+  XSnap bar_acc[2], bar_done[2][2];
 
   bool HasAic() const { return task_type != KERNEL_TYPE_AIV_ONLY && task_type != KERNEL_TYPE_MIX_AIV_1_0; }
   bool HasAiv() const { return task_type != KERNEL_TYPE_AIC_ONLY && task_type != KERNEL_TYPE_MIX_AIC_1_0; }

@@ -145,6 +145,15 @@ LaunchReport Launch(const std::string& kernel, int32_t num_blocks, const std::ve
   L.pend0.assign(n, zero);
   L.pend1.assign(n, zero);
   L.pend2.assign(n, zero);
+  L.xcounter.resize(n);
+  L.xpend0.resize(n);
+  L.xpend1.resize(n);
+  L.xpend2.resize(n);
+  for (auto& s : L.cores) {
+    s->ctx.pipes.mode = cfg.pipe_sync ? SyncMode::kStrict : SyncMode::kOff;
+    s->ctx.pipes.xseen.assign(n * kNumPipes, 0);
+    s->ctx.vec_ulp = cfg.vec_ulp;
+  }
   L.running = static_cast<int32_t>(n);
 
   KernelArgs kargs;

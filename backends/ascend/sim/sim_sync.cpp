@@ -130,6 +130,7 @@ void SetEventFlag(const char* api, AscendC::HardEvent evt, int32_t id) {
   uint16_t& n = EventCounter(api, evt, id, ep);
   if (n >= 1) Fault(Str(api, "<", ep.name, ">").c_str(), Str("event id ", id, " is already set and not waited for"));
   ++n;
+  if (PipesOn()) Cur().pipes.events[static_cast<int>(evt)][id] = SnapOf(PipeIndex(ep.src));
 }
 
 void WaitEventFlag(const char* api, AscendC::HardEvent evt, int32_t id) {
@@ -140,11 +141,13 @@ void WaitEventFlag(const char* api, AscendC::HardEvent evt, int32_t id) {
           Str("event id ", id, " was never set by SetFlag on this core: the ", PipeName(ep.dst), " pipe would wait forever"));
   }
   --n;
+  if (PipesOn()) Absorb(PipeIndex(ep.dst), Cur().pipes.events[static_cast<int>(evt)][id]);
 }
 
 void PipeBarrierCheck(const char* api, pipe_t pipe) {
   Enter();
   RequirePipe(api, pipe);
+  if (PipesOn()) BarrierPipe(pipe);
 }
 
 // ---- blocking waits ------------------------------------------------------------------------
@@ -212,7 +215,8 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
 
 namespace {
 
-void Bump(LaunchState& L, CoreContext& setter, int32_t linear, int32_t id, const char* api) {
+void Bump(LaunchState& L, CoreContext& setter, int32_t linear, int32_t id, const char* api, const XSnap& snap) {
+  L.xcounter[linear][id].push_back(snap);
   int32_t& n = L.counter[linear][id];
   if (n >= kCrossFlagLimit) {
     const std::string target = L.cores[linear]->ctx.name;
@@ -233,22 +237,34 @@ void CrossCoreSet(int32_t mode, pipe_t pipe, int32_t id) {
   if (id < 0 || id > kMaxCrossFlagId) Fault(api, Str("flagId ", id, " is outside [0, ", kMaxCrossFlagId, "] (Atlas A2)"));
   if (pipe == PIPE_S) Fault(api, "PIPE_S cannot carry a cross-core flag on Atlas A2");
   RequirePipe(api, pipe);
+  const XSnap snap = CrossSnap(pipe);
   std::unique_lock<std::mutex> lk(L.mu);
   c.c.cross_core_sets += 1;
+  // The knowledge of the cores whose sets complete a group (front of each setter's FIFO).
+  auto take = [&L, id](std::vector<std::array<std::deque<XSnap>, kNumCrossFlags>>& pend, int32_t g, XSnap& acc) {
+    auto& dq = pend[g][id];
+    if (!dq.empty()) {
+      MergeInto(acc, dq.front());
+      dq.pop_front();
+    }
+  };
   if (mode == 0) {
     // Every core of the setter's kind must set before any of them passes.
     auto& p = L.pend0[c.linear][id];
     if (p >= kCrossFlagLimit) Fault(api, Str("flag ", id, " set more than ", kCrossFlagLimit, " times without a wait"));
     ++p;
+    L.xpend0[c.linear][id].push_back(snap);
     std::vector<int32_t> group;
     for (auto& s : L.cores)
       if (s->ctx.kind == c.kind) group.push_back(s->ctx.linear);
     bool all = true;
     for (int32_t g : group) all = all && L.pend0[g][id] > 0;
     if (all) {
+      XSnap acc;
+      for (int32_t g : group) take(L.xpend0, g, acc);
       for (int32_t g : group) {
         --L.pend0[g][id];
-        Bump(L, c, g, id, api);
+        Bump(L, c, g, id, api, acc);
       }
     }
   } else if (mode == 1) {
@@ -256,27 +272,36 @@ void CrossCoreSet(int32_t mode, pipe_t pipe, int32_t id) {
     auto& p = L.pend1[c.linear][id];
     if (p >= kCrossFlagLimit) Fault(api, Str("flag ", id, " set more than ", kCrossFlagLimit, " times without a wait"));
     ++p;
+    L.xpend1[c.linear][id].push_back(snap);
     const int32_t a = L.AivLinear(c.block, 0), b = L.AivLinear(c.block, 1);
     if (L.pend1[a][id] > 0 && L.pend1[b][id] > 0) {
+      XSnap acc;
+      take(L.xpend1, a, acc);
+      take(L.xpend1, b, acc);
       --L.pend1[a][id], --L.pend1[b][id];
-      Bump(L, c, a, id, api);
-      Bump(L, c, b, id, api);
+      Bump(L, c, a, id, api, acc);
+      Bump(L, c, b, id, api, acc);
     }
   } else if (mode == 2) {
     if (!L.HasAic() || L.AivPerBlock() == 0) Fault(api, "mode 2 needs a MIX kernel (cube and vector cores)");
     if (c.kind == CoreKind::AIC) {
       // The cube core signals each of its vector cores.
-      for (int32_t s = 0; s < L.AivPerBlock(); ++s) Bump(L, c, L.AivLinear(c.block, s), id, api);
+      for (int32_t s = 0; s < L.AivPerBlock(); ++s) Bump(L, c, L.AivLinear(c.block, s), id, api, snap);
     } else {
       // The cube core passes once every vector core of its AI core has set.
       auto& p = L.pend2[c.linear][id];
       if (p >= kCrossFlagLimit) Fault(api, Str("flag ", id, " set more than ", kCrossFlagLimit, " times before the cube core's wait"));
       ++p;
+      L.xpend2[c.linear][id].push_back(snap);
       bool all = true;
       for (int32_t s = 0; s < L.AivPerBlock(); ++s) all = all && L.pend2[L.AivLinear(c.block, s)][id] > 0;
       if (all) {
-        for (int32_t s = 0; s < L.AivPerBlock(); ++s) --L.pend2[L.AivLinear(c.block, s)][id];
-        Bump(L, c, L.AicLinear(c.block), id, api);
+        XSnap acc;
+        for (int32_t s = 0; s < L.AivPerBlock(); ++s) {
+          take(L.xpend2, L.AivLinear(c.block, s), acc);
+          --L.pend2[L.AivLinear(c.block, s)][id];
+        }
+        Bump(L, c, L.AicLinear(c.block), id, api, acc);
       }
     }
   } else {
@@ -298,6 +323,13 @@ void CrossCoreWait(int32_t mode, pipe_t pipe, int32_t id) {
   int32_t& n = L.counter[c.linear][id];
   L.WaitUntil(c, lk, api, Str("CrossCoreWaitFlag(", id, ")"), [&n] { return n > 0; });
   --n;
+  // The waiting pipe (PIPE_S by default: every later instruction) runs after what the setter
+  // had completed. Local pipes still in flight are NOT ordered by a cross-core wait.
+  auto& dq = L.xcounter[c.linear][id];
+  if (!dq.empty()) {
+    CrossAbsorb(dq.front(), pipe);
+    dq.pop_front();
+  }
 }
 
 void SyncAllCores(bool aiv_only) {
@@ -306,19 +338,33 @@ void SyncAllCores(bool aiv_only) {
   CoreContext& c = Cur();
   LaunchState& L = *c.launch;
   if (aiv_only && c.kind != CoreKind::AIV) Fault(api, "SyncAll<true> (vector cores only) called on the cube core");
+  if (L.cfg.ai_cores > 0 && L.num_blocks > L.cfg.ai_cores) {
+    Fault(api, Str("the launch has ", L.num_blocks, " blocks but ", L.cfg.profile, " has ", L.cfg.ai_cores,
+                   " AI cores: SyncAll needs every block resident at once (it would hang on the NPU)"));
+  }
   const int32_t b = aiv_only ? 0 : 1;
   const int32_t parties = aiv_only ? L.NumAiv() : L.NumAiv() + L.NumAic();
+  const XSnap snap = CrossSnap(PIPE_ALL);   // SyncAll waits for every pipe of the core first
   std::unique_lock<std::mutex> lk(L.mu);
   c.c.sync_alls += 1;
   const int64_t gen = L.bar_gen[b];
+  MergeInto(L.bar_acc[b], snap);
+  auto leave = [&] {
+    CrossAbsorb(L.bar_done[b][gen & 1], PIPE_S);
+    if (PipesOn()) BarrierPipe(PIPE_ALL);
+  };
   if (++L.bar_count[b] == parties) {
     L.bar_count[b] = 0;
+    L.bar_done[b][gen & 1] = L.bar_acc[b];
+    L.bar_acc[b].clear();
     ++L.bar_gen[b];
     L.cv.notify_all();
+    leave();
     return;
   }
   L.WaitUntil(c, lk, api, Str("SyncAll<", aiv_only ? "true" : "false", "> (", parties, " cores)"),
               [&L, b, gen] { return L.bar_gen[b] != gen; });
+  leave();
 }
 
 }  // namespace ascend_sim

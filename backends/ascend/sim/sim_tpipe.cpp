@@ -89,6 +89,23 @@ void QueueInit(const char* api, void* pipe, QueueState& q, AscendC::TPosition po
   }
   q.fifo_len = 0;
   q.pipe = pipe;
+  q.prod = q.cons = -1;
+  if (!is_tbuf) {
+    using AscendC::TPosition;
+    switch (pos) {
+      case TPosition::VECIN: q.prod = kPMte2, q.cons = kPV; break;
+      case TPosition::VECOUT: q.prod = kPV, q.cons = kPMte3; break;
+      case TPosition::A1:
+      case TPosition::B1:
+      case TPosition::C1: q.prod = kPMte2, q.cons = kPMte1; break;
+      case TPosition::A2:
+      case TPosition::B2: q.prod = kPMte1, q.cons = kPM; break;
+      case TPosition::CO1: q.prod = kPM, q.cons = kPFix; break;
+      default: break;
+    }
+  }
+  for (auto& e : q.enq) e = Snap{};
+  for (auto& e : q.fre) e = Snap{};
   q.initialized = true;
   c.top[mi] = static_cast<uint32_t>(end);
 }
@@ -103,6 +120,7 @@ int32_t QueueAlloc(const char* api, QueueState& q) {
   for (int32_t i = 0; i < q.num; ++i) {
     if (q.state[i] == QueueState::kFree) {
       q.state[i] = QueueState::kAllocated;
+      if (q.prod >= 0 && PipesOn()) Absorb(static_cast<PipeIdx>(q.prod), q.fre[i]);
       return i;
     }
   }
@@ -120,6 +138,7 @@ void QueueEnque(const char* api, QueueState& q, const LocalRef& r) {
   if (q.fifo_len >= q.depth) Fault(api, Str("the queue already holds depth = ", q.depth, " tensors"));
   q.fifo[q.fifo_len++] = i;
   q.state[i] = QueueState::kEnqueued;
+  if (q.prod >= 0 && PipesOn()) q.enq[i] = SnapOf(static_cast<PipeIdx>(q.prod));
 }
 
 int32_t QueueDeque(const char* api, QueueState& q) {
@@ -131,6 +150,7 @@ int32_t QueueDeque(const char* api, QueueState& q) {
   for (int32_t k = 1; k < q.fifo_len; ++k) q.fifo[k - 1] = q.fifo[k];
   --q.fifo_len;
   q.state[i] = QueueState::kDequeued;
+  if (q.cons >= 0 && PipesOn()) Absorb(static_cast<PipeIdx>(q.cons), q.enq[i]);
   return i;
 }
 
@@ -141,6 +161,7 @@ void QueueFree(const char* api, QueueState& q, const LocalRef& r) {
   if (q.state[i] == QueueState::kFree) Fault(api, "FreeTensor of a tensor that is not allocated (double free?)");
   if (q.state[i] == QueueState::kEnqueued) Fault(api, "FreeTensor of a tensor still in the queue (DeQue it first)");
   q.state[i] = QueueState::kFree;
+  if (q.cons >= 0 && PipesOn()) q.fre[i] = SnapOf(static_cast<PipeIdx>(q.cons));
 }
 
 LocalRef QueueRef(const QueueState& q, int32_t idx, uint32_t elem_bytes) {
@@ -191,10 +212,8 @@ void PipeReleaseEvent(const char* api, void* pipe, AscendC::HardEvent evt, int32
 
 }  // namespace ascend_sim
 
-namespace AscendC {
-TPipe* GetTPipePtr() {
+AscendC::TPipe* GetTPipePtr() {
   ascend_sim::CoreContext& c = ascend_sim::Cur();
   if (c.pipe == nullptr) ascend_sim::Fault("GetTPipePtr", "no TPipe is live on this core");
-  return static_cast<TPipe*>(c.pipe);
+  return static_cast<AscendC::TPipe*>(c.pipe);
 }
-}  // namespace AscendC

@@ -23,7 +23,11 @@ __aicore__ inline void CastCase(GM_ADDR x, GM_ADDR out, RoundMode mode, int32_t 
   LocalTensor<S> s = sb.Get<S>();
   LocalTensor<D> d = db.Get<D>();
   DataCopyPad(s, xg, DataCopyExtParams(1, n * sizeof(S), 0, 0, 0), DataCopyPadExtParams<S>(false, 0, 0, S(0)));
+  SetFlag<HardEvent::MTE2_V>(0);
+  WaitFlag<HardEvent::MTE2_V>(0);
   Cast(d, s, mode, n);
+  SetFlag<HardEvent::V_MTE3>(0);
+  WaitFlag<HardEvent::V_MTE3>(0);
   DataCopyPad(og, d, DataCopyExtParams(1, n * sizeof(D), 0, 0, 0));
 }
 

@@ -27,6 +27,8 @@ extern "C" __global__ __aicore__ void sim_test_datacopy(GM_ADDR x, GM_ADDR out, 
               DataCopyPadExtParams<float>(true, 0, static_cast<uint8_t>(padded - len), -1.0f));
   inq.EnQue(u);
   u = inq.DeQue<float>();
+  SetFlag<HardEvent::MTE2_MTE3>(0);   // the queue orders V after MTE2; MTE3 reads here
+  WaitFlag<HardEvent::MTE2_MTE3>(0);
   DataCopyPad(og, u, DataCopyExtParams(rows, len * sizeof(float), 0, 0, 0));
   DataCopy(pg, u, DataCopyParams(rows, padded * sizeof(float) / 32, 0, 0));
   inq.FreeTensor(u);

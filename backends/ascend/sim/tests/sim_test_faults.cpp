@@ -32,6 +32,16 @@ enum FaultCase : int32_t {
   kBadFlagId = 19,           // AIC: CrossCoreSetFlag(11)
   kQueueExhausted = 20,      // AIV: AllocTensor twice from a 1-buffer queue
   kGmWriteOutOfBounds = 21,  // AIV: DataCopy writes past the end of buf
+  // Missing pipe synchronisation, one class each (asynchronous pipes, pipes.h):
+  kMissMte2Mte1 = 22,        // AIC: LoadData reads L1 that DataCopy (MTE2) may still be writing
+  kMissMte1Mte2 = 23,        // AIC: DataCopy (MTE2) overwrites L1 that LoadData (MTE1) may still be reading
+  kMissVMte3 = 24,           // AIV: DataCopy UB -> GM (MTE3) of what Duplicate (V) may still be writing
+  kMissMte3Mte2 = 25,        // AIV: DataCopy GM -> UB (MTE2) into UB that MTE3 may still be reading
+  kMissVBarrier = 26,        // AIV: Muls reads what Adds wrote, no PipeBarrier<PIPE_V>
+  kMissFixVCross = 27,       // AIC Fixpipe -> GM, flag set on PIPE_MTE2 (not FIX); AIV reads it
+  kFixVCrossOk = 28,         // the same with the flag on PIPE_FIX: clean
+  kMissSV = 29,              // AIV: Adds reads what SetValue (S) wrote, no S_V
+  kRoundTripOk = 30,         // AIV MTE3 reads UB, flag on MTE3 to the AIC and back: V may rewrite it
 };
 
 __aicore__ inline void VectorCase(int32_t c, GlobalTensor<float>& g) {
@@ -121,7 +131,64 @@ __aicore__ inline void VectorCase(int32_t c, GlobalTensor<float>& g) {
       pipe.InitBuffer(q, 1, 2048);
       LocalTensor<float> t = q.AllocTensor<float>();
       Duplicate(t, 0.0f, 512);
+      SetFlag<HardEvent::V_MTE3>(0);
+      WaitFlag<HardEvent::V_MTE3>(0);
       DataCopy(raw[64], t, 256);   // writes elements [64, 320)
+      break;
+    }
+    case kMissVMte3: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      Duplicate(t, 0.0f, 64);
+      DataCopy(g, t, 64);
+      break;
+    }
+    case kMissMte3Mte2: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      Duplicate(t, 0.0f, 64);
+      SetFlag<HardEvent::V_MTE3>(0);
+      WaitFlag<HardEvent::V_MTE3>(0);
+      SetFlag<HardEvent::V_MTE2>(0);
+      WaitFlag<HardEvent::V_MTE2>(0);
+      DataCopy(g[64 * GetBlockIdx()], t, 64);
+      DataCopy(t, g[64 * GetBlockIdx()], 64);
+      break;
+    }
+    case kMissVBarrier: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      Duplicate(t, 1.0f, 64);
+      PipeBarrier<PIPE_V>();
+      Adds(t[64], t, 1.0f, 64);
+      Muls(t[128], t[64], 2.0f, 64);
+      break;
+    }
+    case kMissFixVCross:
+    case kFixVCrossOk: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      CrossCoreWaitFlag(6);
+      DataCopy(t, g[128 * (GetBlockIdx() / 2)], 64);
+      break;
+    }
+    case kRoundTripOk: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      Duplicate(t, 1.0f, 64);
+      SetFlag<HardEvent::V_MTE3>(0);
+      WaitFlag<HardEvent::V_MTE3>(0);
+      DataCopy(g[64 * GetBlockIdx()], t, 64);
+      CrossCoreSetFlag<2, PIPE_MTE3>(7);
+      CrossCoreWaitFlag(8);
+      Duplicate(t, 2.0f, 64);   // the round trip proves the MTE3 read done
+      break;
+    }
+    case kMissSV: {
+      pipe.InitBuffer(tb, 1024);
+      LocalTensor<float> t = tb.Get<float>();
+      t.SetValue(0, 1.0f);
+      Adds(t[64], t, 1.0f, 64);
       break;
     }
     default:
@@ -169,6 +236,38 @@ __aicore__ inline void CubeCase(int32_t c, GlobalTensor<float>& g) {
     case kBadFlagId:
       CrossCoreSetFlag<2, PIPE_FIX>(11);
       break;
+    case kMissMte2Mte1:
+    case kMissMte1Mte2: {
+      TBuf<TPosition::A1> l1;
+      TBuf<TPosition::A2> l0a;
+      pipe.InitBuffer(l1, 2048);
+      pipe.InitBuffer(l0a, 2048);
+      LocalTensor<half> s = l1.Get<half>();
+      LocalTensor<half> d = l0a.Get<half>();
+      GlobalTensor<half> gh;
+      gh.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(g.GetPhyAddr(0)), 512);
+      DataCopy(s, gh, 256);
+      if (c == kMissMte1Mte2) {
+        SetFlag<HardEvent::MTE2_MTE1>(0);
+        WaitFlag<HardEvent::MTE2_MTE1>(0);
+      }
+      LoadData(d, s, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
+      if (c == kMissMte1Mte2) DataCopy(s, gh[256], 256);
+      break;
+    }
+    case kRoundTripOk:
+      CrossCoreWaitFlag(7);
+      CrossCoreSetFlag<2, PIPE_FIX>(8);
+      break;
+    case kMissFixVCross:
+    case kFixVCrossOk: {
+      TBuf<TPosition::CO1> l0c;
+      pipe.InitBuffer(l0c, 1024);
+      Fixpipe<float, float, CFG_ROW_MAJOR>(g[128 * GetBlockIdx()], l0c.Get<float>(), FixpipeParamsV220(16, 8, 16, 16, false));
+      if (c == kMissFixVCross) CrossCoreSetFlag<2, PIPE_MTE2>(6);
+      else CrossCoreSetFlag<2, PIPE_FIX>(6);
+      break;
+    }
     default:
       break;
   }

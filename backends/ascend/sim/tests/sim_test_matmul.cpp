@@ -61,11 +61,17 @@ class MatmulKernel {
     }
     a1_.FreeTensor(a1);
     b1_.FreeTensor(b1);
+    a2_.EnQue(a2);
+    b2_.EnQue(b2);
+    a2 = a2_.DeQue<T>();
+    b2 = b2_.DeQue<T>();
 
     LocalTensor<float> c1 = co1_.AllocTensor<float>();
     Mmad(c1, a2, b2, MmadParams(m, N, K, 0, false, true));
     a2_.FreeTensor(a2);
     b2_.FreeTensor(b2);
+    co1_.EnQue(c1);
+    c1 = co1_.DeQue<float>();
 
     FixpipeParamsV220 fp(N, m, mp, N, false);
     if (out_half) {

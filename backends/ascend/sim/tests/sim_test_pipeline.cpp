@@ -9,7 +9,10 @@
 // out2: float [blocks * 2, 16]; ws: float [blocks, 2, 16, 16]; tiling (int32): [rounds]
 #include "kernel_operator.h"
 
+#include "ascend/common/pipe_sync.h"
+
 using namespace AscendC;
+using dualops::ascend::PipeSync;
 
 namespace {
 
@@ -37,15 +40,22 @@ __aicore__ inline void CubeSide(GM_ADDR x, GM_ADDR eye, GM_ADDR ws, int32_t roun
   LocalTensor<half> b1 = b1b.Get<half>();
   DataCopy(b1, eg, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
   LocalTensor<half> b2 = b2b.Get<half>();
+  PipeSync<HardEvent::MTE2_MTE1>();
   LoadData(b2, b1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
   for (int32_t r = 0; r < rounds; ++r) {
     if (r >= 2) CrossCoreWaitFlag(kFlagSlotFree);   // both AIVs are done with slot r % 2
     LocalTensor<half> a1 = a1b.Get<half>();
+    if (r > 0) PipeSync<HardEvent::MTE1_MTE2>();    // the last LoadData read a1
     DataCopy(a1, xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
     LocalTensor<half> a2 = a2b.Get<half>();
+    PipeSync<HardEvent::MTE2_MTE1>();
+    if (r > 0) PipeSync<HardEvent::M_MTE1>();       // the last Mmad read a2
     LoadData(a2, a1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
     LocalTensor<float> c = cb.Get<float>();
+    PipeSync<HardEvent::MTE1_M>();
+    if (r > 0) PipeSync<HardEvent::FIX_M>();        // the last Fixpipe read c
     Mmad(c, a2, b2, MmadParams(16, 16, 16, 0, false, true));
+    PipeSync<HardEvent::M_FIX>();
     Fixpipe<float, float, CFG_ROW_MAJOR>(wg[(r % 2) * kTile], c, FixpipeParamsV220(16, 16, 16, 16, false));
     CrossCoreSetFlag<2, PIPE_FIX>(kFlagTileReady);
   }
@@ -77,6 +87,7 @@ __aicore__ inline void VectorSide(GM_ADDR ws, GM_ADDR out, GM_ADDR out2, int32_t
     o = outq.DeQue<float>();
     DataCopy(og[r * kTile + sub * 128], o, 128);
     outq.FreeTensor(o);
+    PipeSync<HardEvent::MTE2_MTE3>();   // the flag goes out on MTE3: the slot's read is done too
     CrossCoreSetFlag<2, PIPE_MTE3>(kFlagSlotFree);
   }
   SyncAll();

@@ -59,16 +59,19 @@ class VectorOpKernel {
       case kReduceMax:
       case kReduceSum: {
         Duplicate(o, 0.0f, n);
+        PipeBarrier<PIPE_V>();
         if (op == kReduceMax) ReduceMax(o, xl, tmp, n, false);
         else ReduceSum(o, xl, tmp, n);
         break;
       }
       case kSelectScalar:   // out = x > 0 ? x : -7
         CompareScalar(bits, xl, 0.0f, CMPMODE::GT, n);
+        PipeBarrier<PIPE_V>();
         Select(o, bits, xl, -7.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
         break;
       case kSelectTensor:   // out = x < y ? x : y
         Compare(bits, xl, yl, CMPMODE::LT, n);
+        PipeBarrier<PIPE_V>();
         Select(o, bits, xl, yl, SELMODE::VSEL_TENSOR_TENSOR_MODE, n);
         break;
       case kDuplicate: Duplicate(o, 3.25f, n); break;
@@ -76,6 +79,8 @@ class VectorOpKernel {
       case kGatherReverse: {   // out[i] = x[n - 1 - i] through a UB table lookup
         LocalTensor<uint32_t> off = tmp.ReinterpretCast<uint32_t>();
         for (int32_t i = 0; i < n; ++i) off.SetValue(i, static_cast<uint32_t>((n - 1 - i) * sizeof(float)));
+        SetFlag<HardEvent::S_V>(0);
+        WaitFlag<HardEvent::S_V>(0);
         Gather(o, xl, off, 0, n);
         break;
       }
@@ -84,13 +89,16 @@ class VectorOpKernel {
         LocalTensor<half> hy = hx[n];
         Cast(hx, xl, RoundMode::CAST_RINT, n);
         Cast(hy, yl, RoundMode::CAST_RINT, n);
+        PipeBarrier<PIPE_V>();
         Add(hx, hx, hy, n);
+        PipeBarrier<PIPE_V>();
         Cast(o, hx, RoundMode::CAST_NONE, n);
         break;
       }
       case kReciprocal: Reciprocal(o, xl, n); break;
       case kMaxsMins:   // clamp to [-1, 1]
         Maxs(o, xl, -1.0f, n);
+        PipeBarrier<PIPE_V>();
         Mins(o, o, 1.0f, n);
         break;
       default: break;

@@ -60,8 +60,12 @@ def use_profile(profile="ascend910b2", cores: int | None = None):
 
 def launch_profile(p: devices.DeviceProfile) -> dict:
     return {"name": p.name, "ub_bytes": p.ub_bytes, "l1_bytes": p.l1_bytes, "l0a_bytes": p.l0a_bytes,
-            "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes,
-            "timeout_s": _settings().env_float("DUALOPS_ASCEND_SIM_TIMEOUT_S", 60.0)}
+            "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes, "ai_cores": p.num_cores,
+            "timeout_s": _settings().env_float("DUALOPS_ASCEND_SIM_TIMEOUT_S", 60.0),
+            # asynchronous-pipe hazard checks (docs/ascend_sim.md): "strict" (default) or "off"
+            "pipe_sync": _settings().env_choice("DUALOPS_ASCEND_SIM_PIPE_SYNC", "strict", ("strict", "off")).lower(),
+            # hardware-like vector numerics: Exp / Ln / Div / Sqrt / Reciprocal off by up to n ulp
+            "vec_ulp": _settings().env_int("DUALOPS_ASCEND_SIM_VEC_ULP", 0, min_value=0, max_value=1 << 20)}
 
 
 def _settings():

@@ -29,6 +29,9 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
         plan = plan_for_tensors(q, k_cache, block_table, prof)
     else:
         check_plan_for_tensors(plan, q, k_cache, block_table)
+    if plan.num_cores > prof.num_cores:
+        raise ValueError(f"ascend_sim: plan.num_cores = {plan.num_cores} exceeds the {prof.num_cores} AI cores of "
+                         f"{prof.name}: the split-KV combine's SyncAll needs every block resident")
     tiling = plan.pack().numpy().tobytes()
     why = C.ascend_ifa_check_tiling(tiling)
     if why is not None:
@@ -84,15 +87,17 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
         pse_stride_b=ps[0], pse_stride_h=ps[1], pse_stride_q=ps[2], pse_stride_k=ps[3],
         num_blocks=int(k_cache.shape[0]) if paged else 0,
         softmax_scale=float(softmax_scale), causal=int(bool(causal)), q_dtype=q_code, kv_dtype=kv_code)
-    params_t = torch.frombuffer(bytearray(params), dtype=torch.uint8)
-    tiling_t = torch.frombuffer(bytearray(tiling), dtype=torch.uint8)
-
+    # As CANN kernels receive them: the tensors' GM addresses, the workspace, and one tiling
+    # buffer (the plan header, then the packed params whose scalars -- strides, scale, dtypes,
+    # flags -- the kernel reads; it takes addresses only from its GM_ADDR arguments).
+    tiling_t = torch.frombuffer(bytearray(tiling + params), dtype=torch.uint8)
+    gm = (("q", q), ("k_cache", k_raw), ("v_cache", v_raw), ("out", out), ("lse", lse), ("kv_lens", kv_lens),
+          ("block_table", block_table), ("atten_mask", mask), ("pse_shift", pse), ("k_scale", scales[0]),
+          ("v_scale", scales[1]), ("k_offset", scales[2]), ("v_offset", scales[3]), ("o_accum", o_acc),
+          ("lse_accum", l_acc))
     regs = Regions()
-    for name, t in (("q", q), ("k_cache", k_raw), ("v_cache", v_raw), ("out", out), ("lse", lse),
-                    ("kv_lens", kv_lens), ("block_table", block_table), ("atten_mask", mask),
-                    ("pse_shift", pse), ("k_scale", scales[0]), ("v_scale", scales[1]),
-                    ("k_offset", scales[2]), ("v_offset", scales[3]), ("o_accum", o_acc),
-                    ("lse_accum", l_acc), ("workspace", ws), ("params", params_t), ("tiling", tiling_t)):
+    for name, t in gm + (("workspace", ws), ("tiling", tiling_t)):
         regs.add(name, t)
-    launch(_OP, _OP, plan.num_cores, [params_t.data_ptr(), ws.data_ptr(), tiling_t.data_ptr()], regs, prof, plan)
+    args = [ptr(t) for _, t in gm] + [ws.data_ptr(), tiling_t.data_ptr()]
+    launch(_OP, _OP, plan.num_cores, args, regs, prof, plan)
     return out, lse

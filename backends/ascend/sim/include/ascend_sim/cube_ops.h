@@ -132,7 +132,7 @@ float CubeIn(T v) {
 namespace AscendC {
 
 template <typename T>
-__aicore__ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2DParams& p) {
+__aicore__ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2DParams& p, ASIM_LOC) {
   const char* api = "LoadData(2D)";
   ascend_sim::CubeEnter(api);
   using ascend_sim::Mem;
@@ -156,6 +156,10 @@ __aicore__ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>&
                                            " fractals (", ascend_sim::Cur().cap[static_cast<int>(dst.ref.mem)],
                                            " B buffer)"));
   }
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPMte1,
+                     {ascend_sim::RngBytes(src, static_cast<uint64_t>(p.startIndex) * ascend_sim::kFractalBytes,
+                                           src_last * sizeof(T))},
+                     {ascend_sim::Rng(dst, dst_last)});
   const T* s = src.SimPtr();
   T* d = dst.SimPtr();
   for (uint32_t i = 0; i < p.repeatTimes; ++i) {
@@ -173,7 +177,7 @@ __aicore__ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>&
 
 template <typename T, typename U, typename S>
 __aicore__ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm, const LocalTensor<S>& filter,
-                            const MmadParams& p) {
+                            const MmadParams& p, ASIM_LOC) {
   const char* api = "Mmad";
   ascend_sim::CubeEnter(api);
   using ascend_sim::Mem;
@@ -192,6 +196,14 @@ __aicore__ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm,
   ascend_sim::CheckOperand(api, "B (filter)", filter, static_cast<uint64_t>(kb) * nb * 16 * c0, {Mem::L0B}, ascend_sim::kFractalBytes);
   ascend_sim::CheckOperand(api, "C (dst)", dst, static_cast<uint64_t>(mb) * nb * 256, {Mem::L0C}, 64);
   const uint32_t M = mb * 16, N = nb * 16, K = kb * c0;
+  {
+    const ascend_sim::Range c = ascend_sim::Rng(dst, static_cast<uint64_t>(mb) * nb * 256);
+    const ascend_sim::Range none{0, 0, 0};
+    ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPM,
+                       {ascend_sim::Rng(fm, static_cast<uint64_t>(mb) * kb * 16 * c0),
+                        ascend_sim::Rng(filter, static_cast<uint64_t>(kb) * nb * 16 * c0), p.cmatrixInitVal ? none : c},
+                       {c});
+  }
   // Whole fractals are multiplied, padding included, as on the hardware: keep it zero.
   std::vector<float> a(static_cast<size_t>(M) * K), b(static_cast<size_t>(K) * N);
   const U* A = fm.SimPtr();
@@ -226,7 +238,7 @@ __aicore__ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm,
 
 // L0C -> GM. ROW_MAJOR converts NZ fractals to an ND matrix with row pitch dstStride.
 template <typename T, typename U, const FixpipeConfig& config = CFG_ROW_MAJOR>
-__aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const FixpipeParamsV220& p) {
+__aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>& src, const FixpipeParamsV220& p, ASIM_LOC) {
   const char* api = "Fixpipe(L0C->GM)";
   ascend_sim::CubeEnter(api);
   using ascend_sim::Mem;
@@ -251,6 +263,7 @@ __aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>&
   const uint32_t nb = (p.nSize + 15) / 16;
   ascend_sim::CheckOperand(api, "src (L0C)", src, static_cast<uint64_t>(nb - 1) * p.srcStride * 16 + static_cast<uint64_t>(p.srcStride) * 16,
                            {Mem::L0C}, 64);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPFix, {ascend_sim::Rng(src, static_cast<uint64_t>(nb) * p.srcStride * 16)}, {});
   const U* s = src.SimPtr();
   for (uint32_t r = 0; r < p.mSize; ++r) {
     dst.SimCheck(api, static_cast<uint64_t>(r) * p.dstStride, p.nSize, true);
@@ -262,13 +275,15 @@ __aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>&
       else d[c] = v;
     }
   }
+  ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPFix, reinterpret_cast<uint64_t>(dst.SimPtr()), p.mSize,
+                     static_cast<uint64_t>(p.nSize) * sizeof(T), static_cast<uint64_t>(p.dstStride) * sizeof(T), true);
   ascend_sim::CoreContext& cc = ascend_sim::Cur();
   cc.c.fixpipe_bytes += static_cast<uint64_t>(p.mSize) * p.nSize * sizeof(T);
 }
 
 // Fill L1 (32-B blocks) or L0A / L0B (512-B fractals) with a constant.
 template <typename T, typename U = T>
-__aicore__ inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<U>& p) {
+__aicore__ inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<U>& p, ASIM_LOC) {
   const char* api = "InitConstValue";
   ascend_sim::CubeEnter(api);
   using ascend_sim::Mem;
@@ -281,6 +296,9 @@ __aicore__ inline void InitConstValue(const LocalTensor<T>& dst, const InitConst
   if (end > dst.GetSize()) {
     ascend_sim::Fault(api, ascend_sim::Str("fills ", end, " elements but the tensor holds ", dst.GetSize()));
   }
+  // L1 is filled by MTE2, L0A / L0B by MTE1.
+  ascend_sim::PipeOp(api, asim_loc, dst.ref.mem == Mem::L1 ? ascend_sim::kPMte2 : ascend_sim::kPMte1, {},
+                     {ascend_sim::Rng(dst, end)});
   T* d = dst.SimPtr();
   const T v = static_cast<T>(p.initValue);
   for (uint32_t r = 0; r < p.repeatTimes; ++r)
@@ -288,8 +306,8 @@ __aicore__ inline void InitConstValue(const LocalTensor<T>& dst, const InitConst
 }
 
 template <typename T, typename U = T>
-__aicore__ inline void Fill(const LocalTensor<T>& dst, const InitConstValueParams<U>& p) {
-  InitConstValue(dst, p);
+__aicore__ inline void Fill(const LocalTensor<T>& dst, const InitConstValueParams<U>& p, ASIM_LOC) {
+  InitConstValue(dst, p, asim_loc);
 }
 
 }  // namespace AscendC

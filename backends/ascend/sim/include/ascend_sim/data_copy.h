@@ -113,13 +113,14 @@ inline Mem GmInTarget(const char* api) {
 }
 
 template <typename T>
-void GmToLocal(const char* api, const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
+void GmToLocal(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
                const BlockCopy& bc) {
   Enter();
   const Mem want = GmInTarget(api);
   CheckOperand(api, "dst", dst, 0, {want}, 32);
   if (bc.count == 0 || bc.len == 0) return;
   CheckLocalBytes(api, "dst", dst, (bc.count - 1) * bc.dst_pitch + bc.len);
+  PipeOp(api, loc, kPMte2, {}, {RngBytes(dst, 0, (bc.count - 1) * bc.dst_pitch + RoundUp32(bc.len))});
   uint8_t* d = reinterpret_cast<uint8_t*>(dst.SimPtr());
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src.SimPtr());
   for (uint64_t i = 0; i < bc.count; ++i) {
@@ -128,16 +129,19 @@ void GmToLocal(const char* api, const AscendC::LocalTensor<T>& dst, const Ascend
     src.SimCheck(api, so / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), false);
     std::memcpy(d + i * bc.dst_pitch, s + so, bc.len);
   }
+  // After the bounds checks, so an out-of-bounds access is reported as such.
+  PipeGm(api, loc, kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()), bc.count, bc.len, bc.src_pitch, false);
 }
 
 template <typename T>
-void LocalToGm(const char* api, const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+void LocalToGm(const char* api, const Loc& loc, const AscendC::GlobalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
                const BlockCopy& bc) {
   Enter();
   RequireCore(api, CoreKind::AIV);   // the cube core writes GM through FIXPIPE only
   CheckOperand(api, "src", src, 0, {Mem::UB}, 32);
   if (bc.count == 0 || bc.len == 0) return;
   CheckLocalBytes(api, "src", src, (bc.count - 1) * bc.src_pitch + bc.len);
+  PipeOp(api, loc, kPMte3, {RngBytes(src, 0, (bc.count - 1) * bc.src_pitch + bc.len)}, {});
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src.SimPtr());
   uint8_t* d = reinterpret_cast<uint8_t*>(dst.SimPtr());
   for (uint64_t i = 0; i < bc.count; ++i) {
@@ -146,6 +150,7 @@ void LocalToGm(const char* api, const AscendC::GlobalTensor<T>& dst, const Ascen
     dst.SimCheck(api, dof / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), true);
     std::memcpy(d + dof, s + i * bc.src_pitch, bc.len);
   }
+  PipeGm(api, loc, kPMte3, reinterpret_cast<uint64_t>(dst.SimPtr()), bc.count, bc.len, bc.dst_pitch, true);
 }
 
 inline void RequireWholeBlocks(const char* api, uint64_t bytes, const char* what) {
@@ -160,21 +165,21 @@ namespace AscendC {
 
 // ---- contiguous -------------------------------------------------------------------------
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count, ASIM_LOC) {
   const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
   ascend_sim::RequireWholeBlocks("DataCopy(GM->local)", bytes, "count * sizeof(T)");
-  ascend_sim::GmToLocal("DataCopy(GM->local)", dst, src, {1, bytes, bytes, bytes});
+  ascend_sim::GmToLocal("DataCopy(GM->local)", asim_loc, dst, src, {1, bytes, bytes, bytes});
 }
 
 template <typename T>
-__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
+__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count, ASIM_LOC) {
   const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
   ascend_sim::RequireWholeBlocks("DataCopy(local->GM)", bytes, "count * sizeof(T)");
-  ascend_sim::LocalToGm("DataCopy(local->GM)", dst, src, {1, bytes, bytes, bytes});
+  ascend_sim::LocalToGm("DataCopy(local->GM)", asim_loc, dst, src, {1, bytes, bytes, bytes});
 }
 
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count, ASIM_LOC) {
   const char* api = "DataCopy(local->local)";
   ascend_sim::Enter();
   const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
@@ -182,27 +187,28 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   ascend_sim::CheckOperand(api, "dst", dst, count, {ascend_sim::Mem::UB, ascend_sim::Mem::L1}, 32);
   ascend_sim::CheckOperand(api, "src", src, count, {ascend_sim::Mem::UB, ascend_sim::Mem::L1}, 32);
   ascend_sim::AllowedLocalCopy(api, src.ref.mem, dst.ref.mem);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src, count)}, {ascend_sim::Rng(dst, count)});
   std::memmove(dst.SimPtr(), src.SimPtr(), bytes);
   ascend_sim::Cur().c.local_copy_bytes += bytes;
 }
 
 // ---- strided blocks (DataCopyParams: lengths and gaps in 32-B blocks) --------------------
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p, ASIM_LOC) {
   const uint64_t len = 32ull * p.blockLen;
-  ascend_sim::GmToLocal("DataCopy(GM->local, DataCopyParams)", dst, src,
+  ascend_sim::GmToLocal("DataCopy(GM->local, DataCopyParams)", asim_loc, dst, src,
                         {p.blockCount, len, len + 32ull * p.srcStride, len + 32ull * p.dstStride});
 }
 
 template <typename T>
-__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p, ASIM_LOC) {
   const uint64_t len = 32ull * p.blockLen;
-  ascend_sim::LocalToGm("DataCopy(local->GM, DataCopyParams)", dst, src,
+  ascend_sim::LocalToGm("DataCopy(local->GM, DataCopyParams)", asim_loc, dst, src,
                         {p.blockCount, len, len + 32ull * p.srcStride, len + 32ull * p.dstStride});
 }
 
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p, ASIM_LOC) {
   const char* api = "DataCopy(local->local, DataCopyParams)";
   ascend_sim::Enter();
   ascend_sim::CheckOperand(api, "dst", dst, 0, {ascend_sim::Mem::UB, ascend_sim::Mem::L1}, 32);
@@ -212,6 +218,8 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   const uint64_t len = 32ull * p.blockLen, sp = len + 32ull * p.srcStride, dp = len + 32ull * p.dstStride;
   ascend_sim::CheckLocalBytes(api, "src", src, (p.blockCount - 1) * sp + len);
   ascend_sim::CheckLocalBytes(api, "dst", dst, (p.blockCount - 1) * dp + len);
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::RngBytes(src, 0, (p.blockCount - 1) * sp + len)},
+                     {ascend_sim::RngBytes(dst, 0, (p.blockCount - 1) * dp + len)});
   uint8_t* d = reinterpret_cast<uint8_t*>(dst.SimPtr());
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src.SimPtr());
   for (uint32_t i = 0; i < p.blockCount; ++i) std::memmove(d + i * dp, s + i * sp, len);
@@ -220,7 +228,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
 
 // ---- GM (ND) -> L1 (NZ fractals) for the cube ----------------------------------------------
 template <typename T>
-__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p) {
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p, ASIM_LOC) {
   const char* api = "DataCopy(GM->L1, Nd2NzParams)";
   ascend_sim::Enter();
   ascend_sim::RequireCore(api, ascend_sim::CoreKind::AIC);
@@ -234,6 +242,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
                         static_cast<uint64_t>(dblocks - 1) * p.dstNzC0Stride * c0 +
                         static_cast<uint64_t>(p.nValue - 1) * p.dstNzNStride * c0 + c0;
   ascend_sim::CheckLocalBytes(api, "dst", dst, last * sizeof(T));
+  ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPMte2, {}, {ascend_sim::Rng(dst, last)});
   T* d = dst.SimPtr();
   for (uint32_t m = 0; m < p.ndNum; ++m) {
     for (uint32_t n = 0; n < p.nValue; ++n) {
@@ -250,19 +259,24 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
       }
     }
   }
+  for (uint32_t mi = 0; mi < p.ndNum; ++mi) {   // rows of each matrix, exactly
+    ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPMte2,
+                       reinterpret_cast<uint64_t>(src.SimPtr(static_cast<uint64_t>(mi) * p.srcNdMatrixStride)), p.nValue,
+                       static_cast<uint64_t>(p.dValue) * sizeof(T), static_cast<uint64_t>(p.srcDValue) * sizeof(T), false);
+  }
 }
 
 // ---- DataCopyPad: byte-exact lengths, rows padded to 32 B on the UB side ------------------
 template <typename T>
 __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src,
-                                   const DataCopyExtParams& p, const DataCopyPadExtParams<T>& pad) {
+                                   const DataCopyExtParams& p, const DataCopyPadExtParams<T>& pad, ASIM_LOC) {
   const char* api = "DataCopyPad(GM->UB)";
   ascend_sim::Enter();
   ascend_sim::RequireCore(api, ascend_sim::CoreKind::AIV);
   if (p.blockLen % sizeof(T)) ascend_sim::Fault(api, ascend_sim::Str("blockLen ", p.blockLen, " is not a whole number of ", sizeof(T), "-byte elements"));
   if (pad.leftPadding) ascend_sim::Fault(api, "leftPadding is not supported by the simulator");
   const uint64_t pitch = ascend_sim::RoundUp32(p.blockLen) + 32ull * p.dstStride;
-  ascend_sim::GmToLocal(api, dst, src, {p.blockCount, p.blockLen, p.blockLen + static_cast<uint64_t>(p.srcStride), pitch});
+  ascend_sim::GmToLocal(api, asim_loc, dst, src, {p.blockCount, p.blockLen, p.blockLen + static_cast<uint64_t>(p.srcStride), pitch});
   if (pad.isPad) {
     const uint64_t slack = (ascend_sim::RoundUp32(p.blockLen) - p.blockLen) / sizeof(T);
     if (pad.rightPadding > slack) {
@@ -276,26 +290,26 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
 }
 
 template <typename T>
-__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
+__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p, ASIM_LOC) {
   const char* api = "DataCopyPad(UB->GM)";
   if (p.blockLen % sizeof(T)) ascend_sim::Fault(api, ascend_sim::Str("blockLen ", p.blockLen, " is not a whole number of ", sizeof(T), "-byte elements"));
   const uint64_t pitch = ascend_sim::RoundUp32(p.blockLen) + 32ull * p.srcStride;
-  ascend_sim::LocalToGm(api, dst, src, {p.blockCount, p.blockLen, pitch, p.blockLen + static_cast<uint64_t>(p.dstStride)});
+  ascend_sim::LocalToGm(api, asim_loc, dst, src, {p.blockCount, p.blockLen, pitch, p.blockLen + static_cast<uint64_t>(p.dstStride)});
 }
 
 // The older DataCopyParams (blockLen in bytes here) + DataCopyPadParams spelling.
 template <typename T>
 __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
-                                   const DataCopyPadParams& pad) {
+                                   const DataCopyPadParams& pad, ASIM_LOC) {
   T v;
   std::memcpy(&v, &pad.paddingValue, sizeof(T));
   DataCopyPad(dst, src, DataCopyExtParams(p.blockCount, p.blockLen, p.srcStride, p.dstStride, 0),
-              DataCopyPadExtParams<T>(pad.isPad, pad.leftPadding, pad.rightPadding, v));
+              DataCopyPadExtParams<T>(pad.isPad, pad.leftPadding, pad.rightPadding, v), asim_loc);
 }
 
 template <typename T>
-__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
-  DataCopyPad(dst, src, DataCopyExtParams(p.blockCount, p.blockLen, p.srcStride, p.dstStride, 0));
+__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p, ASIM_LOC) {
+  DataCopyPad(dst, src, DataCopyExtParams(p.blockCount, p.blockLen, p.srcStride, p.dstStride, 0), asim_loc);
 }
 
 }  // namespace AscendC

@@ -26,6 +26,9 @@ struct SimConfig {
   uint32_t l0c_bytes = 131072;
   double timeout_s = 60.0;   // a blocked cross-core wait fails after this long
   int32_t max_blocks = 64;   // refuse launches that would spawn absurd thread counts
+  int32_t ai_cores = 0;      // physical AI cores of the chip (0: unknown); SyncAll needs every block resident
+  bool pipe_sync = true;
+  int32_t vec_ulp = 0;       // 0: fp32 libm for Exp / Ln / Div / Sqrt / Reciprocal; n: +-n ulp (hardware-like)     // asynchronous-pipe hazard checks (pipes.h); false: program order only
 };
 
 struct CoreReport {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base_types.h"
+#include "pipes.h"
 
 namespace ascend_sim {
 
@@ -67,6 +68,8 @@ struct CoreContext {
   bool task_type_checked = false;
   Counters c;
   std::vector<uint64_t> region_read, region_write;   // GM bytes per registered region
+  PipeState pipes;                                    // asynchronous pipes (pipes.h)
+  int32_t vec_ulp = 0;   // hardware-like numerics: Exp / Ln / Div / Sqrt / Reciprocal off by up to this many ulp
 };
 
 // The calling thread's core. Fails clearly when an AscendC call runs outside a launch.

@@ -110,14 +110,16 @@ class LocalTensor {
   using PrimType = T;
   __aicore__ inline LocalTensor() {}
 
-  __aicore__ inline T GetValue(const uint32_t index) const {
+  __aicore__ inline T GetValue(const uint32_t index, ASIM_LOC) const {
     ascend_sim::Enter();
     SimScalar("LocalTensor::GetValue", index);
+    SimPipe("LocalTensor::GetValue", asim_loc, index, false);
     return SimPtr()[index];
   }
-  __aicore__ inline void SetValue(const uint32_t index, const T value) const {
+  __aicore__ inline void SetValue(const uint32_t index, const T value, ASIM_LOC) const {
     ascend_sim::Enter();
     SimScalar("LocalTensor::SetValue", index);
+    SimPipe("LocalTensor::SetValue", asim_loc, index, true);
     SimPtr()[index] = value;
   }
 
@@ -173,6 +175,12 @@ class LocalTensor {
     }
     return reinterpret_cast<T*>(base + ref.off);
   }
+  void SimPipe(const char* api, const ascend_sim::Loc& loc, uint32_t index, bool write) const {
+    const ascend_sim::Range r{static_cast<int>(ref.mem), static_cast<uint32_t>(ref.off + index * sizeof(T)),
+                              static_cast<uint32_t>(ref.off + (index + 1) * sizeof(T))};
+    if (write) ascend_sim::PipeOp(api, loc, ascend_sim::kPS, {}, {r});
+    else ascend_sim::PipeOp(api, loc, ascend_sim::kPS, {r}, {});
+  }
   void SimScalar(const char* api, uint32_t index) const {
     SimValid(api);
     if (ref.mem != ascend_sim::Mem::UB) {
@@ -217,6 +225,16 @@ void CheckOperand(const char* api, const char* role, const AscendC::LocalTensor<
                    t.ref.size, " (", MemName(t.ref.mem), " bytes [", t.ref.off, ", ",
                    t.ref.off + t.ref.size * sizeof(T), "))"));
   }
+}
+
+// The byte range of `count` elements of t, for the pipe model (pipes.h).
+template <typename T>
+Range Rng(const AscendC::LocalTensor<T>& t, uint64_t count) {
+  return Range{static_cast<int>(t.ref.mem), t.ref.off, static_cast<uint32_t>(t.ref.off + count * sizeof(T))};
+}
+template <typename T>
+Range RngBytes(const AscendC::LocalTensor<T>& t, uint64_t lo, uint64_t hi) {
+  return Range{static_cast<int>(t.ref.mem), static_cast<uint32_t>(t.ref.off + lo), static_cast<uint32_t>(t.ref.off + hi)};
 }
 
 inline void RequireCore(const char* api, CoreKind kind) {

@@ -23,6 +23,10 @@ struct QueueState {
   int32_t fifo[kMaxBufs] = {};      // enqueued buffer indices, oldest first
   int32_t fifo_len = 0;
   const void* pipe = nullptr;
+  // Asynchronous pipes: the producer / consumer pipes of the position (EnQue orders the
+  // consumer after the producer, FreeTensor -> AllocTensor the producer after the consumer).
+  int8_t prod = -1, cons = -1;
+  Snap enq[kMaxBufs], fre[kMaxBufs];
 };
 
 void PipeCreate(void* pipe);
@@ -186,7 +190,8 @@ class TPipe {
   uint8_t sim_event_ids[64] = {};
 };
 
-// The core's live TPipe (CANN keeps one global per core).
-TPipe* GetTPipePtr();
-
 }  // namespace AscendC
+
+// The core's live TPipe (CANN keeps one global per core; declared at global scope, as in CANN's
+// kernel_common.h: `AscendC::GetTPipePtr()` does not compile there, nor here).
+AscendC::TPipe* GetTPipePtr();

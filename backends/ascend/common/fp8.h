@@ -1,0 +1,31 @@
+// FP8 decoding for Atlas A2, whose vector unit has no fp8 type, shared by the Ascend C kernels:
+//   E4m3ToHalfBits(byte)  fp16 bit pattern of an e4m3fn byte (every e4m3 value is exact in fp16;
+//                         0x7F / 0xFF are NaN). Kernels build a 256-entry fp16 table in UB with it
+//                         (scalar SetValue, then SetFlag/WaitFlag<S_V>) and decode with Gather.
+#pragma once
+#include "kernel_operator.h"
+
+namespace dualops {
+namespace ascend {
+
+// fp16 bit pattern of an e4m3fn byte (S.EEEE.MMM, bias 7, no infinities, 0x7F/0xFF = NaN).
+__aicore__ inline uint16_t E4m3ToHalfBits(uint32_t byte) {
+  const uint32_t sign = (byte & 0x80u) << 8;
+  const uint32_t e = (byte >> 3) & 0xFu;
+  uint32_t m = byte & 0x7u;
+  if (e == 0xF && m == 0x7) return static_cast<uint16_t>(sign | 0x7E00u);
+  if (e == 0) {
+    if (m == 0) return static_cast<uint16_t>(sign);
+    // Subnormal m * 2^-9: normalize into an fp16 normal.
+    int32_t exp = -9 + 15;   // fp16 biased exponent of 2^-9
+    while (m < 4) {          // shift the leading 1 up to bit 2 (the implicit bit)
+      m <<= 1;
+      exp -= 1;
+    }
+    return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp + 2) << 10) | ((m & 0x3u) << 8));
+  }
+  return static_cast<uint16_t>(sign | ((e + 8) << 10) | (m << 7));
+}
+
+}  // namespace ascend
+}  // namespace dualops
