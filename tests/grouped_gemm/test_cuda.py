@@ -15,7 +15,7 @@ from dualops import schema
 from dualops.backends.cuda import grouped_gemm as cuda_gg
 from dualops.devices import detect
 from dualops.parity.builders import nan_tail, poison_value
-from dualops.reference import grouped_gemm as ref_gg
+from dualops.reference import grouped_gemm as ref_gg  # the reference function
 from dualops.testing import assert_close_parity
 from dualops.tiling.grouped_gemm import plan_grouped_gemm
 
@@ -75,7 +75,7 @@ def _cuda(inp):
 
 
 def _check(inp, out_dtype=BF16, plan=None):
-    want = ref_gg.grouped_gemm(**inp, out_dtype=out_dtype)
+    want = ref_gg(**inp, out_dtype=out_dtype)
     ci = _cuda(inp)
     if plan is None:
         got = dualops.grouped_gemm(**ci, out_dtype=out_dtype, backend="cuda")
@@ -191,5 +191,5 @@ def test_cuda_graph_capture():
     torch.cuda.synchronize()
     assert (y[0, 3:] == 0).all() and (y[2, 20:] == 0).all()
     assert torch.equal(y[0, :3], want[0, :3])
-    ref = ref_gg.grouped_gemm(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
+    ref = ref_gg(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
     assert_close_parity(y.float().cpu(), ref.to(BF16).float())
