@@ -27,8 +27,12 @@ def pack_gg_params(**values) -> bytes:
 
 
 def _tile_m(avg_rows: int, device) -> int:
-    t = tile_m_for(max(1, avg_rows), detect(device))
-    return min((c for c in TILE_MS if c >= t), default=TILE_MS[-1])
+    """The planner's tile M, or a bigger instantiated one that pads the groups no more (each
+    m tile re-reads the group's weights: 128 rows per group run as 2 x 64, not 4 x 32)."""
+    avg = max(1, avg_rows)
+    t = min((c for c in TILE_MS if c >= tile_m_for(avg, detect(device))), default=TILE_MS[-1])
+    pad = lambda c: -(-avg // c) * c - avg  # noqa: E731
+    return max((c for c in TILE_MS if c >= t and pad(c) <= pad(t)), default=t)
 
 
 def _f32(t, dev, name):
