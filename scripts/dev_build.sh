@@ -11,6 +11,7 @@ ops=${DUALOPS_CUDA_OPS:-all}
 flavour=sim
 [ "$cuda" = off ] || flavour="cuda-${ops// /-}"
 dir=build/dev-$flavour
+mkdir -p build
 cmake -S . -B "$dir" -G "${CMAKE_GENERATOR:-Unix Makefiles}" -DCMAKE_BUILD_TYPE=Release \
   -DDUALOPS_CUDA="$cuda" -DDUALOPS_CUDA_OPS="$ops" -DPython_EXECUTABLE="$(command -v "$PY")" \
   -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }

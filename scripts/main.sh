@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set-up, then quick parity + quick bench on every backend this machine has.
-# Reports go to reports/ (override with --out DIR). Extra args go to `python -m dualops`.
+# The main job: set-up (it installs what the plots need), then quick parity + quick bench on every
+# backend this machine has, and every peer installed here. Reports go to reports/ (override with
+# --out DIR): open reports/index.html. Extra args go to `python -m dualops`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

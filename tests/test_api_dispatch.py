@@ -145,12 +145,12 @@ def test_unavailable_backend_error_says_why():
 
 
 def test_unsupported_variant_is_not_implemented_error(monkeypatch):
-    # The schema's capability matrix gates dispatch: mla_decode has no cuda/ascend kernel yet.
-    q = torch.randn(1, 1, 4, 576, dtype=bf16)
+    # The schema's capability matrix gates dispatch: the Ascend MLA kernel takes h_q <= 128.
+    q = torch.randn(1, 1, 256, 576, dtype=bf16)
     kv = torch.randn(4, 16, 1, 576, dtype=bf16)
     bt = torch.arange(4, dtype=torch.int32).reshape(1, 4)
     sl = torch.tensor([50], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="mla_decode is not implemented on backend 'ascend_sim'"):
+    with pytest.raises(NotImplementedError, match="h_q=256"):
         dualops.mla_decode(q, kv, bt, sl, backend="ascend_sim")
     q, k, v, lens = _ifa_args()
     qd = torch.randn(2, 2, 4, 96, dtype=bf16)

@@ -98,8 +98,12 @@ def test_bench_writes_reports_and_compare_flags_regression(capsys, tmp_path):
     rc, out, _ = _main(capsys, "bench", "--sweep", "quick-gg", *common, "--out", tmp_path / "new",
                        "--compare", tmp_path / "old.json", "--fail-on-regression")
     assert rc == 3 and "REGRESSION" in out and "regression(s) beyond 5%" in out
+    for r in old["rows"]:  # and now 10x slower everywhere: no regression whatever the load here
+        if r["time_s"]:
+            r["time_s"] *= 100
+    (tmp_path / "old_slow.json").write_text(json.dumps(old))
     rc, out, _ = _main(capsys, "bench", "--sweep", "quick-gg", *common, "--out", tmp_path / "new",
-                       "--compare", tmp_path / "old.json", "--threshold", 100)
+                       "--compare", tmp_path / "old_slow.json", "--threshold", 100)
     assert rc == 0 and "0 regressions" in out
 
 
@@ -137,8 +141,8 @@ def test_main_job_writes_all_reports(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(cases._ALL, "incre_flash_attention", cases._ALL["incre_flash_attention"][:2])
     rc, out, _ = _main(capsys, "--out", tmp_path)
     assert rc == 0, out
-    for name in ("parity.json", "parity.md", "bench.json", "bench.md"):
+    for name in ("parity.json", "parity.md", "bench.json", "bench.md", "index.html"):
         assert (tmp_path / name).is_file()
-    assert f"reports written to {tmp_path}/" in out and "parity passed" in out
+    assert f"open {tmp_path}/index.html" in out and "parity passed" in out
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert set(bench["settings"]["sweeps"]) == {"quick-ifa", "quick-mla", "quick-gg"}

@@ -54,3 +54,20 @@ def test_op_docs_come_from_the_schema():
         for a in schema.load(op).args:
             assert f"`{a.name}`" in text, (op, a.name)
     assert "| cuda | any | any | any | [64, 128, 256]" in text  # the IFA capability row
+
+
+def test_readme_support_matrix_comes_from_the_capabilities():
+    """The README's support matrix is generated from ops/<op>.yaml `capabilities:`; a matrix that
+    no longer matches the schema makes `python -m dualops.codegen --check` fail."""
+    readme = (ROOT / "README.md").read_text()
+    assert codegen.SUPPORT_BEGIN in readme and codegen.SUPPORT_END in readme
+    matrix = codegen.support_matrix_markdown()
+    assert matrix in readme
+    for op in schema.OPS:
+        assert f"| `{op}` |" in matrix
+        for backend in schema.load(op).capabilities:
+            assert f"`{backend}`" in matrix.splitlines()[0], (op, backend)
+    stale = readme.replace(matrix, matrix.replace("| `incre_flash_attention` |", "| `incre_flash_attention` | x |"))
+    assert codegen.readme_with_support_matrix(stale) == readme
+    with pytest.raises(ValueError, match="support-matrix"):
+        codegen.readme_with_support_matrix("# no markers\n")

@@ -1,4 +1,4 @@
-"""dualops.parity: the case matrix, the input builders (REFERENCE.md §5 method), the runner's
+"""dualops.parity: the case matrix, the input builders (the docs/parity.md method), the runner's
 rows (pass / fail / error / n/a, backend pairs) and the saved-set round trip."""
 import importlib
 import math

@@ -1,4 +1,4 @@
-"""Every class of bad input gets a clear error naming the argument (DESIGN.md principle 7)."""
+"""Every class of bad input gets a clear error naming the argument."""
 import pytest
 import torch
 

@@ -19,6 +19,8 @@ namespace py = pybind11;
 namespace dualops {
 
 void register_ascend_sim_incre_flash_attention(py::module_& m);   // incre_flash_attention/incre_flash_attention_bind.cpp
+void register_ascend_sim_mla_decode(py::module_& m);              // mla_decode/mla_decode_bind.cpp
+void register_ascend_sim_grouped_gemm(py::module_& m);            // grouped_gemm/grouped_gemm_bind.cpp
 
 namespace {
 
@@ -124,6 +126,8 @@ void register_ascend_sim(py::module_& m) {
         "l0c_bytes), name, timeout_s. Returns per-core counters. A kernel fault raises RuntimeError.");
   m.def("ascend_sim_kernels", &ascend_sim::KernelNames, "Names of the kernels registered with the simulator.");
   register_ascend_sim_incre_flash_attention(m);
+  register_ascend_sim_mla_decode(m);
+  register_ascend_sim_grouped_gemm(m);
 }
 
 }  // namespace dualops

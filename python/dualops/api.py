@@ -1,31 +1,50 @@
-"""The public functions (DESIGN.md "Public API"). Each one converts its arguments and calls the
-matching ``torch.ops.dualops`` custom op, which validates against the schema, picks the
-backend and runs it (``ops.py``)."""
+"""The public functions (README.md, docs/ops.md). Each one hands its arguments, by name, to the
+op's eager implementation (``ops.run``), or to the custom op ``torch.ops.dualops.<op>`` while
+torch.compile traces it; both validate against the schema, pick the backend and run it."""
 from __future__ import annotations
 
 import torch
 
 from . import backends as _backends
+from . import ops as _ops
 from . import schema
-from . import ops as _ops  # noqa: F401  (registers torch.ops.dualops.*)
 
-_VALIDATE = {True: "basic", "basic": "basic", "full": "full"}
+# validate=: True / "basic" (the default: shapes, dtypes, layouts), "full" (also device values,
+# a sync), False / "none" (the cheapest mode: as "basic", whose checks are cached per signature
+# and keep every kernel in bounds, so nothing cheaper is safe).
+_VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "none": "none"}
 
 
-def _call(op: str, *args):
-    """torch.compile tracing: the custom op ``torch.ops.dualops.<op>`` (whose fake implementation
-    validates); eager: its implementation directly — same code, no dispatcher overhead, and an
-    argument of the wrong kind gets the schema's error naming it (the dispatcher would only say
-    "expected Tensor ...")."""
+def _call(op: str, given: dict):
+    """Run ``op`` with the arguments of ``given``: a public function's ``locals()``, taken first
+    thing in its body, so it holds the schema arguments plus backend / validate (/ return_lse)."""
     if torch.compiler.is_compiling():
-        return getattr(torch.ops.dualops, op)(*args)
-    return getattr(_ops, f"{op}_impl")(*args)
+        values = {name: given[name] for name in _ops.ARG_NAMES[op]}
+        plan = values.get("plan")
+        if plan is not None and not isinstance(plan, torch.Tensor):
+            values["plan"] = _packed_plan(plan)
+        return getattr(torch.ops.dualops, op)(*values.values(), given["backend"] or "",
+                                              _mode(given["validate"]))
+    backend = given.pop("backend") or ""
+    validate = _mode(given.pop("validate"))
+    given.pop("return_lse", None)
+    return _ops.run(op, given, backend, validate)
 
 
 def _mode(validate) -> str:
-    if validate not in _VALIDATE:
-        raise ValueError(f"validate must be True, 'basic' or 'full', got {validate!r}")
-    return _VALIDATE[validate]
+    try:
+        return _VALIDATE[validate]
+    except (KeyError, TypeError):
+        raise ValueError(f"validate must be True, False, 'basic', 'full' or 'none', got {validate!r}") from None
+
+
+def _packed_plan(plan):
+    packed = getattr(plan, "_dualops_packed", None)
+    if packed is None:
+        if not hasattr(plan, "pack"):
+            raise TypeError(f"plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
+        packed = plan.pack()
+    return packed
 
 
 def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None,
@@ -41,24 +60,30 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     ``validate="full"`` also checks kv_lens and block ids against the cache (a device sync)."""
     if not isinstance(return_lse, bool):
         raise TypeError(f"incre_flash_attention: return_lse must be a bool, got {type(return_lse).__name__}")
-    out, lse = _call(
-        "incre_flash_attention",
-        q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
-        k_scale, v_scale, k_offset, v_offset, backend or "", _mode(validate))
+    out, lse = _call("incre_flash_attention", locals())
     return (out, lse) if return_lse else out
 
 
 def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_format="bf16",
-                     topk=None, extra_topk=None, page_block_size=64, device=None):
+                     topk=None, extra_topk=None, page_block_size=64, device=None, on_device=False):
     """The MLA scheduler plan for one decode step (FlashMLA's get_mla_metadata); reuse it for every
-    layer of the step. Reads cache_seqlens' values (a host sync when they live on a device)."""
-    from . import devices
+    layer of the step. Reads cache_seqlens' values (a host sync when they live on a device), unless
+    ``on_device=True``: then the plan is computed on the GPU from a CUDA ``cache_seqlens`` (dense
+    decode, CUDA backend; no host sync, so it can be captured in a CUDA graph with the layers)."""
     from .tiling import plan_mla_decode
 
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
         raise TypeError("get_mla_metadata: cache_seqlens must be an int32 tensor [B]")
-    profile = device if isinstance(device, devices.DeviceProfile) else devices.detect(
-        cache_seqlens.device if device is None else torch.device(device))
+    if on_device:
+        if cache_seqlens.device.type != "cuda":
+            raise ValueError(f"get_mla_metadata(on_device=True) needs a CUDA cache_seqlens, got {cache_seqlens.device}")
+        if topk is not None or extra_topk is not None:
+            raise NotImplementedError("get_mla_metadata(on_device=True) plans dense decode only (topk must be None)")
+        from .backends.cuda.mla_decode import plan_on_device
+
+        return plan_on_device(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
+                              kv_format=kv_format, page_block_size=page_block_size)
+    profile = _plan_profile(device, cache_seqlens)
     plan = plan_mla_decode(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
                            kv_format=kv_format, topk=topk, extra_topk=extra_topk,
                            page_block_size=page_block_size,
@@ -67,24 +92,43 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
     return plan
 
 
+def _plan_profile(device, cache_seqlens):
+    """get_mla_metadata's device=: None (cache_seqlens' device), a DeviceProfile, a profile name
+    ("h100", "ascend910b2", ...), a torch.device or a device string ("cuda:0", "cpu", "npu")."""
+    from . import devices
+
+    if device is None:
+        return devices.detect(cache_seqlens.device)
+    if isinstance(device, devices.DeviceProfile):
+        return device
+    allowed = (f"None (cache_seqlens' device), a dualops.devices.DeviceProfile, a profile name "
+               f"({', '.join(devices.PROFILES)}), a torch.device or a device string such as 'cuda:0', "
+               f"'cpu', 'npu', 'ascend_sim'")
+    if isinstance(device, str):
+        try:
+            return devices.profile(device)
+        except ValueError:
+            pass
+        if device.strip().lower().split(":")[0] in ("ascend_sim", "sim", "npu"):
+            return devices.detect(device.split(":")[0])
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"get_mla_metadata: device must be {allowed}; got {device!r}") from None
+    if isinstance(device, torch.device):
+        return devices.detect(device)
+    raise TypeError(f"get_mla_metadata: device must be {allowed}; got {type(device).__name__}")
+
+
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None,
                softmax_scale=None, causal=False, kv_format="bf16", indices=None, topk_length=None,
                attn_sink=None, extra_kv_cache=None, extra_indices=None, extra_topk_length=None,
                backend=None, validate=True):
     """MLA decode with FlashMLA semantics. Returns (out [B, S_q, H_q, 512], lse [B, H_q, S_q] fp32).
     See ``ops/mla_decode.yaml``."""
-    packed = None
-    if plan is not None:
-        packed = getattr(plan, "_dualops_packed", None)
-        if packed is None:
-            if not hasattr(plan, "pack"):
-                raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
-            packed = plan.pack()
-    return _call(
-        "mla_decode",
-        q, kv_cache, block_table, cache_seqlens, head_dim_v, packed, softmax_scale, causal,
-        kv_format, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-        extra_topk_length, backend or "", _mode(validate))
+    if plan is not None and not hasattr(plan, "pack") and not isinstance(plan, torch.Tensor):
+        raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
+    return _call("mla_decode", locals())
 
 
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None,
@@ -92,9 +136,7 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     """Grouped GEMM, NT layout: y[rows of group g] = x[rows of group g] @ w[g].T.
     Contiguous layout (x [M, K] + group_offsets [G+1]) or masked (x [G, M_max, K] + masked_m [G]).
     See ``ops/grouped_gemm.yaml``."""
-    return _call("grouped_gemm",
-                 x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype,
-                 backend or "", _mode(validate))
+    return _call("grouped_gemm", locals())
 
 
 def supports(op: str, backend: str, **variant) -> bool:

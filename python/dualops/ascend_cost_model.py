@@ -1,6 +1,6 @@
 """Roofline cost model of the Ascend simulator: per-core counters of one launch -> an *estimated*
-time on a named 910B profile. Estimates, never measurements: every figure below that is not in
-REFERENCE.md §3 is an assumption, listed in ``ASSUMPTIONS`` and in docs/ascend_sim.md.
+time on a named 910B profile. Estimates, never measurements: every figure below that is not an
+Atlas A2 fact (docs/incre_flash_attention_ascend.md) is an assumption, listed in ``ASSUMPTIONS`` and in docs/ascend_sim.md.
 
 Model (per launch):
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from .devices import ASCEND_CUBE_MACS_PER_CYCLE, DeviceProfile
 
-VECTOR_BYTES_PER_CYCLE = 256          # one vector repeat (REFERENCE.md §3: repeat 256 B)
+VECTOR_BYTES_PER_CYCLE = 256          # one vector repeat (256 B on Atlas A2)
 CORE_DMA_BYTES_PER_CYCLE = 128        # assumption: per-core GM port of MTE2 / MTE3 / FIXPIPE
 L2_BW_FACTOR = 4.0                    # assumption: L2 bandwidth = 4 x the profile's HBM bandwidth
 SYNC_LATENCY_S = 0.5e-6               # assumption: one cross-core flag hand-off / SyncAll
 LAUNCH_OVERHEAD_S = 5e-6              # assumption: MIX kernel launch + tiling fetch
-FP32_CUBE_SLOWDOWN = 4                # REFERENCE.md §3: fp32 cube throughput is 1/4 of fp16
+FP32_CUBE_SLOWDOWN = 4                # Atlas A2: fp32 cube throughput is 1/4 of fp16
 
 # GM buffers whose traffic stays on chip (L2): the cube <-> vector hand-off workspace and the
 # split-KV partials; buffers read by the scalar unit only are too small to matter.
@@ -120,3 +120,41 @@ def estimate(report: dict, profile: DeviceProfile) -> CostEstimate:
         if slowest is not None and slowest["sync"] > max(slowest["cube"], slowest["vector"], slowest["mte"]):
             bound = "sync"
     return CostEstimate(body + LAUNCH_OVERHEAD_S, bound, profile.name, terms, per_core)
+
+
+def extrapolate(runs, work: float, profile: DeviceProfile) -> dict:
+    """An estimate for a problem too big to simulate: ``runs`` = [(work_1, estimate_1 dict),
+    (work_2, estimate_2 dict)] of two reduced runs of the same kernel configuration, ``work`` the
+    full problem's work in the same unit (one AI core's share grows linearly with it). Each term
+    (per-engine times and sync of the slowest core, HBM, L2) is extrapolated linearly, then
+    combined as ``estimate`` does. Still an estimate of the cost model, labelled so."""
+    (w1, e1), (w2, e2) = runs
+    if w2 == w1:
+        raise ValueError("extrapolate: the two runs must differ in work")
+
+    def at(key, sync=False):
+        a = e1["terms"][key] if not sync else _sync(e1)
+        b = e2["terms"][key] if not sync else _sync(e2)
+        return max(0.0, a + (b - a) * (work - w1) / (w2 - w1))
+
+    eng = {k: at(f"{k}_s") for k in ("cube", "vector", "mte")}
+    sync = at(None, sync=True)
+    core = max(eng.values()) + sync
+    t_hbm, t_l2 = at("hbm_s"), at("l2_s")
+    body = max(core, t_hbm, t_l2)
+    if body == t_hbm:
+        bound = "hbm"
+    elif body == t_l2:
+        bound = "l2"
+    else:
+        bound = "sync" if sync > max(eng.values()) else max(eng, key=eng.get)
+    terms = {"core_s": core, "sync_s": sync, "hbm_s": t_hbm, "l2_s": t_l2, "launch_s": LAUNCH_OVERHEAD_S,
+             **{f"{k}_s": v for k, v in eng.items()}}
+    return {"seconds": body + LAUNCH_OVERHEAD_S, "bound": bound, "profile": profile.name, "terms": terms,
+            "assumptions": list(ASSUMPTIONS) + ["terms extrapolated linearly from two simulated reduced runs"],
+            "label": "estimate (cost model, extrapolated)"}
+
+
+def _sync(e: dict) -> float:
+    t = e["terms"]
+    return max(0.0, t["core_s"] - max(t["cube_s"], t["vector_s"], t["mte_s"]))

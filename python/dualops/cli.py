@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 OPS = ("incre_flash_attention", "mla_decode", "grouped_gemm")
 BACKENDS = ("reference", "cuda", "ascend_sim", "npu")
@@ -24,6 +25,50 @@ def _backend_list(values):
     return out or None
 
 
+def _count(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _non_negative(text: str) -> float:
+    """argparse type: a finite float >= 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (x >= 0 and x != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return x
+
+
+def _positive(text: str) -> float:
+    x = _non_negative(text)
+    if x == 0:
+        raise argparse.ArgumentTypeError("must be > 0, got 0")
+    return x
+
+
+def _check_out(path, flag: str = "--out") -> None:
+    """Report folders: an existing file there is an error said before any work is done."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {path}: is an existing file; {flag} takes a folder (reports are "
+                         f"written into it), so give a folder path or remove the file")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{flag} {path}: {parent} is a file, so the folder cannot be made there")
+            break
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m dualops",
@@ -34,6 +79,18 @@ def _parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="backends, devices, native build flags, capability matrix")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.add_argument("--op", choices=OPS, help="show the plan and launch choices of a call of this op "
+                      "(with --shape)")
+    info.add_argument("--shape", metavar="K=V,...", help="the call's shape in the bench vocabulary, e.g. "
+                      "b=64,h_q=16,s_k=4096 for mla_decode (see `bench --list`)")
+    info.add_argument("--backend", choices=BACKENDS, help="the backend whose plan to show (default: the one "
+                      "that runs here)")
+    info.add_argument("--device", help="device profile to plan for (h100, h200, ascend910b2, ...; default: "
+                      "the backend's; with --plan: h100)")
+    info.add_argument("--plan", metavar="K=V,...", help="show the plan (and every launch choice) of this IFA "
+                      "problem, e.g. batch=1,s_q=1,h_q=8,h_kv=1,head_dim=128,max_kv_len=131072,kv_dtype=int8")
+    info.add_argument("--tune", default="", metavar="K=V,...", help="tuning overrides of --plan (docs/tuning.md)")
+    info.add_argument("--header", action="store_true", help="with --plan: print the packed header's int32 values")
 
     par = sub.add_parser("parity", help="every op x variant x backend against the reference")
     par.add_argument("--op", action="append", choices=OPS, help="only this op (repeatable)")
@@ -56,24 +113,38 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument("--shape", action="append", metavar="K=V,...", help="a custom config of --op (repeatable)")
     ben.add_argument("--backend", action="append", help="only these backends (repeatable or comma-separated)")
     ben.add_argument("--eager", action="store_true", help="CUDA: time eager calls, not CUDA-graph replays")
-    ben.add_argument("--runs", type=int, default=30, help="timed runs per config (default 30)")
-    ben.add_argument("--budget", type=float, default=1.0, help="CPU: seconds of timing per config (default 1)")
+    ben.add_argument("--runs", type=_count, default=30, help="timed runs per config (default 30)")
+    ben.add_argument("--budget", type=_positive, default=1.0, help="CPU: seconds of timing per config (default 1)")
     ben.add_argument("--no-probe", action="store_true", help="CUDA: skip the copy/matmul ceiling probes")
     ben.add_argument("--no-peers", action="store_true", help="do not time the peer implementations")
-    ben.add_argument("--cpu-limit", type=float, default=2.0, metavar="GFLOP",
+    ben.add_argument("--cpu-limit", type=_non_negative, default=2.0, metavar="GFLOP",
                      help="CPU backends skip configs above this many GFLOP (default 2)")
     ben.add_argument("--sim-profile", help="910B profile of the simulator's estimates (default ascend910b2)")
     ben.add_argument("--seed", type=int, default=0)
     ben.add_argument("--out", default="reports", help="report directory (default: reports/)")
     ben.add_argument("--compare", metavar="OLD.json", help="ratio to a previous bench.json")
-    ben.add_argument("--threshold", type=float, default=0.05, help="regression threshold (default 0.05 = 5%%)")
+    ben.add_argument("--threshold", type=_non_negative, default=0.05, help="regression threshold (default 0.05 = 5%%)")
     ben.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is flagged")
     ben.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
 
 
 def _info(args) -> int:
+    if args.plan:
+        from .tiling import plan_info
+
+        print(plan_info.format_plan(plan_info.plan_from_spec(args.plan, args.device or "h100", args.tune),
+                                    args.header))
+        return 0
     from .bench import environment
+
+    if args.op or args.shape:
+        if not args.op:
+            raise ValueError("info --shape needs --op (which op the shape is for)")
+        from . import explain
+
+        print(explain.explain(args.op, args.shape or "", backend=args.backend, device=args.device))
+        return 0
 
     d = environment.info()
     print(json.dumps(d, indent=2, default=str) if args.json else environment.format_info(d))
@@ -107,8 +178,8 @@ def _main_job(args) -> int:
     print("dualops main job: quick parity + quick bench on the backends of this machine")
     rc_parity = parity.main(out=args.out)
     rc_bench = bench.main(sweep_names=["quick"], out=args.out)
-    print(f"\nreports written to {args.out}/ (parity.json, parity.md, bench.json, bench.md); "
-          f"parity {'FAILED' if rc_parity else 'passed'}")
+    print(f"\nreports in {args.out}/: open {args.out}/index.html (machine, parity matrix, bench tables "
+          f"with peer ratios, plots, commands); parity {'FAILED' if rc_parity else 'passed'}")
     return rc_parity or rc_bench
 
 
@@ -116,6 +187,8 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     run = {"info": _info, "parity": _parity, "bench": _bench, None: _main_job}[args.command]
     try:
+        _check_out(getattr(args, "out", None))
+        _check_out(getattr(args, "save", None), "--save")
         return run(args)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"python -m dualops: error: {e}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Which backend runs a call: by the tensors' device, or by name (DESIGN.md principle 6)."""
+"""Which backend runs a call: by the tensors' device, or by name."""
 from __future__ import annotations
 
 from . import backends, schema
@@ -13,6 +13,12 @@ def select(op: str, backend: str | None, device, features: dict) -> str:
     """Resolve ``backend`` (None or "" = by device), check it is usable here and supports the
     variant. Raises ValueError (unknown name / wrong device), RuntimeError (not available here,
     with the reason) or NotImplementedError (variant not supported, naming op and backend)."""
+    if device.type == "meta":
+        raise ValueError(
+            f"{op}: the tensors are meta tensors, which hold no data: an eager call needs real tensors "
+            f"(backend {backend or 'by device'!r}); meta / fake tensors run only under torch.compile or "
+            f"torch._subclasses.FakeTensorMode, where torch.ops.dualops.{op}'s fake implementation "
+            f"gives the output shapes")
     if not backend:
         backend = _BY_DEVICE.get(device.type)
         if backend is None:

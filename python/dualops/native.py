@@ -27,7 +27,11 @@ def load():
     try:
         from . import _C  # type: ignore[attr-defined]
     except ImportError as first:
-        candidates = [os.environ["DUALOPS_C_PATH"]] if os.environ.get("DUALOPS_C_PATH") else []
+        given = os.environ.get("DUALOPS_C_PATH")
+        if given and not os.path.isfile(given):
+            return None, (f"environment variable DUALOPS_C_PATH={given!r} is not allowed: the path of "
+                          f"a built dualops._C*.so file (unset it to use the installed or dev build)")
+        candidates = [given] if given else []
         candidates += sorted(glob.glob(os.path.join(_ROOT, "build", "**", "_C*.so"), recursive=True),
                              key=os.path.getmtime, reverse=True)
         for path in candidates:

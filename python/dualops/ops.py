@@ -1,44 +1,43 @@
-"""The public ops as ``torch.library`` custom ops (``torch.ops.dualops.*``), so they work under
-``torch.compile(fullgraph=True)`` and CUDA-graph capture.
+"""The public ops as ``torch.library`` custom ops (``torch.ops.dualops.*``), registered from the
+schema by one generic path, so they work under ``torch.compile(fullgraph=True)`` and CUDA-graph
+capture.
 
-The real implementation (``<op>_impl``) validates against the schema, picks the backend and calls
-it; the fake implementation validates too (so a compiled graph fails early with the same message)
-and returns outputs of the right shape. The public wrappers in ``api.py`` call the custom op when
-torch.compile traces them and ``<op>_impl`` directly in eager mode (the same code, without ~20 us
-of dispatcher overhead per call, which matters next to a 10 us decode kernel).
+Each op's argument list is written once, in ``ops/<op>.yaml``: the custom-op schema string, the
+eager implementation and the fake implementation are derived from it. ``run`` is the eager
+implementation: it validates against the schema, picks the backend and calls it; the fake
+implementation validates too (a compiled graph fails early with the same message) and returns
+outputs of the right shape. The public wrappers in ``api.py`` call ``run`` directly in eager mode
+(no dispatcher overhead, which matters next to a 10 us decode kernel) and the custom op when
+torch.compile traces them.
+
+Eager calls with a signature seen before (same shapes, dtypes, devices, strides and scalars, as
+every layer of a decode loop makes) skip validation, dispatch and planning on every backend: the
+first call's work is kept per (signature, backend) -- the defaults it filled, the dims and the
+backend's prepared launch (``prepare_<op>`` where the backend module has one, else its op
+function) -- and later calls only convert their tensors and launch.
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+import functools
+from typing import Callable, Optional
 
 import torch
-from torch import Tensor
 
-from . import backends, dispatch, schema
+from . import backends, dispatch, schema, tuning
 
 LIB = "dualops"
 
-
-def _validated(op: str, values: dict, validate: str) -> schema.Validated:
-    if validate not in ("basic", "full"):
-        raise ValueError(f"{op}: validate must be 'basic' or 'full', got {validate!r}")
-    return schema.validate(op, values, full=(validate == "full"))
+# The object-kind argument of an op (MLA's plan) travels through the custom op as its packed
+# int32 tensor; eager calls pass the plan object itself.
+_PLAN_ARG = "plan"
 
 
-def _run(op: str, v: schema.Validated, backend: str, device, **kw):
-    name = dispatch.select(op, backend, device, v.features)
-    return backends.implementation(name, op)[0](**kw)
+# ----------------------------------------------------------------------------- per-op glue
 
 
-# ----------------------------------------------------------------------------- IFA
-
-
-def ifa_backend_kwargs(v: schema.Validated) -> dict:
-    """Normalise validated IFA args to the backend interface (docs/internals.md)."""
-    return _ifa_kwargs(v.args, v.dims)
-
-
-def _ifa_kwargs(a: dict, d: dict) -> dict:
+def _ifa_backend_kwargs(a: dict, d: dict) -> dict:
+    """IFA: kv_lens filled, mask / pse_shift broadcast to [B, H_q, S_q, S_kv], scales fp32."""
     q = a["q"]
     B, S_q, H_q = d["B"], d["S_q"], d["H_q"]
     full = (B, H_q, S_q, d["S_kv"])
@@ -55,137 +54,200 @@ def _ifa_kwargs(a: dict, d: dict) -> dict:
     def f32(t):
         return None if t is None else t.to(torch.float32).contiguous()
 
-    return dict(kv_lens=kv_lens, block_table=a["block_table"], softmax_scale=float(a["softmax_scale"]),
+    return dict(q=q, k_cache=a["k_cache"], v_cache=a["v_cache"], kv_lens=kv_lens,
+                block_table=a["block_table"], softmax_scale=float(a["softmax_scale"]),
                 causal=bool(a["causal"]), atten_mask=mask, pse_shift=pse,
                 k_scale=f32(a["k_scale"]), v_scale=f32(a["v_scale"]),
                 k_offset=f32(a["k_offset"]), v_offset=f32(a["v_offset"]))
 
 
-def _ifa_values(q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask,
-                pse_shift, k_scale, v_scale, k_offset, v_offset):
-    return dict(q=q, k_cache=k_cache, v_cache=v_cache, kv_lens=kv_lens, block_table=block_table,
-                softmax_scale=softmax_scale, causal=causal, atten_mask=atten_mask,
-                pse_shift=pse_shift, k_scale=k_scale, v_scale=v_scale, k_offset=k_offset,
-                v_offset=v_offset)
+def _plain_kwargs(a: dict, d: dict) -> dict:
+    return dict(a)
 
 
-# Eager IFA calls by signature (schema.signature: shapes, dtypes, devices, strides, scalar
-# values) and backend name: what validation, dispatch and the backend's prepare step made of the
-# first call with that signature (the defaults it filled, the dims, the prepared launch), so a
-# decode loop's later calls go straight to the launch (BENCHMARKS.md "Host overhead of an eager
-# call"). Backends without a prepare step are called as before.
+def _mla_plan(packed):
+    if packed.device.type != "cpu":
+        # A packed plan on the GPU (made there by the device planner): the backend reads it
+        # there; reading it here would be a host sync (and break CUDA-graph capture).
+        return packed
+    hit = _MLA_PLANS.get(id(packed))
+    if hit is not None and hit[0] is packed and hit[1] == packed._version:
+        return hit[2]
+    from .tiling.mla_decode import MlaPlan
+
+    plan = MlaPlan.from_packed(packed)
+    if len(_MLA_PLANS) >= 64:
+        _MLA_PLANS.clear()
+    _MLA_PLANS[id(packed)] = (packed, packed._version, plan)
+    return plan
+
+
+# Host plans by packed tensor (torch.compile hands every layer's call the same tensor): unpacked
+# once per step, not once per call.
+_MLA_PLANS: dict = {}
+
+
+def _mla_check_plan(plan, a: dict, d: dict, full: bool) -> None:
+    from .tiling import mla_decode as t
+
+    if not isinstance(plan, t.MlaPlan):
+        return  # a plan made on the device: its backend checks it against the call
+    check = getattr(t, "check_plan_for_call", None)
+    if check is not None:
+        check(plan, a, d, full=full)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpGlue:
+    """What differs between ops on the way from the public call to a backend: how validated
+    arguments become the backend's keywords, how a packed plan becomes a plan object and how a
+    given plan is checked against the call."""
+
+    backend_kwargs: Callable[[dict, dict], dict] = _plain_kwargs
+    plan_from_packed: Optional[Callable] = None
+    check_plan: Optional[Callable] = None
+
+
+GLUE = {
+    "incre_flash_attention": OpGlue(backend_kwargs=_ifa_backend_kwargs),
+    "mla_decode": OpGlue(plan_from_packed=_mla_plan, check_plan=_mla_check_plan),
+    "grouped_gemm": OpGlue(),
+}
+
+
+def ifa_backend_kwargs(v: schema.Validated) -> dict:
+    """Validated IFA arguments as the backend interface takes them (docs/internals.md)."""
+    return _ifa_backend_kwargs(v.args, v.dims)
+
+
+# ----------------------------------------------------------------------------- the eager path
+
+# (signature, backend) -> (filled defaults, dims, launch callable)
 _PREPARED: dict = {}
 _PREPARED_MAX = 512
+tuning.on_change(_PREPARED.clear)  # prepared launches hold plans made under the overrides in force
 
 
-def incre_flash_attention_impl(
-        q: Tensor, k_cache: Tensor, v_cache: Tensor, kv_lens: Optional[Tensor],
-        block_table: Optional[Tensor], softmax_scale: Optional[float], causal: bool,
-        atten_mask: Optional[Tensor], pse_shift: Optional[Tensor], k_scale: Optional[Tensor],
-        v_scale: Optional[Tensor], k_offset: Optional[Tensor], v_offset: Optional[Tensor],
-        backend: str, validate: str) -> tuple[Tensor, Tensor]:
-    op = "incre_flash_attention"
-    values = _ifa_values(q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask,
-                         pse_shift, k_scale, v_scale, k_offset, v_offset)
-    key = (schema.signature(op, values), backend) if validate == "basic" else (None, backend)
-    hit = _PREPARED.get(key) if key[0] is not None else None
-    if hit is not None:
-        filled, dims, launch = hit
-        return launch(q, k_cache, v_cache, **_ifa_kwargs({**values, **filled}, dims))
+def _validated(op: str, values: dict, validate: str) -> schema.Validated:
+    if validate not in ("none", "basic", "full"):
+        raise ValueError(f"{op}: validate must be 'none', 'basic' or 'full', got {validate!r}")
+    return schema.validate(op, values, full=(validate == "full"))
+
+
+def run(op: str, values: dict, backend: str = "", validate: str = "basic"):
+    """Validate ``values`` (the op's schema arguments by name, a dict this call may modify; an
+    object argument such as MLA's plan may be the plan object or its packed tensor), pick the
+    backend and run the op. ``validate``: "basic" (shapes, dtypes, layouts; cached per
+    signature), "full" (also device values: lengths and block ids against the cache) or "none"
+    (as basic: its checks keep every kernel in bounds and cost nothing after the first call)."""
+    glue = GLUE[op]
+    plan = values.pop(_PLAN_ARG, None) if glue.plan_from_packed is not None else None
+    if validate != "full":
+        key = (schema.signature(op, values), backend)
+        hit = _PREPARED.get(key)
+        if hit is not None:
+            filled, dims, launch = hit
+            if filled:
+                values.update(filled)
+            if plan is None:
+                return launch(**glue.backend_kwargs(values, dims))
+            if isinstance(plan, torch.Tensor):
+                plan = glue.plan_from_packed(plan)
+            glue.check_plan(plan, values, dims, False)
+            return launch(plan=plan, **glue.backend_kwargs(values, dims))
+    else:
+        key = (None, backend)
+    if isinstance(plan, torch.Tensor):
+        plan = glue.plan_from_packed(plan)
     v = _validated(op, values, validate)
-    fn, prepare = backends.implementation(dispatch.select(op, backend, q.device, v.features), op)
-    kw = ifa_backend_kwargs(v)
-    if prepare is None:
-        return fn(q=q, k_cache=k_cache, v_cache=v_cache, plan=None, **kw)
-    launch = prepare(q, k_cache, v_cache, plan=None, **kw)
+    name = dispatch.select(op, backend, _device_of(op, v.args), v.features)
+    fn, prepare = backends.implementation(name, op)
+    if plan is not None:
+        glue.check_plan(plan, v.args, v.dims, validate == "full")
+    kw = glue.backend_kwargs(v.args, v.dims)
+    kw.pop(_PLAN_ARG, None)
+    prepared = prepare is not None and plan is None
+    launch = prepare(plan=None, **kw) if prepared else None
     if key[0] is not None:
         if len(_PREPARED) >= _PREPARED_MAX:
             _PREPARED.clear()
-        _PREPARED[key] = (schema.filled_defaults(values, v), v.dims, launch)
-    return launch(q, k_cache, v_cache, **kw)
+        # A prepared launch holds its plan; otherwise the op function takes the call's plan.
+        entry = launch if prepared else functools.partial(_plain_launch, name, op)
+        _PREPARED[key] = (schema.filled_defaults(values, v), v.dims, entry)
+    return launch(**kw) if prepared else fn(plan=plan, **kw)
 
 
-incre_flash_attention = torch.library.custom_op(f"{LIB}::incre_flash_attention", mutates_args=())(incre_flash_attention_impl)
+def _plain_launch(name, op, plan=None, **kw):
+    return backends.implementation(name, op)[0](plan=plan, **kw)
 
 
-@incre_flash_attention.register_fake
-def _(q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
-      k_scale, v_scale, k_offset, v_offset, backend, validate):
-    _validated("incre_flash_attention", _ifa_values(
-        q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
-        k_scale, v_scale, k_offset, v_offset), "basic")
-    B, S_q, H_q, D = q.shape
-    return q.new_empty((B, S_q, H_q, D)), q.new_empty((B, H_q, S_q), dtype=torch.float32)
+def _device_of(op: str, args: dict):
+    first = schema.load(op).args[0].name
+    return args[first].device
 
 
-# ----------------------------------------------------------------------------- MLA
+# ----------------------------------------------------------------------------- custom ops
+
+_TORCH_TYPES = {"tensor": "Tensor", "int": "int", "float": "float", "bool": "bool", "str": "str",
+                "dtype": "ScalarType", "object": "Tensor"}
 
 
-def _mla_values(q, kv_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal,
-                kv_format, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-                extra_topk_length):
-    return dict(q=q, kv_cache=kv_cache, block_table=block_table, cache_seqlens=cache_seqlens,
-                head_dim_v=head_dim_v, softmax_scale=softmax_scale, causal=causal,
-                kv_format=kv_format, indices=indices, topk_length=topk_length,
-                attn_sink=attn_sink, extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
-                extra_topk_length=extra_topk_length)
+def _arg_names(op: str) -> tuple[str, ...]:
+    return ARG_NAMES[op]
 
 
-def mla_decode_impl(
-        q: Tensor, kv_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor, head_dim_v: int,
-        plan: Optional[Tensor], softmax_scale: Optional[float], causal: bool, kv_format: str,
-        indices: Optional[Tensor], topk_length: Optional[Tensor], attn_sink: Optional[Tensor],
-        extra_kv_cache: Optional[Tensor], extra_indices: Optional[Tensor],
-        extra_topk_length: Optional[Tensor], backend: str, validate: str) -> tuple[Tensor, Tensor]:
-    values = _mla_values(q, kv_cache, block_table, cache_seqlens, head_dim_v, softmax_scale,
-                         causal, kv_format, indices, topk_length, attn_sink, extra_kv_cache,
-                         extra_indices, extra_topk_length)
-    v = _validated("mla_decode", values, validate)
-    kw = {k: v.args[k] for k in values}
-    if plan is not None:
-        from .tiling.mla_decode import MlaPlan
-
-        plan = MlaPlan.from_packed(plan)
-    return _run("mla_decode", v, backend, q.device, plan=plan, **kw)
+def _schema_string(op: str) -> str:
+    parts = []
+    for spec in schema.load(op).args:
+        typ = _TORCH_TYPES[spec.kind]
+        if spec.optional and not (spec.kind in ("bool", "str", "dtype") and "default" in spec.raw):
+            typ += "?"
+        parts.append(f"{typ} {spec.name}")
+    parts += ["str backend", "str validate"]
+    outs = schema.load(op).raw["outputs"]
+    ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
+    return f"{op}({', '.join(parts)}) -> {ret}"
 
 
-mla_decode = torch.library.custom_op(f"{LIB}::mla_decode", mutates_args=())(mla_decode_impl)
+def _eager_impl(op: str, *args):
+    names = _arg_names(op)
+    values = dict(zip(names, args[:len(names)]))
+    backend, validate = args[len(names)], args[len(names) + 1]
+    return run(op, values, backend, validate)
 
 
-@mla_decode.register_fake
-def _(q, kv_cache, block_table, cache_seqlens, head_dim_v, plan, softmax_scale, causal, kv_format,
-      indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length, backend,
-      validate):
-    _validated("mla_decode", _mla_values(
-        q, kv_cache, block_table, cache_seqlens, head_dim_v, softmax_scale, causal, kv_format,
-        indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length), "basic")
-    B, S_q, H_q, _ = q.shape
-    return q.new_empty((B, S_q, H_q, head_dim_v)), q.new_empty((B, H_q, S_q), dtype=torch.float32)
+def _output_shape(spec: dict, v: schema.Validated) -> tuple:
+    shape = schema.select_by_mode(spec["shape"], v.modes)
+    return tuple(d if isinstance(d, int) else v.dims[d] for d in shape)
 
 
-# ----------------------------------------------------------------------------- grouped GEMM
+def _fake_impl(op: str, *args):
+    names = _arg_names(op)
+    values = dict(zip(names, args[:len(names)]))
+    values.pop(_PLAN_ARG, None) if GLUE[op].plan_from_packed is not None else None
+    v = _validated(op, values, "basic")
+    first = values[names[0]]
+    outs = []
+    for spec in schema.load(op).raw["outputs"]:
+        dt = spec["dtype"]
+        given = v.args.get(dt)
+        dtype = (given.dtype if isinstance(given, torch.Tensor) else given
+                 if isinstance(given, torch.dtype) else getattr(torch, dt))
+        outs.append(first.new_empty(_output_shape(spec, v), dtype=dtype))
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _gg_values(x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype):
-    return dict(x=x, w=w, group_offsets=group_offsets, masked_m=masked_m, scale_mode=scale_mode,
-                x_scale=x_scale, w_scale=w_scale, out_dtype=out_dtype)
+# Each op's schema arguments in order (read once: torch.compile traces the public wrappers).
+ARG_NAMES = {op: tuple(a.name for a in schema.load(op).args) for op in schema.OPS}
+
+_LIBRARY = torch.library.Library(LIB, "DEF")
 
 
-def grouped_gemm_impl(
-        x: Tensor, w: Tensor, group_offsets: Optional[Tensor], masked_m: Optional[Tensor],
-        scale_mode: str, x_scale: Optional[Tensor], w_scale: Optional[Tensor],
-        out_dtype: torch.dtype, backend: str, validate: str) -> Tensor:
-    values = _gg_values(x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype)
-    v = _validated("grouped_gemm", values, validate)
-    return _run("grouped_gemm", v, backend, x.device, plan=None, **{k: v.args[k] for k in values})
+def _register(op: str) -> None:
+    _LIBRARY.define(_schema_string(op))
+    _LIBRARY.impl(op, functools.partial(_eager_impl, op), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{LIB}::{op}", functools.partial(_fake_impl, op), lib=_LIBRARY)
 
 
-grouped_gemm = torch.library.custom_op(f"{LIB}::grouped_gemm", mutates_args=())(grouped_gemm_impl)
-
-
-@grouped_gemm.register_fake
-def _(x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype, backend, validate):
-    _validated("grouped_gemm", _gg_values(x, w, group_offsets, masked_m, scale_mode, x_scale,
-                                          w_scale, out_dtype), "basic")
-    shape = (*x.shape[:-1], w.shape[1])
-    return x.new_empty(shape, dtype=out_dtype)
+for _op in schema.OPS:
+    _register(_op)

@@ -1,5 +1,5 @@
 """The op schema: loads ``ops/<op>.yaml`` and derives validation, capability checks, docs and
-the packed kernel-params structs from it (one source of truth, DESIGN.md principle 1).
+the packed kernel-params structs from it (one source of truth).
 
 The YAML vocabulary (see ``ops/incre_flash_attention.yaml`` for a full example):
 
@@ -142,6 +142,11 @@ def _safe_eval(expr, ns: dict):
         return expr
     # Expressions come from our own schema files; compiled once, evaluated per call.
     return eval(_compiled(str(expr)), _EVAL_ENV, ns)  # noqa: S307
+
+
+def select_by_mode(spec, modes: dict):
+    """A shape / dtype spec that may be a dict keyed by mode values (nested by further axes)."""
+    return _select(spec, modes)
 
 
 def _select(spec, modes: dict):

@@ -1,4 +1,4 @@
-"""The parity method of REFERENCE.md §5 (after FlashMLA's tests), used by the tests, by
+"""The parity method of docs/parity.md (after FlashMLA's tests), used by the tests, by
 ``python -m dualops parity`` and available to users.
 
 Per element: pass if ``|a - b| <= atol`` or ``|a - b| <= rtol * |b|``; plus the cosine

@@ -1,5 +1,5 @@
 """The Ascend C incremental flash attention kernel on the simulator against dualops.reference,
-by the REFERENCE.md §5 method: NaN in every unused cache slot, randomly permuted block tables,
+by the docs/parity.md method: NaN in every unused cache slot, randomly permuted block tables,
 varlen batches with 0- and 1-token requests, non-contiguous q, fresh random inputs per case;
 GQA / MQA / MHA, head dims 64 / 128 / 256, causal MTP, masks, biases, int8 / fp8 caches,
 split-KV on and off (plans forced to odd shapes too), lse, and full 910B core counts.
@@ -18,6 +18,7 @@ from dualops import ops as dualops_ops
 from dualops.backends import ascend_sim
 from dualops.backends.ascend_sim import incre_flash_attention as ascend_sim_ifa
 from dualops.reference import incre_flash_attention as ref_ifa
+from dualops.parity import builders
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 from dualops.tiling import plan_incre_flash_attention
 
@@ -27,13 +28,6 @@ FP16, BF16 = torch.float16, torch.bfloat16
 
 
 # ----------------------------------------------------------------------------- case builder
-
-
-def _poison(t):
-    """The NaN of the cache's dtype (int8 has none: its extreme value)."""
-    if t.dtype == torch.int8:
-        return 127
-    return float("nan")
 
 
 def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None, dtype=FP16,
@@ -71,13 +65,11 @@ def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None,
         k, v = k.to(kv_dtype), v.to(kv_dtype)
     kv_lens = torch.tensor(lens, dtype=torch.int32)
     if block_size:
-        k, v, table = _page(gen, k, v, lens, block_size)
+        (k, v), table = builders.page((k, v), lens, block_size, gen, spare_blocks=3, unused_id=-1)
         kw.update(block_table=table)
         S_kv = table.shape[1] * block_size
     else:
-        for c in (k, v):
-            for b, n in enumerate(lens):
-                c[b, n:] = _poison(c)
+        k, v = builders.nan_tail(k, lens), builders.nan_tail(v, lens)
         S_kv = S
     shapes = {"full": (B, H_q, S_q, S_kv), "bcast": (B, 1, 1, S_kv), "row": (B, H_q, S_q, 1),
               "heads": (1, H_q, 1, S_kv)}
@@ -86,29 +78,6 @@ def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None,
     if pse is not None:
         kw["pse_shift"] = torch.randn(shapes[pse], generator=gen)
     return dict(q=q, k_cache=k, v_cache=v, kv_lens=kv_lens, causal=causal, **kw)
-
-
-def _page(gen, k, v, lens, block_size, extra_blocks=3):
-    """Scatter logical caches into randomly ordered blocks of a pool; unused slots poisoned and
-    unused table entries -1."""
-    B, S, H, D = k.shape
-    nblk = S // block_size
-    total = B * nblk + extra_blocks
-    perm = torch.randperm(total, generator=gen)
-    pools = []
-    for c in (k, v):
-        pool = torch.empty((total, block_size, H, D), dtype=c.dtype)
-        pool[:] = _poison(c)
-        pools.append(pool)
-    table = torch.full((B, nblk), -1, dtype=torch.int32)
-    for b in range(B):
-        for j in range(-(-lens[b] // block_size)):
-            blk = int(perm[b * nblk + j])
-            table[b, j] = blk
-            n = min(block_size, lens[b] - j * block_size)
-            for pool, c in zip(pools, (k, v)):
-                pool[blk, :n] = c[b, j * block_size: j * block_size + n]
-    return pools[0], pools[1], table
 
 
 def run_sim(case, cores=2, profile="ascend910b2"):
@@ -229,7 +198,7 @@ def test_fp8_cache(gen, dtype):
 def test_biased_q_short_requests(gen, kv):
     """q biased +2 in every channel (a large channel sum) on requests of 1 and 17 keys, whose lse
     is little more than the scores: the same cases as the CUDA kernels' (tests/incre_flash_attention/test_cuda.py,
-    BENCHMARKS.md item 34)."""
+    exact int8 keys)."""
     kv_dtype = {"int8_asym": torch.int8, "int8_sym": torch.int8, "fp8": torch.float8_e4m3fn, "same": None}[kv]
     case = make_case(gen, B=2, H_q=8, H_kv=2, D=128, lens=(1, 17), dtype=BF16, kv_dtype=kv_dtype,
                      int8_offset=kv != "int8_sym", q_bias=2.0)
@@ -274,7 +243,7 @@ def _backend_call(case, plan, cores=4):
     v = schema.validate("incre_flash_attention", values)
     kw = dualops_ops.ifa_backend_kwargs(v)
     with ascend_sim.use_profile("ascend910b2", cores=cores):
-        return ascend_sim_ifa.incre_flash_attention(case["q"], case["k_cache"], case["v_cache"], plan=plan, **kw)
+        return ascend_sim_ifa.incre_flash_attention(plan=plan, **kw)
 
 
 def _forced_plan(case, *, kv_tile, num_splits, split_len, q_tile_rows=None, cores=4, whole_groups=0):
@@ -380,7 +349,7 @@ def test_estimate_entry_point_for_bench(gen):
     res = ascend_sim.estimate("incre_flash_attention", case, profile="ascend910b4")
     assert res["seconds"] > 0 and res["profile"] == "ascend910b4"
     with pytest.raises(NotImplementedError):
-        ascend_sim.estimate("mla_decode", {}, profile="ascend910b2")
+        ascend_sim.estimate("no_such_op", {}, profile="ascend910b2")   # ops without an Ascend C kernel
 
 
 def test_env_profile_override(monkeypatch):

@@ -1,12 +1,10 @@
 import itertools
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from dualops import tuning
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
 from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT,
@@ -17,7 +15,9 @@ from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLI
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
                    "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores",
-                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups")
+                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups", "kv_dtype", "cta_m_tile",
+                   "variant", "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns",
+                   "second_fill_keys", "lockstep_burst")
 
 
 def plan(device=H200, **kw):
@@ -43,7 +43,7 @@ def test_header_is_the_documented_contract():
     t = p.pack()
     assert t.dtype == torch.int32 and t.device.type == "cpu" and t.numel() == len(CONTRACT_FIELDS)
     assert t.tolist() == [getattr(p, f) for f in CONTRACT_FIELDS]
-    assert p.group == 4 and p.q_rows == 4 and p.version == 2 and p.whole_groups == 0
+    assert p.group == 4 and p.q_rows == 4 and p.version == 3 and p.whole_groups == 0
 
 
 def head_dim_cases():
@@ -189,13 +189,12 @@ def test_multi_wave_grids_kept_whole(kw):
 
 
 def test_tail_split_can_be_turned_off():
-    """DUALOPS_IFA_TAIL=0 (read at import: a subprocess) plans every group whole again."""
-    code = ("from dualops.devices import H200; from dualops.tiling import plan_incre_flash_attention as P; "
-            "p = P(batch=128, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=8192, device=H200); "
-            "print(p.whole_groups, p.num_splits)")
-    env = dict(os.environ, DUALOPS_IFA_TAIL="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "1"], out.stdout + out.stderr
+    """tuning.override(ifa_tail=False) plans every group whole again, inside the block only."""
+    kw = dict(batch=128, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=8192, device=H200)
+    with tuning.override(ifa_tail=False):
+        p = plan_incre_flash_attention(**kw)
+        assert (p.whole_groups, p.num_splits) == (0, 1), p.describe()
+    assert plan_incre_flash_attention(**kw).whole_groups > 0
 
 
 def test_ascend_plans_have_no_whole_groups():
@@ -224,7 +223,7 @@ def test_split_kv_engages_for_long_single_requests():
             assert p.num_splits > 1, p.describe()
             # roughly fills the machine: at least 3/4 of the cores get a unit -- on CUDA at least
             # CUDA_MAX_SPLITS units: 64 SMs with their K/V pipelines full saturate HBM, and more
-            # splits of short ranges measured slower (BENCHMARKS.md v12), so a single-head
+            # splits of short ranges measured slower, so a single-head
             # request goes past 64 splits only with long ones (test_split_cap_...)
             need = min(0.75 * dev.num_cores, CUDA_MAX_SPLITS) if dev.is_cuda else 0.75 * dev.num_cores
             assert p.num_units >= need, p.describe()
@@ -240,9 +239,9 @@ def test_split_kv_engages_for_long_single_requests():
 def test_split_cap_depends_on_cache_width():
     """16-bit caches stop at CUDA_MAX_SPLITS splits unless every split keeps CUDA_LONG_SPLIT keys
     (then up to CUDA_MAX_SPLITS_LONG: a long split's first fill is prefetched into L2 under the
-    kernel ahead, BENCHMARKS.md v14: b1 h8/1 s128k 64 splits 23.9 us, 128 splits 22.2); 8-bit
+    kernel ahead: b1 h8/1 s128k 64 splits 23.9 us, 128 splits 22.2); 8-bit
     ones at CUDA_MAX_SPLITS_8BIT: the 8-bit kernel does more math per byte, so a single-head
-    128k request needs more SMs (v13: fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of
+    128k request needs more SMs (fp8 64 splits 22.9 us, 128 splits 17.7); the split plans of
     the other measured shapes stay as they were (b1 h32/8 s32k 16 splits, b1 h8/1 s8k 64 for
     8-bit since the one-chunk kernel, b1 h8/1 s32k 64 for 16-bit)."""
     for kv_bytes, cap in ((2, CUDA_MAX_SPLITS_LONG), (1, CUDA_MAX_SPLITS_8BIT)):
@@ -324,7 +323,7 @@ def test_bad_arguments_name_the_argument(kw, exc, match):
 def test_short_8bit_splits_only_on_small_grids():
     """8-bit caches split down to CUDA_MIN_SPLIT_8BIT (128) keys, as 16-bit ones, but splits shorter
     than CUDA_SHORT_SPLIT_8BIT (256) only while the split grid keeps <= CUDA_SHORT_SPLIT_MAX_UNITS
-    units (BENCHMARKS.md item 32: b1 h8/1 s1k 8 splits beat 4, b16 h8/1 s1k 8 splits lost to 4)."""
+    units (b1 h8/1 s1k 8 splits beat 4, b16 h8/1 s1k 8 splits lost to 4)."""
     assert CUDA_MIN_SPLIT_8BIT == CUDA_MIN_SPLIT < CUDA_SHORT_SPLIT_8BIT
     for b, h_q, h_kv, s_kv, ns in ((1, 8, 1, 1024, 8), (1, 8, 1, 8192, 64), (1, 32, 8, 1024, 8), (16, 8, 1, 1024, 4)):
         p = plan(H200, batch=b, h_q=h_q, h_kv=h_kv, max_kv_len=s_kv, kv_dtype_bytes=1)

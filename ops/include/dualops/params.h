@@ -92,8 +92,12 @@ struct MlaDecodeParams {
   int32_t q_dtype;
   int32_t topk;
   int32_t extra_topk;
+  int32_t head_dim;
+  int32_t page_block_size;
+  int32_t max_blocks;
+  void* plan;
 };
-static_assert(sizeof(MlaDecodeParams) == 184, "mla_decode params layout differs from schema.pack_params");
+static_assert(sizeof(MlaDecodeParams) == 208, "mla_decode params layout differs from schema.pack_params");
 
 // Many independent GEMMs in one launch (bf16/fp16, fp8 per-tensor/rowwise/blockwise, int8 rowwise).
 struct GroupedGemmParams {

@@ -8,7 +8,7 @@ Layout: ``sweeps.py`` (named sweeps), ``workloads.py`` (the per-op module protoc
 ``ifa_workload.py`` / ``mla_decode.py`` / ``grouped_gemm.py``, ``measure.py`` (CUDA through the
 CUDA author's ``timing.py``, wall clock through ``cpu_timing.py``), ``sim_estimate.py`` (the Ascend
 simulator's cost model), ``ceilings.py``, ``runner.py``, ``report.py``, ``compare.py``, ``plots.py``.
-``incre_flash_attention.py`` is issue 4's standalone CUDA IFA sweep (``python -m
+``incre_flash_attention.py`` is the standalone CUDA IFA sweep of BENCHMARKS.md (``python -m
 dualops.bench.incre_flash_attention``).
 """
 from __future__ import annotations
@@ -53,7 +53,10 @@ def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, r
         compare_mod.apply(result, old, threshold=threshold, path=compare)
     print(report.terminal(result), file=stream)
     paths = report.write(result, out, plots=plots)
-    print(f"bench reports: {paths['json']}  {paths['markdown']}", file=stream)
+    from .. import report_page
+
+    page = report_page.write(out)
+    print(f"bench reports: {paths['json']}  {paths['markdown']}  {page}", file=stream)
     for p in paths.get("plots", []):
         print(f"  plot: {p}", file=stream)
     if plots and paths.get("plots_note"):

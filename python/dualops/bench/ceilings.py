@@ -1,6 +1,6 @@
 """The ceilings the bench reports percentages of.
 
-On CUDA they are measured first, in the same run (REFERENCE.md §6 method): a device-to-device
+On CUDA they are measured first, in the same run (BENCHMARKS.md, "Method"): a device-to-device
 copy (bytes read + written) and a bf16 8192³ matmul. For the Ascend simulator's estimates they
 are the 910B profile's figures, which are assumptions (devices.py lists them as such). On the
 CPU there are none: the reference's timings are for orientation, not efficiency."""

@@ -10,12 +10,37 @@ from .runner import BenchRun
 
 
 def load(path) -> dict:
+    """A previous ``bench.json``, checked: any problem is one ValueError naming the file."""
     p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"--compare: {p} is a folder; give the bench.json file in it")
     if not p.is_file():
         raise FileNotFoundError(f"--compare: {p} does not exist")
-    data = json.loads(p.read_text())
+    try:
+        data = json.loads(p.read_text())
+    except UnicodeDecodeError:
+        raise ValueError(f"--compare: {p}: is not text (expected a bench.json written by "
+                         f"python -m dualops bench)") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--compare: {p}: is not valid JSON ({e.msg} at line {e.lineno} "
+                         f"column {e.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--compare: {p}: holds a JSON {type(data).__name__}, expected the object "
+                         f"a dualops bench report is")
     if data.get("format") != "dualops-bench-report":
-        raise ValueError(f"--compare: {p} is not a dualops bench report (format {data.get('format')!r})")
+        raise ValueError(f"--compare: {p}: is not a dualops bench report (format {data.get('format')!r})")
+    rows = data.get("rows")
+    if not isinstance(rows, list):
+        raise ValueError(f"--compare: {p}: 'rows' is {type(rows).__name__ if rows is not None else 'missing'}, "
+                         f"expected a list")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in ("op", "label", "impl")):
+            raise ValueError(f"--compare: {p}: rows[{i}] is not a bench row (needs op, label and impl strings)")
+        t = r.get("time_s")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+            raise ValueError(f"--compare: {p}: rows[{i}].time_s must be a number or null, got {t!r}")
+    if not isinstance(data.get("machine") or {}, dict):
+        raise ValueError(f"--compare: {p}: 'machine' must be an object")
     return data
 
 

@@ -46,6 +46,22 @@ def bytes_moved(s: dict) -> float:
                  + 4 * scales[RECIPES[s["recipe"]][1]])
 
 
+def sim_estimate(s: dict, profile: str | None = None) -> dict:
+    """The Ascend cost model's estimate of shape ``s`` (never a measurement), without building its
+    tensors: the simulator runs the real kernel on two slices of AI core 0's work list (1 and 2 of
+    its items, on a problem holding only their groups) and the counters are extrapolated linearly
+    to core 0's share of the call (docs/grouped_gemm_ascend.md)."""
+    from .. import devices
+    from ..backends.ascend_sim import grouped_gemm as gg_sim
+
+    dt, mode = RECIPES[s["recipe"]]
+    masked = s["layout"] == "masked"
+    res = gg_sim.estimate_shape([s["m"]] * s["g"], n=s["n"], k=s["k"], dtype=dt, scale_mode=mode, masked=masked,
+                                m_max=s["m"] if masked else 0,
+                                profile=devices.profile(profile or devices.DEFAULT_SIM_PROFILE))
+    return res | {"label": "estimate (cost model, extrapolated)"}
+
+
 def build(s: dict, device, g: torch.Generator) -> dict:
     dt, mode = RECIPES[s["recipe"]]
     G, m, N, K = s["g"], s["m"], s["n"], s["k"]
@@ -87,38 +103,7 @@ def call(inputs: dict, backend: str):
 
 
 def peers(s: dict, inputs: dict) -> dict:
-    out = {}
-    x, w = inputs["x"], inputs["w"]
-    wt = w.transpose(-2, -1)
-    contiguous = s["layout"] == "contiguous"
-    offs = inputs["group_offsets"][1:].contiguous() if contiguous else None
-    if s["recipe"] in ("bf16", "fp16"):
-        if hasattr(torch, "_grouped_mm"):
-            out["torch._grouped_mm"] = (lambda: torch._grouped_mm(x, wt, offs=offs)) if contiguous \
-                else (lambda: torch._grouped_mm(x, wt))
-        else:
-            out["torch._grouped_mm"] = "not in this torch"
-    if s["recipe"] == "fp8_rowwise" and contiguous:
-        if x.device.type != "cuda" or not hasattr(torch, "_scaled_grouped_mm"):
-            out["torch._scaled_grouped_mm"] = "CUDA (sm90+) only"
-        else:
-            xs, ws = inputs["x_scale"], inputs["w_scale"]
-            out["torch._scaled_grouped_mm"] = lambda: torch._scaled_grouped_mm(
-                x, wt, xs, ws, offs=offs, out_dtype=torch.bfloat16)
-    if x.device.type in ("npu", "privateuseone"):
-        out["torch_npu-grouped_matmul"] = _npu_peer(s, inputs)
-    return out
+    """The peers of this call (``bench/peers.py``): name -> callable, or why not here."""
+    from . import peers as peer_mod
 
-
-def _npu_peer(s, inputs):
-    try:
-        import torch_npu
-    except ImportError as e:
-        return f"torch_npu not importable: {e}"
-    if s["recipe"] not in ("bf16", "fp16") or s["layout"] != "contiguous":
-        return "this bench drives npu_grouped_matmul with bf16/fp16 contiguous groups only"
-    x, w = inputs["x"], inputs["w"]
-    group_list = inputs["group_offsets"][1:].to(torch.int64)
-    wt = w.transpose(-2, -1).contiguous()
-    return lambda: torch_npu.npu_grouped_matmul([x], [wt], group_list=group_list, split_item=2,
-                                                group_type=0)
+    return peer_mod.for_call(OP, s, inputs)

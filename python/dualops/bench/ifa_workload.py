@@ -94,38 +94,7 @@ def call(inputs: dict, backend: str):
 
 
 def peers(s: dict, inputs: dict) -> dict:
-    out = {}
-    q = inputs["q"]
-    if s["layout"] == "contiguous" and s["kv_dtype"] == s["dtype"]:
-        # SDPA's own layout [B, H, S, D], made once here; GQA through enable_gqa.
-        qt = q.transpose(1, 2).contiguous()
-        kt = inputs["k_cache"].transpose(1, 2).contiguous()
-        vt = inputs["v_cache"].transpose(1, 2).contiguous()
-        causal = s["causal"] and s["s_q"] > 1
-        if causal:  # SDPA's is_causal aligns to the top-left; decode needs bottom-right
-            idx = torch.arange(s["s_kv"], device=q.device)
-            lim = s["s_kv"] - s["s_q"] + 1 + torch.arange(s["s_q"], device=q.device)
-            mask = idx.view(1, -1) < lim.view(-1, 1)
-        else:
-            mask = None
-        sdpa = torch.nn.functional.scaled_dot_product_attention
-        out["torch-sdpa"] = lambda: sdpa(qt, kt, vt, attn_mask=mask, enable_gqa=True)
-    else:
-        out["torch-sdpa"] = "needs a contiguous cache of q's dtype"
-    if q.device.type in ("npu", "privateuseone"):
-        out["torch_npu-ifa"] = _npu_peer(s, inputs)
-    return out
+    """The peers of this call (``bench/peers.py``): name -> callable, or why not here."""
+    from . import peers as peer_mod
 
-
-def _npu_peer(s, inputs):
-    try:
-        import torch_npu
-    except ImportError as e:
-        return f"torch_npu not importable: {e}"
-    if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
-        return "this bench drives torch_npu's IFA with contiguous same-dtype caches only"
-    q, k, v = inputs["q"], inputs["k_cache"], inputs["v_cache"]
-    B, S_q, H_q, D = q.shape
-    return lambda: torch_npu.npu_incre_flash_attention(
-        q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
-        scale_value=D ** -0.5, actual_seq_lengths=[s["s_kv"]] * B)
+    return peer_mod.for_call(OP, s, inputs)

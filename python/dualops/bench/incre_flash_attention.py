@@ -1,4 +1,4 @@
-"""The IFA benchmark sweep (issue 4): our CUDA backend against torch SDPA (``enable_gqa=True``) in
+"""The IFA benchmark sweep of BENCHMARKS.md: our CUDA backend against torch SDPA (``enable_gqa=True``) in
 the same run, on contiguous and paged (64 / 128) caches and on int8 / fp8 caches; GB/s of K+V
 read and its share of the measured copy bandwidth.
 
@@ -97,7 +97,7 @@ def _bench_config(hq, hkv, b, s, *, copy_gbs, l2, graph, runs, gen, quant, paged
     # SDPA on the same storage seen as [b, h, s, d] (flash attention's own BSHD layout) and on a
     # contiguous BHSD copy; the faster of the two is the figure to beat. Ours runs on both as well
     # (a BHSD cache is a strided [b, s, h, d] view to it): where the tensors sit in DRAM moves some
-    # multi-wave calls by up to 10 % (BENCHMARKS.md v12), so each side is compared on its faster
+    # multi-wave calls by up to 10 % (BENCHMARKS.md, "Method"), so each side is compared on its faster
     # layout ("vs_sdpa"), and on the very same memory ("vs_sdpa_same": BSHD, both).
     def sdpa(qq, kk, vv):
         return F.scaled_dot_product_attention(qq.transpose(1, 2), kk.transpose(1, 2), vv.transpose(1, 2),
@@ -145,7 +145,7 @@ def _bench_config(hq, hkv, b, s, *, copy_gbs, l2, graph, runs, gen, quant, paged
             run_8bit(name, kq, vq, contig["us"])
             if t_oc is not None:
                 # the same on BHSD caches (each head's keys contiguous), against bf16 on BHSD: the
-                # layout moves single-wave 8-bit calls more than bf16 ones (BENCHMARKS.md item 42)
+                # layout moves single-wave 8-bit calls more than bf16 ones
                 def bhsd(xs):
                     return [x.transpose(1, 2).contiguous().transpose(1, 2) for x in xs]
 

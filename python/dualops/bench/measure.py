@@ -59,5 +59,5 @@ def measure(fns, device_type: str, *, graph: bool = True, runs: int = 30,
     sync = None
     if device_type == "npu":
         sync = torch.npu.synchronize  # type: ignore[attr-defined]
-    t = cpu_timing.wall_clock(fns, budget_s=budget_s, max_runs=runs, sync=sync)
+    t = cpu_timing.wall_clock(fns, budget_s=budget_s, min_runs=min(3, runs), max_runs=runs, sync=sync)
     return Measurement(t.median_s, t.p10_s, t.p90_s, t.runs, f"wall-clock, median of {t.runs}")

@@ -1,8 +1,9 @@
 """Bench workload of MLA decode (protocol: ``bench/workloads.py``).
 
-FLOPs and bytes as FlashMLA counts them (REFERENCE.md §1): FLOPs = 2 · h_q · s_q · Σ keys ·
+FLOPs and bytes as FlashMLA counts them: FLOPs = 2 · h_q · s_q · Σ keys ·
 (d_qk + d_v), keys = s_k per request (dense) or topk per query token (sparse); bytes = the KV
-tokens read once in the cache format + q + out."""
+tokens read once in the cache format + q + out. ``varlen``: request lengths ~ N(s_k, s_k / 2),
+clipped to [1, 2 s_k] (a fixed draw per shape), counted as they are."""
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from . import workloads
 
 OP = "mla_decode"
 KEYS = {"b": 64, "s_q": 1, "h_q": 64, "s_k": 4096, "d_qk": 576, "page": 64, "kv_format": "bf16",
-        "topk": 0, "causal": False, "dtype": "bf16"}
+        "topk": 0, "causal": False, "dtype": "bf16", "varlen": False}
 X_KEY = "s_k"
 D_V = 512
 _DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -32,6 +33,8 @@ def normalize(shape: dict) -> dict:
     workloads.choice(OP, "d_qk", s["d_qk"], (576, 512))
     if s["topk"] and s["causal"]:
         raise ValueError(f"{OP} bench shape: causal applies to dense decode (topk=0)")
+    if s["varlen"] and s["topk"]:
+        raise ValueError(f"{OP} bench shape: varlen applies to dense decode (topk=0)")
     if s["topk"] > s["s_k"]:
         raise ValueError(f"{OP} bench shape: topk ({s['topk']}) must be <= s_k ({s['s_k']})")
     return s
@@ -41,11 +44,22 @@ def label(s: dict) -> str:
     mode = f" sparse topk{s['topk']}" if s["topk"] else ""
     fmt = "" if s["kv_format"] == "bf16" else f" {s['kv_format']}"
     sq = f" s_q{s['s_q']}" + (" causal" if s["causal"] else "") if s["s_q"] > 1 else ""
-    return f"b{s['b']} h{s['h_q']} s_k{s['s_k']} d{s['d_qk']}{fmt}{mode}{sq}"
+    sq += " varlen" if s["varlen"] else ""
+    page = f" page{s['page']}" if s["page"] != 64 else ""
+    return f"b{s['b']} h{s['h_q']} s_k{s['s_k']} d{s['d_qk']}{fmt}{mode}{sq}{page}"
+
+
+def lengths(s: dict) -> list[int]:
+    """Per-request cache lengths of a dense shape (all s_k, or the varlen draw)."""
+    if not s.get("varlen"):
+        return [s["s_k"]] * s["b"]
+    g = torch.Generator().manual_seed(s["b"] * 100003 + s["s_k"])
+    x = torch.randn(s["b"], generator=g) * (s["s_k"] / 2) + s["s_k"]
+    return [int(v) for v in x.round().clamp(1, 2 * s["s_k"]).tolist()]
 
 
 def _keys_per_query_token(s):
-    return s["topk"] if s["topk"] else s["s_k"]
+    return s["topk"] if s["topk"] else sum(lengths(s)) / s["b"]
 
 
 def flops(s: dict) -> float:
@@ -54,7 +68,7 @@ def flops(s: dict) -> float:
 
 def bytes_moved(s: dict) -> float:
     per_token = quant.mla_bytes_per_token(s["kv_format"], s["d_qk"])
-    tokens = s["b"] * (s["s_q"] * s["topk"] if s["topk"] else s["s_k"])
+    tokens = s["b"] * s["s_q"] * s["topk"] if s["topk"] else sum(lengths(s))
     qo = s["b"] * s["s_q"] * s["h_q"] * (s["d_qk"] + D_V) * 2
     return float(tokens * per_token + qo)
 
@@ -64,7 +78,8 @@ def build(s: dict, device, g: torch.Generator) -> dict:
 
     dt = _DT[s["dtype"]]
     B, pbs = s["b"], s["page"]
-    per = math.ceil(s["s_k"] / pbs)
+    lens = lengths(s)
+    per = math.ceil(max(lens) / pbs)
     n_blocks = B * per
 
     def rnd(*shape, dtype=dt):
@@ -77,7 +92,7 @@ def build(s: dict, device, g: torch.Generator) -> dict:
     if s["kv_format"] != "bf16":
         kv = quant.pack_mla_kv(kv, s["kv_format"])
     table = torch.randperm(n_blocks, generator=g).to(torch.int32).view(B, per).to(device)
-    seqlens = torch.full((B,), s["s_k"], dtype=torch.int32, device=device)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
     inputs = dict(q=q, kv_cache=kv, block_table=table, cache_seqlens=seqlens, causal=s["causal"],
                   kv_format=s["kv_format"])
     if s["topk"]:
@@ -90,6 +105,35 @@ def build(s: dict, device, g: torch.Generator) -> dict:
     return inputs
 
 
+# Reduced configurations the Ascend simulator runs for a bench row's estimate (keys per request).
+SIM_KEYS = (256, 512)
+
+
+def sim_estimate(s: dict, profile: str | None = None) -> dict:
+    """The Ascend cost model's estimate of shape ``s`` (never a measurement). Simulating the full
+    shape on the CPU would take minutes, so the simulator runs the real kernel on two reduced
+    configurations (the same heads, s_q, format, page, causal; at most one request per AI core;
+    256 and 512 keys per request) for the named profile, and every term of the model (cube,
+    vector, DMA, sync, HBM, L2) is extrapolated linearly in the work one AI core is dealt,
+    b * (ceil(keys / 64) + 5) scheduler blocks, as the MLA plan deals it."""
+    from .. import ascend_cost_model, devices
+    from ..backends import ascend_sim
+
+    prof = devices.profile(profile or devices.DEFAULT_SIM_PROFILE)
+    keys = s["topk"] or s["s_k"]
+    b_small = min(s["b"], prof.num_cores)
+    runs = []
+    for k in SIM_KEYS:
+        small = dict(s, b=b_small, s_k=k, topk=k if s["topk"] else 0)
+        inputs = build(small, "cpu", torch.Generator().manual_seed(0))
+        inputs.pop("plan")   # made for the simulated profile
+        est = ascend_sim.estimate(OP, inputs, profile=prof.name)
+        runs.append((b_small * (math.ceil(k / 64) + 5), est))
+    work = s["b"] * (math.ceil(keys / 64) + 5)
+    return ascend_cost_model.extrapolate(runs, work, prof) | {
+        "extrapolated_from": [dict(b=b_small, keys=k) for k in SIM_KEYS]}
+
+
 def call(inputs: dict, backend: str):
     import dualops
 
@@ -97,41 +141,7 @@ def call(inputs: dict, backend: str):
 
 
 def peers(s: dict, inputs: dict) -> dict:
-    out = {}
-    if s["kv_format"] == "bf16" and not s["topk"] and not s["causal"]:
-        out["torch-naive"] = _naive(s, inputs)
-    else:
-        out["torch-naive"] = "dense bf16 non-causal decode only"
-    if inputs["q"].device.type == "cuda":
-        out["flash_mla"] = _flash_mla(s, inputs)
-    return out
+    """The peers of this call (``bench/peers.py``): name -> callable, or why not here."""
+    from . import peers as peer_mod
 
-
-def _naive(s, inputs):
-    """bmm · softmax · bmm over a contiguous latent cache (made here, outside timing)."""
-    q, kv, table = inputs["q"], inputs["kv_cache"], inputs["block_table"]
-    B, S = s["b"], s["s_k"]
-    lat = kv[table.long()].reshape(B, -1, s["d_qk"])[:, :S].contiguous()  # [B, S, d_qk]
-    qf = q.reshape(B, s["s_q"] * s["h_q"], s["d_qk"])
-    scale = s["d_qk"] ** -0.5
-
-    def run():
-        p = torch.softmax(torch.bmm(qf, lat.transpose(1, 2)).float() * scale, dim=-1).to(q.dtype)
-        return torch.bmm(p, lat[..., :D_V])
-    return run
-
-
-def _flash_mla(s, inputs):
-    try:
-        import flash_mla
-    except ImportError as e:
-        return f"flash_mla is not installed ({e})"
-    if s["kv_format"] != "bf16" or s["topk"]:
-        return "this bench drives flash_mla's dense bf16 path only"
-    try:
-        meta, splits = flash_mla.get_mla_metadata(inputs["cache_seqlens"], s["s_q"] * s["h_q"], 1)
-    except Exception as e:  # the installed version's interface differs
-        return f"flash_mla.get_mla_metadata failed: {type(e).__name__}: {e}"
-    q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
-    return lambda: flash_mla.flash_mla_with_kvcache(q, kv, table, lens, D_V, meta, splits,
-                                                    causal=s["causal"])
+    return peer_mod.for_call(OP, s, inputs)

@@ -176,6 +176,8 @@ def _fail(e: Exception) -> str:
 
 def _bench_backend(cfg: _Config, backend: str, opts: dict, ceilings: dict) -> Row:
     dev = backend_device(backend)
+    if backend == "ascend_sim" and hasattr(cfg.mod, "sim_estimate"):
+        return _bench_sim_scaled(cfg, backend, dev, opts, ceilings)
     if dev == "cpu":
         why = _too_big_for_cpu(cfg, opts["cpu_limit"])
         if why:
@@ -204,6 +206,24 @@ def _bench_backend(cfg: _Config, backend: str, opts: dict, ceilings: dict) -> Ro
     except Exception as e:
         return cfg.row(backend, "dualops", dev, "error", reason=_fail(e))
     return _finish(cfg.row(backend, "dualops", dev, "ok"), m, dev, ceilings)
+
+
+def _bench_sim_scaled(cfg: _Config, backend: str, dev: str, opts: dict, ceilings: dict) -> Row:
+    """The simulator's estimate of a shape through its bench module's reduced-run extrapolation
+    (no CPU limit: the simulated runs are small)."""
+    ok, why = sim_estimate.available()
+    if not ok:
+        return cfg.row(backend, "dualops", dev, "n/a", reason=why)
+    try:
+        est = sim_estimate.estimate_shape(cfg.mod, cfg.shape, opts["sim_profile"])
+    except NotImplementedError as e:
+        return cfg.row(backend, "dualops", dev, "n/a", reason=_fail(e))
+    except Exception as e:
+        return cfg.row(backend, "dualops", dev, "error", reason=_fail(e))
+    key = f"profile:{est.profile}"
+    if key not in ceilings:
+        ceilings[key] = ceil_mod.from_profile(est.profile)
+    return _finish(cfg.row(backend, "dualops", dev, "ok"), est.as_measurement(), key, ceilings)
 
 
 def _bench_peers(cfg: _Config, dev: str, opts: dict, ceilings: dict) -> list[Row]:

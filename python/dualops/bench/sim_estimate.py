@@ -31,6 +31,8 @@ class Estimate:
     def as_measurement(self) -> Measurement:
         bound = self.detail.get("bound")
         note = f"bound: {bound}" if bound else ""
+        if "extrapolated" in str(self.detail.get("label", "")):
+            note += "; extrapolated from reduced simulated runs"
         return Measurement(self.seconds, self.seconds, self.seconds, 1, method_label(self.profile),
                            kind="estimate", note=note)
 
@@ -59,5 +61,13 @@ def estimate(op: str, inputs: dict, profile: str) -> Estimate:
         return Estimate(float(res), profile)
     if not isinstance(res, dict) or "seconds" not in res:
         raise TypeError(f"ascend_sim.estimate must return seconds or a dict with 'seconds', got {res!r}")
+    return Estimate(float(res["seconds"]), str(res.get("profile", profile)),
+                    {k: v for k, v in res.items() if k != "seconds"})
+
+
+def estimate_shape(mod, shape: dict, profile: str | None) -> Estimate:
+    """For bench modules with ``sim_estimate(shape, profile)`` (shapes too big to simulate whole:
+    the module extrapolates the cost model from reduced simulated runs)."""
+    res = mod.sim_estimate(shape, profile)
     return Estimate(float(res["seconds"]), str(res.get("profile", profile)),
                     {k: v for k, v in res.items() if k != "seconds"})

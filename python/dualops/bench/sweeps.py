@@ -7,7 +7,7 @@ op module's defaults). Model shapes come from the public model configs: Llama-3.
 (64/8), Qwen3-235B-A22B (64/4), DeepSeek-V3 MoE (hidden 7168, expert intermediate 2048, 256
 experts, top-8), Qwen3-235B-A22B MoE (hidden 4096, expert intermediate 1536, 128 experts) and
 Qwen3-30B-A3B MoE (hidden 2048, expert intermediate 768); FlashMLA's benchmark configurations
-for MLA (REFERENCE.md §1, §6).
+for MLA.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ _SWEEPS = [
           _ifa_grid([(32, 8)], [1, 16], _K) + _ifa_grid([(32, 8)], [1, 16], _K, layout="paged", block_size=64),
           x_key="s_kv"),
     Sweep("ifa-targets", "incre_flash_attention",
-          "issue 4's sweep: b 1-128, s_kv 1k-128k, heads 8/1, 32/8, 64/8, 128/128, d 128, contiguous",
+          "the targets sweep of BENCHMARKS.md: b 1-128, s_kv 1k-128k, heads 8/1, 32/8, 64/8, 128/128, d 128, contiguous",
           _ifa_grid([(8, 1), (32, 8), (64, 8), (128, 128)], [1, 4, 16, 64, 128], [1024, 4096, 16384, 131072]),
           x_key="s_kv"),
     Sweep("ifa-paged", "incre_flash_attention",
@@ -101,6 +101,17 @@ _SWEEPS = [
     Sweep("mla-flashmla", "mla_decode",
           "FlashMLA's dense bf16 configs: b 64/128, h_q 16/64/128, s_q 1/2, s_k 4096, page 64",
           tuple(dict(b=b, h_q=h, s_q=q, s_k=4096) for b in (64, 128) for h in (16, 64, 128) for q in (1, 2))),
+    Sweep("mla-targets", "mla_decode",
+          "the dense decode target rows: compute-bound b128 h_q128 (s_q 1/2, s_k 4096/8192), b32 s_k16384; "
+          "memory-bound b64 h_q16 s_k4096; h_q 32/64; FP8 caches; page sizes 16-256",
+          (dict(b=128, h_q=128, s_k=4096), dict(b=128, h_q=128, s_q=2, s_k=4096),
+           dict(b=128, h_q=128, s_k=8192), dict(b=32, h_q=128, s_k=16384),
+           dict(b=64, h_q=16, s_k=4096), dict(b=64, h_q=32, s_k=4096), dict(b=64, h_q=64, s_k=4096),
+           dict(b=64, h_q=16, s_k=4096, kv_format="fp8_v32"), dict(b=64, h_q=16, s_k=4096, kv_format="fp8_model1"),
+           dict(b=128, h_q=128, s_k=4096, kv_format="fp8_v32"),
+           dict(b=128, h_q=128, s_k=4096, kv_format="fp8_model1"))
+          + tuple(dict(b=64, h_q=16, s_k=4096, page=p) for p in (16, 32, 128, 256))
+          + (dict(b=128, h_q=128, s_k=4096, varlen=True), dict(b=64, h_q=16, s_k=4096, varlen=True))),
     Sweep("mla-context", "mla_decode", "GB/s vs context length, b 64, h_q 16 (memory-bound)",
           tuple(dict(b=64, h_q=16, s_k=s) for s in _K[:6]), x_key="s_k"),
     Sweep("mla-fp8", "mla_decode",

@@ -1,4 +1,4 @@
-"""GPU timing that holds up (METHOD.md): device events, warm-up, the median and spread of many
+"""GPU timing that holds up (BENCHMARKS.md, "Method"): device events, warm-up, the median and spread of many
 runs, inputs rotated so repeated runs do not measure the L2, optional CUDA-graph replay so
 launch gaps vanish for small problems; plus a device-to-device copy probe for the bandwidth
 ceiling."""
@@ -121,8 +121,8 @@ def time_cuda(fn: Callable[[int], object], n_sets: int = 1, *, warmup: int = 3, 
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 * 2**30, *, runs: int = 20, device=None) -> dict:
-    """Device-to-device copy of `nbytes`, counting bytes read plus bytes written (REFERENCE.md
-    §6 convention). Returns {"gbs": median GB/s, "best_gbs", "bytes", "median_us"}."""
+    """Device-to-device copy of `nbytes`, counting bytes read plus bytes written (the
+    convention of BENCHMARKS.md). Returns {"gbs": median GB/s, "best_gbs", "bytes", "median_us"}."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     n = nbytes // 4
     src = torch.empty(n, dtype=torch.float32, device=dev).uniform_()

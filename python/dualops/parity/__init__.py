@@ -32,7 +32,10 @@ def main(*, ops=None, backends=None, full=False, seed=None, case_names=None, out
                      seed=fresh_seed() if seed is None else seed, case_names=case_names, save_dir=save)
     print(report.terminal(result), file=stream)
     paths = report.write(result, out)
-    print(f"parity reports: {paths['json']}  {paths['markdown']}", file=stream)
+    from .. import report_page
+
+    page = report_page.write(out)
+    print(f"parity reports: {paths['json']}  {paths['markdown']}  {page}", file=stream)
     if save:
         print(f"parity case set saved to {save} (check another machine with "
               f"`python -m dualops parity --against {save}`)", file=stream)

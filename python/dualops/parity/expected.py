@@ -1,5 +1,5 @@
 """The ground truth of a parity check: ``dualops.reference`` in fp32 on the *dequantized* inputs
-(DESIGN.md principle 5), so quantization error never hides a kernel bug and the reference's own
+(docs/parity.md), so quantization error never hides a kernel bug and the reference's own
 dequant code is not trusted blindly either: the dequantization here is written independently.
 
 Also the per-op plumbing the runner needs: how to call the public op, what its outputs are

@@ -68,7 +68,7 @@ def markdown(run: ParityRun) -> str:
                      f"(made {run.against.get('created')} on {am.get('host', '?')}, torch {am.get('torch', '?')})")
     for line in _unavailable(run):
         lines.append(f"- not run here: {line}")
-    lines += ["", "Method (REFERENCE.md §5): per element pass if |a−b| ≤ atol or |a−b| ≤ rtol·|b|; "
+    lines += ["", "Method (docs/parity.md): per element pass if |a−b| ≤ atol or |a−b| ≤ rtol·|b|; "
               "cosine difference ≤ ε; inf/NaN positions must match. Expected values are the fp32 "
               "reference on the dequantized inputs; `vs` names what a backend is compared with "
               "(`reference`, another backend, or `saved:<backend>` outputs of a saved set). "

@@ -6,7 +6,8 @@ or when key >= kv_len; softmax over the rest; out = p . v.  Query head h reads K
 h // (H_q / H_kv).  A query row that sees no key gets out 0 and lse +inf.
 
 Only the valid keys (positions < kv_len) are gathered, so whatever the unused cache slots
-hold (NaN included) never reaches the arithmetic.
+hold (NaN included) never reaches the arithmetic; masked keys' scores are replaced by -inf and
+their values never enter p . v (docs/values.md: non-finite values).
 """
 
 import math
@@ -14,6 +15,7 @@ import math
 import torch
 
 from ..quant import dequantize_kv
+from ._common import weighted_values
 
 _QUANT_DTYPES = (torch.int8, torch.float8_e4m3fn)
 
@@ -135,7 +137,9 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
         seen = row_lse != -math.inf  # NaN from NaN inputs stays NaN
         p = torch.exp(s - torch.where(seen, row_lse, torch.zeros_like(row_lse)).unsqueeze(-1))
         p = p.masked_fill(~seen.unsqueeze(-1), 0.0)
-        o = torch.einsum("kgil,lkd->ikgd", p.view(H_kv, group, S_q, L), v)
-        out[b] = o.reshape(S_q, H_q, D)
+        # [H_kv, group * S_q, L] @ [H_kv, L, D]; hidden keys add nothing, whatever their value
+        o = weighted_values(p.reshape(H_kv, group * S_q, L), v.permute(1, 0, 2),
+                            hidden.reshape(H_kv, group * S_q, L))
+        out[b] = o.view(H_kv, group, S_q, D).permute(2, 0, 1, 3).reshape(S_q, H_q, D)
         lse[b] = torch.where(seen, row_lse, torch.full_like(row_lse, math.inf))
     return out, lse

@@ -20,6 +20,7 @@ import math
 import torch
 
 from ..quant import gather_mla_kv, mla_cache_d_qk
+from ._common import weighted_values
 
 
 def _check_int(t, name, shape):
@@ -41,7 +42,7 @@ def _attend(q, keys, head_dim_v, scale, hidden=None):
     seen = lse != -math.inf
     p = torch.exp(s - torch.where(seen, lse, torch.zeros_like(lse)).unsqueeze(-1))
     p = p.masked_fill(~seen.unsqueeze(-1), 0.0)
-    return torch.einsum("shl,ld->shd", p, keys[:, :head_dim_v]), lse
+    return weighted_values(p, keys[:, :head_dim_v], hidden), lse
 
 
 def _sparse_keys(cache, kv_format, idx, length, compute_dtype):

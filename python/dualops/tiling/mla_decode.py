@@ -1,4 +1,4 @@
-"""Planner for mla_decode: the FlashMLA-style decode scheduler (REFERENCE.md section 1).
+"""Planner for mla_decode: the FlashMLA-style decode scheduler (``get_mla_metadata``).
 
 The KV of every request is cut into scheduler blocks of `block_tokens` (64) tokens, whatever
 the cache's page_block_size (the kernel maps a token range onto pages itself). Every request
@@ -149,36 +149,11 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
     return max(device.num_cores // h_kv // ceil_div(q_rows, MLA_Q_BLOCK_ROWS), 1)
 
 
-def plan_mla_decode(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q: int = 1,
-                    kv_format: str = "bf16", topk: int | None = None,
-                    extra_topk: int | None = None, page_block_size: int = 64,
-                    device: DeviceProfile) -> MlaPlan:
-    """Schedule one MLA decode step. cache_seqlens: int32 tensor (any device) or list of ints.
-    topk (sparse decode): indices per query token; extra_topk: indices per query token into
-    the extra pool (sparse only)."""
-    device = check_device(device)
-    h_q = check_int("num_heads_q", num_heads_q, min_value=1)
-    h_kv = check_int("num_heads_k", num_heads_k, min_value=1)
-    if h_q % h_kv:
-        raise ValueError(f"num_heads_q must be a multiple of num_heads_k, got {h_q} and {h_kv}")
-    s_q = check_int("s_q", s_q, min_value=1)
-    if not isinstance(kv_format, str):
-        raise TypeError(f"kv_format must be a str, got {type(kv_format).__name__}")
-    check_choice("kv_format", kv_format, tuple(KV_FORMATS))
-    page_block_size = check_int("page_block_size", page_block_size, min_value=1)
-    if topk is not None:
-        topk = check_int("topk", topk, min_value=1)
-    if extra_topk is not None:
-        if topk is None:
-            raise ValueError("extra_topk needs topk (an extra pool is a sparse-decode feature)")
-        extra_topk = check_int("extra_topk", extra_topk, min_value=0)
-    lengths = request_lengths(cache_seqlens, topk=topk, extra_topk=extra_topk)
+def schedule(lengths: list[int], parts_n: int) -> tuple[int, list[int], list[int]]:
+    """FlashMLA's greedy split of the requests' blocks over `parts_n` parts (module docstring):
+    (payload, parts [parts_n * PART_STRIDE], num_splits [batch + 1])."""
     batch = len(lengths)
-    if batch == 0:
-        raise ValueError("cache_seqlens must hold at least one request, got an empty sequence")
-
     bt, ovh = MLA_BLOCK_TOKENS, MLA_FIXED_OVERHEAD
-    parts_n = num_sm_parts_for(device, s_q=s_q, h_q=h_q, h_kv=h_kv)
     blocks = [max(ceil_div(n, bt), 1) for n in lengths]
     payload = ceil_div(sum(b + ovh for b in blocks), parts_n) + ovh
 
@@ -218,14 +193,84 @@ def plan_mla_decode(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_
             rec[5] = int(num_splits[rec[0] + 1] - num_splits[rec[0]] > 1)
             rec[6] = int(num_splits[rec[1] + 1] - num_splits[rec[1]] > 1)
             parts[p * PART_STRIDE:(p + 1) * PART_STRIDE] = rec
+    return payload, parts, num_splits
+
+
+def plan_mla_decode(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q: int = 1,
+                    kv_format: str = "bf16", topk: int | None = None,
+                    extra_topk: int | None = None, page_block_size: int = 64,
+                    device: DeviceProfile) -> MlaPlan:
+    """Schedule one MLA decode step. cache_seqlens: int32 tensor (any device) or list of ints.
+    topk (sparse decode): indices per query token; extra_topk: indices per query token into
+    the extra pool (sparse only)."""
+    device = check_device(device)
+    h_q = check_int("num_heads_q", num_heads_q, min_value=1)
+    h_kv = check_int("num_heads_k", num_heads_k, min_value=1)
+    if h_q % h_kv:
+        raise ValueError(f"num_heads_q must be a multiple of num_heads_k, got {h_q} and {h_kv}")
+    s_q = check_int("s_q", s_q, min_value=1)
+    if not isinstance(kv_format, str):
+        raise TypeError(f"kv_format must be a str, got {type(kv_format).__name__}")
+    check_choice("kv_format", kv_format, tuple(KV_FORMATS))
+    page_block_size = check_int("page_block_size", page_block_size, min_value=1)
+    if topk is not None:
+        topk = check_int("topk", topk, min_value=1)
+    if extra_topk is not None:
+        if topk is None:
+            raise ValueError("extra_topk needs topk (an extra pool is a sparse-decode feature)")
+        extra_topk = check_int("extra_topk", extra_topk, min_value=0)
+    lengths = request_lengths(cache_seqlens, topk=topk, extra_topk=extra_topk)
+    batch = len(lengths)
+    if batch == 0:
+        raise ValueError("cache_seqlens must hold at least one request, got an empty sequence")
+
+    parts_n = num_sm_parts_for(device, s_q=s_q, h_q=h_q, h_kv=h_kv)
+    payload, parts, num_splits = schedule(lengths, parts_n)
 
     q_rows = s_q * h_q // h_kv
     plan = MlaPlan(
         version=MLA_VERSION, batch=batch, s_q=s_q, h_q=h_q, h_kv=h_kv, q_rows=q_rows,
-        num_m_blocks=ceil_div(q_rows, MLA_Q_BLOCK_ROWS), num_sm_parts=parts_n, block_tokens=bt,
-        fixed_overhead=ovh, payload=payload, total_splits=num_splits[batch], part_stride=PART_STRIDE,
+        num_m_blocks=ceil_div(q_rows, MLA_Q_BLOCK_ROWS), num_sm_parts=parts_n,
+        block_tokens=MLA_BLOCK_TOKENS, fixed_overhead=MLA_FIXED_OVERHEAD, payload=payload, total_splits=num_splits[batch], part_stride=PART_STRIDE,
         kv_format=KV_FORMATS[kv_format], sparse=int(topk is not None), topk=topk or 0,
         extra_topk=extra_topk or 0, page_block_size=page_block_size, parts=tuple(parts),
         num_splits=tuple(num_splits))
     plan.pack()
     return plan
+
+
+def check_plan_for_call(plan: MlaPlan, args: dict, dims: dict, *, full: bool = False) -> None:
+    """Raise ValueError naming every shape-level field where ``plan`` differs from the call
+    (``args``: the validated mla_decode arguments, ``dims``: their schema dims); cheap, run on
+    every call that passes a plan. ``full``: also check that the plan's schedule (parts and
+    num_splits) is the one made for this call's request lengths (reads cache_seqlens: a sync)."""
+    sparse = args.get("indices") is not None
+    extra = sparse and args.get("extra_indices") is not None
+    want = (("batch", dims["B"], "the call's batch (q / cache_seqlens)"),
+            ("s_q", dims["S_q"], "the call's s_q (q.shape[1])"),
+            ("h_q", dims["H_q"], "the call's query heads (q.shape[2])"),
+            ("h_kv", 1, "the call's KV heads (kv_cache.shape[2])"),
+            ("kv_format", KV_FORMATS.get(args.get("kv_format"), -1), "the call's kv_format"),
+            ("sparse", int(sparse), "whether the call passes indices"),
+            ("topk", dims.get("TOPK", 0) if sparse else 0, "the call's topk (indices.shape[2])"),
+            ("extra_topk", dims.get("TOPK2", 0) if extra else 0,
+             "the call's extra topk (extra_indices.shape[2])"),
+            ("page_block_size", dims["PBS"], "the call's page_block_size (kv_cache.shape[1])"))
+    bad = [(f, getattr(plan, f), v, what) for f, v, what in want if getattr(plan, f) != v]
+    if bad:
+        names = {v: k for k, v in KV_FORMATS.items()}
+        shown = lambda f, v: repr(names.get(v, v)) if f == "kv_format" else (bool(v) if f == "sparse" else v)  # noqa: E731
+        diffs = "; ".join(f"plan.{f} = {shown(f, p)} but {what} is {shown(f, c)}" for f, p, c, what in bad)
+        raise ValueError(f"mla_decode: the plan was made for another call: {diffs}; make it with "
+                         f"dualops.get_mla_metadata for this call's shapes")
+    if full:
+        lengths = request_lengths(args["cache_seqlens"], topk=plan.topk if plan.sparse else None,
+                                  extra_topk=plan.extra_topk if plan.sparse else None)
+        payload, parts, num_splits = schedule(lengths, plan.num_sm_parts)
+        if tuple(num_splits) != tuple(plan.num_splits) or tuple(parts) != tuple(plan.parts) \
+                or payload != plan.payload:
+            raise ValueError(f"mla_decode: the plan's schedule was made for other request lengths "
+                             f"than this call's cache_seqlens {lengths[:8]}{' ...' if len(lengths) > 8 else ''}"
+                             f"; make the plan with dualops.get_mla_metadata(cache_seqlens, ...) "
+                             f"for this step")
+

@@ -3,7 +3,6 @@ the last launch's counters for the cost model."""
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 import torch
@@ -21,18 +20,19 @@ _LAST: dict = {}
 
 
 def _env_profile() -> devices.DeviceProfile:
-    name = os.environ.get("DUALOPS_ASCEND_SIM_PROFILE", devices.DEFAULT_SIM_PROFILE)
-    p = devices.profile(name)
-    if not p.is_ascend:
-        raise ValueError(f"DUALOPS_ASCEND_SIM_PROFILE must name an Ascend profile, got {name!r}")
-    cores = os.environ.get("DUALOPS_ASCEND_SIM_CORES")
-    if cores:
-        try:
-            n = int(cores)
-        except ValueError:
-            raise ValueError(f"DUALOPS_ASCEND_SIM_CORES must be an int, got {cores!r}") from None
-        p = devices.with_cores(p, n)
-    return p
+    from ... import settings
+
+    name = settings.raw("DUALOPS_ASCEND_SIM_PROFILE") or devices.DEFAULT_SIM_PROFILE
+    ascend = [n for n, q in devices.PROFILES.items() if q.is_ascend]
+    try:
+        p = devices.profile(name)
+    except ValueError:
+        p = None
+    if p is None or not p.is_ascend:
+        raise ValueError(f"environment variable DUALOPS_ASCEND_SIM_PROFILE={name!r} is not allowed: "
+                         f"an Ascend profile, one of {', '.join(ascend)} (unset it for the default {devices.DEFAULT_SIM_PROFILE})")
+    n = settings.env_int("DUALOPS_ASCEND_SIM_CORES", None, min_value=1, max_value=p.num_cores)
+    return p if n is None else devices.with_cores(p, n)
 
 
 def active_profile() -> devices.DeviceProfile:
@@ -61,7 +61,13 @@ def use_profile(profile="ascend910b2", cores: int | None = None):
 def launch_profile(p: devices.DeviceProfile) -> dict:
     return {"name": p.name, "ub_bytes": p.ub_bytes, "l1_bytes": p.l1_bytes, "l0a_bytes": p.l0a_bytes,
             "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes,
-            "timeout_s": float(os.environ.get("DUALOPS_ASCEND_SIM_TIMEOUT_S", "60"))}
+            "timeout_s": _settings().env_float("DUALOPS_ASCEND_SIM_TIMEOUT_S", 60.0)}
+
+
+def _settings():
+    from ... import settings
+
+    return settings
 
 
 def status():
@@ -101,6 +107,12 @@ def estimate(op: str, inputs: dict, *, profile: str | None = None) -> dict:
     if op not in schema.OPS or not schema.load(op).capabilities.get(NAME):
         raise NotImplementedError(f"ascend_sim.estimate: {op} has no Ascend C kernel yet")
     kw = {k: v for k, v in inputs.items() if k not in ("backend", "return_lse")}
+    import importlib
+
+    hook = getattr(importlib.import_module(f"{__package__}.{op}"), f"estimate_{op}", None)
+    if hook is not None:   # an op that extrapolates from slices of its work list (its module says how)
+        with use_profile(profile or devices.DEFAULT_SIM_PROFILE) as p:
+            return hook(kw, p)
     with use_profile(profile or devices.DEFAULT_SIM_PROFILE):
         getattr(dualops, op)(**kw, backend=NAME)
         return last_estimate()

@@ -70,7 +70,7 @@ class IfaLaunch:
     """What a CUDA IFA call's shapes, dtypes, strides and flags fix: the plan and its bytes, the
     constant fields of the params struct, the output and workspace sizes. ``ops.py`` keeps one per
     call signature, so a decode loop's repeated calls only gather pointers, allocate the outputs
-    and launch (BENCHMARKS.md "Host overhead of an eager call")."""
+    and launch (BENCHMARKS.md, "Host overhead of an eager call")."""
 
     __slots__ = ("C", "plan", "plan_bytes", "tail", "out_shape", "lse_shape", "n_o", "n_ws",
                  "convert_kv_lens", "convert_block_table", "float_pse", "quant", "splits")

@@ -1,0 +1,176 @@
+// Vector-core dequantization of FP8 latent caches for MLA decode (the A2 cube has no FP8): the
+// keys of a tile become q-dtype rows in the GM workspace, as hi = round(x) and lo = round(x - hi)
+// halves the cube multiplies in separate passes (fp32-level accuracy whatever q's dtype).
+//   fp8_v32    (656 B/token): 512 e4m3 x 4 fp32 scales (one per 128) | 64 bf16 RoPE
+//   fp8_model1 (584 B/token, per page block: tokens' [448 e4m3 | 64 bf16 RoPE], then 8 B of
+//              scales per token: 7 e8m0 (one per 64) + pad)
+// e4m3 bytes are decoded through a 256-entry fp16 table in UB and Gather (every e4m3 value is
+// exact in fp16; 0x7F / 0xFF are NaN). Rows of invalid keys are written as zeros, so the cube
+// copies whole tiles and nothing unused is read. The two vector cores split the tile's rows.
+#pragma once
+#include "ascend/incre_flash_attention/ifa_convert.h"   // ifa::E4m3ToHalfBits
+#include "ascend/mla_decode/mla_common.h"
+
+namespace dualops {
+namespace mla {
+
+// 2^(e - 127) of an e8m0 exponent byte (255 = NaN).
+__aicore__ inline float E8m0ToFloat(uint32_t e) {
+  union {
+    uint32_t u;
+    float f;
+  } v;
+  v.u = e == 255 ? 0x7FC00000u : (e == 0 ? 0x00400000u : (e << 23));
+  return v.f;
+}
+
+template <typename QT>
+class MlaDequant {
+ public:
+  __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
+    a_ = &a;
+    tp_ = &pipe;
+    v32_ = a.h.kv_format == kFmtV32;
+    nope_ = v32_ ? kV32Nope : kModel1Nope;
+    pitch_ = v32_ ? RoundUp(kV32RopeByte, 32) : kModel1Data;   // UB bytes per raw row
+    const int32_t d = a.h.d_qk;
+    pipe.InitBuffer(raw_, kConvRows * pitch_);
+    pipe.InitBuffer(aux_, kConvRows * (v32_ ? kRope * 2 : 32));   // v32: RoPE bf16; model1: scale bytes
+    pipe.InitBuffer(h16_, kConvRows * pitch_ * sizeof(half));
+    pipe.InitBuffer(idx_, kConvRows * pitch_ * sizeof(int32_t));
+    pipe.InitBuffer(f32_, kConvRows * d * sizeof(float));
+    pipe.InitBuffer(hi32_, kConvRows * d * sizeof(float));
+    pipe.InitBuffer(out_, kParts * kConvRows * d * sizeof(QT));
+    pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
+    AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
+    for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ifa::E4m3ToHalfBits(b));
+    PipeSync<AscendC::HardEvent::S_V>(tp_);
+  }
+
+  // This vector core's share of tile t's rows -> workspace slot t % kSlots.
+  __aicore__ inline void ConvertTile(const Pass& ps, const KeyMap& km, int32_t t) {
+    const int32_t n = a_->h.kv_tile;
+    const int32_t half_rows = n / 2;
+    const int32_t begin = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
+    const int32_t nv = ps.TileKeys(n, t);
+    for (int32_t c = begin; c < begin + half_rows; c += kConvRows) {
+      ConvertRows(ps, km, t, c, MinI(kConvRows, begin + half_rows - c), nv);
+    }
+  }
+
+ private:
+  // Tile rows [c, c + cn): load the valid ones' bytes, decode, scale, split hi / lo, store.
+  __aicore__ inline void ConvertRows(const Pass& ps, const KeyMap& km, int32_t t, int32_t c, int32_t cn, int32_t nv) {
+    const Args& a = *a_;
+    const int32_t d = a.h.d_qk;
+    AscendC::LocalTensor<uint8_t> raw = raw_.Get<uint8_t>();
+    AscendC::LocalTensor<uint8_t> aux = aux_.Get<uint8_t>();
+    int64_t rows[kConvRows];
+    const int32_t key0 = ps.k0 + t * a.h.kv_tile + c;
+    for (int32_t r = 0; r < cn;) {
+      int32_t pool = 0, run = 1;
+      const int64_t row = c + r < nv ? km.Row(key0 + r, MinI(cn - r, nv - c - r), pool, run) : -1;
+      for (int32_t j = 0; j < run; ++j) rows[r + j] = row < 0 ? -1 : row + j;
+      if (row >= 0) LoadRaw(raw, aux, pool, row, r, run);
+      r += run;
+    }
+    PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
+    PipeSync<AscendC::HardEvent::MTE2_S>(tp_);
+    AscendC::LocalTensor<half> h = h16_.Get<half>();
+    AscendC::LocalTensor<int32_t> idx = idx_.Get<int32_t>();
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    const uint32_t bytes = static_cast<uint32_t>(cn * pitch_);
+    // byte -> its value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
+    AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, bytes);
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, bytes);
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(bytes));
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Gather(h, lut_.Get<uint16_t>().template ReinterpretCast<half>(), idx.template ReinterpretCast<uint32_t>(), 0,
+                    bytes);
+    AscendC::PipeBarrier<PIPE_V>();
+    const int32_t seg = v32_ ? 128 : 64;
+    for (int32_t r = 0; r < cn; ++r) {
+      AscendC::LocalTensor<float> fr = f[r * d];
+      if (rows[r] < 0) {
+        AscendC::Duplicate(fr, 0.0f, d);
+        continue;
+      }
+      AscendC::Cast(fr, h[r * pitch_], AscendC::RoundMode::CAST_NONE, nope_);
+      AscendC::PipeBarrier<PIPE_V>();
+      for (int32_t s = 0; s < nope_ / seg; ++s) {
+        const float scale = v32_ ? raw.template ReinterpretCast<float>().GetValue((r * pitch_ + kV32Nope) / 4 + s)
+                                 : E8m0ToFloat(aux.GetValue(r * 32 + s));
+        AscendC::Muls(fr[s * seg], fr[s * seg], scale, seg);
+      }
+      AscendC::LocalTensor<bfloat16_t> rope = v32_ ? aux.template ReinterpretCast<bfloat16_t>()[r * kRope]
+                                                   : raw.template ReinterpretCast<bfloat16_t>()[(r * pitch_ + nope_) / 2];
+      AscendC::Cast(fr[nope_], rope, AscendC::RoundMode::CAST_NONE, kRope);
+    }
+    AscendC::PipeBarrier<PIPE_V>();
+    const uint32_t count = static_cast<uint32_t>(cn * d);
+    AscendC::LocalTensor<QT> hi = out_.Get<QT>();
+    AscendC::LocalTensor<QT> lo = hi[kConvRows * d];
+    AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
+    AscendC::Cast(hi, f, AscendC::RoundMode::CAST_RINT, count);
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Cast(hi32, hi, AscendC::RoundMode::CAST_NONE, count);
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Sub(f, f, hi32, count);
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Cast(lo, f, AscendC::RoundMode::CAST_RINT, count);
+    PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
+    const uint64_t part = static_cast<uint64_t>(a.h.kv_tile) * d;
+    AscendC::GlobalTensor<QT> w;
+    w.SetGlobalBuffer(a.Ws<QT>(a.ws.k), kSlots * kParts * part);
+    const uint64_t base = static_cast<uint64_t>(t % kSlots) * kParts * part + static_cast<uint64_t>(c) * d;
+    AscendC::DataCopy(w[base], hi, count);
+    AscendC::DataCopy(w[base + part], lo, count);
+    PipeSync<AscendC::HardEvent::MTE3_V>(tp_);
+    PipeSync<AscendC::HardEvent::MTE3_MTE2>(tp_);
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
+    PipeSync<AscendC::HardEvent::S_MTE2>(tp_);
+  }
+
+  // `run` tokens from token row `row` of pool `pool` (consecutive rows of one page block) into
+  // raw rows [r, r + run) (and their RoPE / scales into aux).
+  __aicore__ inline void LoadRaw(const AscendC::LocalTensor<uint8_t>& raw, const AscendC::LocalTensor<uint8_t>& aux,
+                                 int32_t pool, int64_t row, int32_t r, int32_t run) {
+    const Args& a = *a_;
+    __gm__ uint8_t* base = Gm<uint8_t>(pool == 0 ? a.p.kv_cache : a.p.extra_kv_cache);
+    AscendC::GlobalTensor<uint8_t> g;
+    g.SetGlobalBuffer(base);
+    const uint16_t cnt = static_cast<uint16_t>(run);
+    if (v32_) {
+      const int64_t off = row * kV32Bytes;
+      AscendC::DataCopyPad(raw[r * pitch_], g[off],
+                           AscendC::DataCopyExtParams(cnt, kV32RopeByte, kV32Bytes - kV32RopeByte, 0, 0),
+                           AscendC::DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+      AscendC::GlobalTensor<bfloat16_t> rg;
+      rg.SetGlobalBuffer(reinterpret_cast<__gm__ bfloat16_t*>(base));
+      AscendC::DataCopyPad(aux.template ReinterpretCast<bfloat16_t>()[r * kRope], rg[(off + kV32RopeByte) / 2],
+                           AscendC::DataCopyExtParams(cnt, kRope * 2, kV32Bytes - kRope * 2, 0, 0),
+                           AscendC::DataCopyPadExtParams<bfloat16_t>(false, 0, 0, bfloat16_t(0)));
+      return;
+    }
+    const int64_t pbs = pool == 0 ? a.h.page_block_size : a.h.extra_page_block_size;
+    const int64_t blk = row / pbs, tok = row % pbs;
+    const int64_t block0 = blk * pbs * kModel1Bytes;
+    AscendC::DataCopyPad(raw[r * pitch_], g[block0 + tok * kModel1Data],
+                         AscendC::DataCopyExtParams(cnt, kModel1Data, 0, 0, 0),
+                         AscendC::DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+    AscendC::DataCopyPad(aux[r * 32], g[block0 + pbs * kModel1Data + tok * kModel1Scales],
+                         AscendC::DataCopyExtParams(cnt, kModel1Scales, 0, 0, 0),
+                         AscendC::DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
+  }
+
+  const Args* a_ = nullptr;
+  AscendC::TPipe* tp_ = nullptr;
+  bool v32_ = true;
+  int32_t nope_ = kV32Nope, pitch_ = 544;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, aux_, h16_, idx_, f32_, hi32_, out_, lut_;
+};
+
+}  // namespace mla
+}  // namespace dualops

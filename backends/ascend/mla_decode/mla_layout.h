@@ -1,0 +1,170 @@
+// Plain C++ shared by the Ascend C MLA decode kernel and its host side: the launch header that
+// precedes the shared MLA plan in the `GM_ADDR tiling` buffer, the cube chunk sizes derived from
+// the on-chip capacities, the per-core GM workspace layout and the host-side checks.
+//
+// tiling = [LaunchHeader (16 int32)] [MlaPlan.pack(): header (18 int32), parts [num_sm_parts][8],
+//          num_splits [batch + 1]]   (python/dualops/tiling/mla_decode.py)
+#pragma once
+#include <cstdint>
+
+// Kernel code calls these helpers too: __aicore__ there, plain host functions where the AscendC
+// headers are not included (the host side).
+#ifndef __aicore__
+#define __aicore__
+#endif
+
+namespace dualops {
+namespace mla {
+
+// Ascend launch choices, computed in Python (backends/ascend_sim/mla_decode.py) from the plan,
+// the tensors and the device profile.
+struct LaunchHeader {
+  int32_t version;
+  int32_t num_cores;        // AI cores launched; work items (m block, part) are dealt round-robin
+  int32_t d_qk;             // 576 or 512
+  int32_t d_v;              // 512
+  int32_t kv_tile;          // keys per tile (multiple of 64)
+  int32_t m_rows;           // q rows of one work item (the plan's m block)
+  int32_t page_block_size;  // main cache
+  int32_t extra_page_block_size;
+  int32_t kv_format;        // 0 bf16 (16-bit cache), 1 fp8_v32, 2 fp8_model1
+  int32_t q_dtype;          // dtype code of q (ops/include/dualops/params.h): 1 fp16, 2 bf16
+  int32_t convert;          // 1: the vector cores dequantize each tile into the workspace
+  int32_t topk_cols;        // indices.shape[-1] (sparse), else 0
+  int32_t extra_topk_cols;  // extra_indices.shape[-1], else 0
+  int32_t plan_ints;        // int32s of the MLA plan that follows
+  int32_t p_parts;          // 2: P goes to the cube as hi + lo halves (fp32-level accuracy); 1: once, in q's dtype
+  int32_t reserved;
+};
+constexpr int32_t kLaunchInts = 16;
+constexpr int32_t kLaunchVersion = 1;
+static_assert(sizeof(LaunchHeader) == kLaunchInts * 4, "MLA launch header is 16 int32 fields");
+
+// The shared MLA plan header (MlaPlan.FIELDS order; ops/include/dualops/tiling.h MlaDecodeTiling).
+struct PlanHeader {
+  int32_t version, batch, s_q, h_q, h_kv, q_rows, num_m_blocks, num_sm_parts, block_tokens, fixed_overhead, payload,
+      total_splits, part_stride, kv_format, sparse, topk, extra_topk, page_block_size;
+};
+constexpr int32_t kPlanInts = 18;
+constexpr int32_t kPlanVersion = 1;
+static_assert(sizeof(PlanHeader) == kPlanInts * 4, "MLA plan header is 18 int32 fields");
+
+enum KvFormat : int32_t { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };
+enum DTypeCode : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// Cache token layouts (dualops.quant).
+constexpr int32_t kV32Bytes = 656;      // 512 e4m3 | 4 fp32 scales | 64 bf16 RoPE
+constexpr int32_t kV32Nope = 512;
+constexpr int32_t kV32RopeByte = 528;
+constexpr int32_t kModel1Data = 576;    // per token in the block's data area: 448 e4m3 | 64 bf16 RoPE
+constexpr int32_t kModel1Nope = 448;
+constexpr int32_t kModel1Scales = 8;    // per token in the block's scale area: 7 e8m0 + pad
+constexpr int32_t kModel1Bytes = 584;
+constexpr int32_t kRope = 64;
+
+// Hardware capacities the kernel sizes its buffers for (Atlas A2 AI core).
+constexpr uint32_t kL1Bytes = 524288;
+constexpr uint32_t kL0aBytes = 65536;
+constexpr uint32_t kL0bBytes = 65536;
+constexpr uint32_t kL0cBytes = 131072;
+constexpr uint32_t kUbBytes = 196608;
+constexpr int32_t kSlots = 2;        // kv tiles in flight between the cube and the vector cores
+constexpr int32_t kParts = 2;        // hi / lo halves of operands handed to the cube in q's dtype
+constexpr int32_t kOutChunkRows = 8; // mm2-result rows per vector step
+constexpr int32_t kConvRows = 4;     // cache rows per dequant step
+
+__aicore__ inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
+__aicore__ inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+__aicore__ inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
+__aicore__ inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
+__aicore__ inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
+
+// Cube chunking. mm1 = Q[Rp, d_qk] . K^T[d_qk, kv_tile]: the whole tile's keys at once, d_qk in
+// kc1 pieces. mm2 = P[Rp, kv_tile] . V[kv_tile, d_v]: keys in kc2 pieces, d_v in nc2 pieces.
+struct Chunks {
+  int32_t rows_p;   // m_rows padded to 16
+  int32_t kc1, kc2, nc2;
+  int32_t kv_parts; // 1 (cache read directly) or kParts (dequantized hi / lo)
+  int32_t p_parts;  // 1 or kParts (P as hi / lo)
+};
+
+__aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
+  Chunks c;
+  c.rows_p = RoundUp(h.m_rows, 16);
+  c.kc1 = MinI(h.d_qk, MinI(Floor16(kL0bBytes / (2 * h.kv_tile)), Floor16(kL0aBytes / (2 * c.rows_p))));
+  c.nc2 = MinI(h.d_v, Floor16(kL0cBytes / (4 * c.rows_p)));
+  c.kc2 = MinI(h.kv_tile, MinI(Floor16(kL0aBytes / (2 * c.rows_p)), Floor16(kL0bBytes / (2 * c.nc2))));
+  c.kv_parts = h.convert ? kParts : 1;
+  c.p_parts = h.p_parts == 1 ? 1 : kParts;
+  return c;
+}
+
+// L1 bytes of the cube side: q tile, kSlots latent tiles (hi / lo when dequantized), P hi / lo.
+__aicore__ inline uint64_t L1Bytes(const LaunchHeader& h, const Chunks& c) {
+  return 2ull * c.rows_p * h.d_qk + 2ull * kSlots * c.kv_parts * h.kv_tile * h.d_qk + 2ull * kParts * c.rows_p * h.kv_tile;
+}
+
+// Per-core GM workspace, byte offsets inside one AI core's slice (all 512-B aligned):
+//   S [kSlots][rows_p][kv_tile] fp32         mm1 scores (cube -> vector)
+//   P [kSlots][kParts][rows_p][kv_tile] q    softmax numerator hi / lo (vector -> cube)
+//   O [kSlots][rows_p][d_v] fp32             mm2 result (cube -> vector)
+//   K [kSlots][kParts][kv_tile][d_qk] q      dequantized latent tile hi / lo (vector -> cube)
+struct Workspace {
+  uint64_t s, p, o, k, per_core;
+};
+
+__aicore__ inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
+
+__aicore__ inline Workspace MakeWorkspace(const LaunchHeader& h) {
+  const Chunks c = MakeChunks(h);
+  const uint64_t rows = static_cast<uint64_t>(c.rows_p), n = static_cast<uint64_t>(h.kv_tile);
+  Workspace w;
+  uint64_t off = 0;
+  w.s = off;
+  off = Align512(off + kSlots * rows * n * 4);
+  w.p = off;
+  off = Align512(off + kSlots * kParts * rows * n * 2);
+  w.o = off;
+  off = Align512(off + kSlots * rows * static_cast<uint64_t>(h.d_v) * 4);
+  w.k = off;
+  off = Align512(off + (h.convert ? kSlots * kParts * n * static_cast<uint64_t>(h.d_qk) * 2 : 0));
+  w.per_core = off;
+  return w;
+}
+
+__aicore__ inline uint64_t WorkspaceBytes(const LaunchHeader& h) {
+  return MakeWorkspace(h).per_core * static_cast<uint64_t>(h.num_cores > 0 ? h.num_cores : 0);
+}
+
+// Host check of a tiling buffer (launch header + plan). nullptr when fine, else why not.
+__aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeader& t, int64_t tiling_ints) {
+  if (h.version != kLaunchVersion) return "launch header version is not the one this kernel reads";
+  if (t.version != kPlanVersion) return "MLA plan version is not the one this kernel reads";
+  if (h.plan_ints < kPlanInts || kLaunchInts + static_cast<int64_t>(h.plan_ints) != tiling_ints)
+    return "plan_ints does not match the tiling buffer";
+  if (t.part_stride != 8) return "part_stride must be 8";
+  if (kPlanInts + static_cast<int64_t>(t.num_sm_parts) * t.part_stride + t.batch + 1 != h.plan_ints)
+    return "the plan's arrays do not match its header";
+  if (t.batch < 1 || t.s_q < 1 || t.h_q < 1 || t.h_q > 128) return "batch, s_q >= 1 and h_q in [1, 128] required";
+  if (t.h_kv != 1 || t.q_rows != t.s_q * t.h_q) return "the Ascend MLA kernel takes one latent KV head";
+  if (h.d_qk != 576 && h.d_qk != 512) return "d_qk must be 576 or 512";
+  if (h.d_v != 512 || h.d_v > h.d_qk) return "d_v must be 512";
+  if (h.kv_tile < 64 || h.kv_tile % 64 || h.kv_tile > 256) return "kv_tile must be a multiple of 64 in [64, 256]";
+  if (h.m_rows < 1 || h.m_rows > 64) return "m_rows must be in [1, 64]";
+  if (t.num_m_blocks != CeilDiv(t.q_rows, h.m_rows)) return "num_m_blocks != ceil(q_rows / m_rows)";
+  if (h.num_cores < 1 || h.num_cores > t.num_sm_parts * t.num_m_blocks) return "num_cores must be in [1, parts * m blocks]";
+  if (h.page_block_size < 1 || h.page_block_size != t.page_block_size) return "page_block_size differs from the plan's";
+  if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format > 2) return "kv_format differs from the plan's";
+  if (h.q_dtype != kF16 && h.q_dtype != kBF16) return "q must be fp16 or bf16";
+  if (h.p_parts != 1 && h.p_parts != kParts) return "p_parts must be 1 or 2";
+  if (h.kv_format != kFmtBf16 && !h.convert) return "FP8 caches are dequantized on the vector cores (convert = 1)";
+  if (t.sparse && (h.topk_cols != t.topk || h.extra_topk_cols != t.extra_topk)) return "index widths differ from the plan's topk";
+  if (t.sparse && h.extra_topk_cols > 0 && h.extra_page_block_size < 1) return "extra_page_block_size must be >= 1";
+  const Chunks c = MakeChunks(h);
+  if (c.kc1 < 16 || c.kc2 < 16 || c.nc2 < 16) return "cube chunks do not fit L0A / L0B / L0C";
+  if (L1Bytes(h, c) > kL1Bytes) return "the cube's tiles do not fit L1";
+  return nullptr;
+}
+
+}  // namespace mla
+}  // namespace dualops

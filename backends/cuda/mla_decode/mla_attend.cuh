@@ -1,0 +1,162 @@
+// One 64-token tile of attention for a CTA's 64 q rows, on mma.sync m16n8k16 with fp32
+// accumulation. Warp w: row group g = w / 2 (q rows 16g .. 16g + 15) and half c = w % 2. For
+// S = Q K^T the warp takes tokens 32c .. 32c + 31 of the tile; the two warps of a row group
+// exchange row maxima and their halves of P through shared memory (named barrier 1 + g), and
+// for O += P V the warp owns value columns 256c .. 256c + 255 for all 64 tokens.
+#pragma once
+#include "mla_config.cuh"
+
+namespace dualops::cuda::mla {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct RowState {
+  float o[32][4];   // O rows (r0: [.][0..1], r1: [.][2..3]), columns 256c + 8n + 2(lane % 4)
+  float m[2];       // running max of the scaled scores (log2 domain), rows r0 and r1
+  float l[2];       // this thread's share of the running sum (its own columns of its half)
+};
+
+__device__ __forceinline__ void init_state(RowState& st) {
+#pragma unroll
+  for (int n = 0; n < 32; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] = 0.f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
+}
+
+// lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
+// sp: the P (hi) tile; sp_lo: the P lo tile, rows of lo_row_bytes (the KV tile's RoPE columns
+// for Traits::kLoInKv, whose writes wait for every warp's S).
+template <class Tr>
+__device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
+                                            unsigned char* sp, unsigned char* sp_lo, int lo_row_bytes,
+                                            float* red_max, int tile0, const int (&lim)[2], float scale_log2,
+                                            int rows_valid) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = row_group(), c = warp_half();
+  (void)warp;
+  const uint32_t q_base = smem_addr(sq), kv_base = smem_addr(kv), p_base = smem_addr(sp);
+  const uint32_t lo_base = smem_addr(sp_lo);
+
+  // A row group with no valid q row (small h_q) skips its math; the CTA barrier below stays.
+  const bool active = g * 16 < rows_valid;
+  if (!active) {
+    if constexpr (Tr::kLoInKv) __syncthreads();
+    return;
+  }
+
+  // ---- S = Q K^T for 16 rows x 32 tokens
+  float s[4][4];
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+  // Rows a_row (Q) and b_tok, b_tok + 16 (K) all have row % 8 == lane % 8, so the swizzled chunk
+  // 2k + h of step k = 4m + u is 8m + ((2u + h) ^ (lane % 8)).
+  const int a_row = g * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int b_tok = c * 32 + (lane & 7) + (lane >> 4) * 8;
+  const uint32_t a_base = q_base + a_row * Tr::kRowBytes, b_base = kv_base + b_tok * Tr::kRowBytes;
+  const int ha = lane >> 4, hb = (lane >> 3) & 1, x = lane & 7;
+#pragma unroll 1
+  for (int m = 0; m < Tr::D / 64; m += 2) {  // groups of 4 steps (64 dims), two per trip
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int grp = m + (k >> 2), u = k & 3;
+      if (grp * 64 >= Tr::D) break;
+      uint32_t a[4], b0[4], b1[4];
+      ldmatrix_x4(a_base + grp * 128 + (((2 * u + ha) ^ x) << 4), a);
+      const uint32_t bo = grp * 128 + (((2 * u + hb) ^ x) << 4);
+      ldmatrix_x4(b_base + bo, b0);
+      ldmatrix_x4(b_base + 16 * Tr::kRowBytes + bo, b1);
+      mma_16816<MT>(s[0], a, b0[0], b0[1]);
+      mma_16816<MT>(s[1], a, b0[2], b0[3]);
+      mma_16816<MT>(s[2], a, b1[0], b1[1]);
+      mma_16816<MT>(s[3], a, b1[2], b1[3]);
+    }
+  }
+
+  // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = tile0 + c * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
+      const float v = tok < lim[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
+      s[n][e] = v;
+      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+    }
+  const int r0 = g * 16 + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 1));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 2));
+  }
+  if ((lane & 3) == 0) {
+    red_max[c * kRows + r0] = mx[0];
+    red_max[c * kRows + r0 + 8] = mx[1];
+  }
+  named_barrier(1 + g, 64);
+  float alpha[2], m_use[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float other = red_max[(c ^ 1) * kRows + r0 + 8 * j];
+    const float m_new = fmaxf(st.m[j], fmaxf(mx[j], other));
+    alpha[j] = m_new == -INFINITY ? 1.f : exp2f(st.m[j] - m_new);
+    m_use[j] = m_new == -INFINITY ? 0.f : m_new;
+    st.m[j] = m_new;
+  }
+
+  // ---- P = exp2(S - m) to shared memory (16-bit hi + lo), running sums, rescale O
+  if constexpr (Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    const float p0 = exp2f(s[n][0] - m_use[0]), p1 = exp2f(s[n][1] - m_use[0]);
+    const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
+    sum[0] += p0 + p1;
+    sum[1] += p2 + p3;
+    const int chunk = c * 4 + n, byte = (lane & 3) * 4;
+    uint32_t h01, l01, h23, l23;
+    split2<MT>(p0, p1, h01, l01);
+    split2<MT>(p2, p3, h23, l23);
+    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = h01;
+    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = h23;
+    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, chunk, lo_row_bytes) + byte) = l01;
+    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, chunk, lo_row_bytes) + byte) = l23;
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
+#pragma unroll
+  for (int n = 0; n < 32; ++n) {
+    st.o[n][0] *= alpha[0];
+    st.o[n][1] *= alpha[0];
+    st.o[n][2] *= alpha[1];
+    st.o[n][3] *= alpha[1];
+  }
+  named_barrier(1 + g, 64);
+
+  // ---- O += P V for 16 rows x 256 value columns over the 64 tokens
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    uint32_t a[4], a_lo[4];
+    ldmatrix_x4(p_base + swz(a_row, 2 * kk + (lane >> 4), kPRowBytes), a);
+    ldmatrix_x4(lo_base + swz(a_row, 2 * kk + (lane >> 4), lo_row_bytes), a_lo);
+    // chunk c*32 + 2np + (lane >> 4) of token v_tok, swizzled: np = 4m + u gives 8m + ((2u + hi) ^ (v_tok & 7))
+    const int v_tok = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const uint32_t v_row = kv_base + v_tok * Tr::kRowBytes + c * 512;
+#pragma unroll
+    for (int np = 0; np < 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(v_row + (np >> 2) * 128 + ((((np & 3) * 2 + (lane >> 4)) ^ (lane & 7)) << 4), b);
+      mma_16816<MT>(st.o[2 * np], a, b[0], b[1]);
+      mma_16816<MT>(st.o[2 * np + 1], a, b[2], b[3]);
+      mma_16816<MT>(st.o[2 * np], a_lo, b[0], b[1]);
+      mma_16816<MT>(st.o[2 * np + 1], a_lo, b[2], b[3]);
+    }
+  }
+}
+
+}  // namespace dualops::cuda::mla

@@ -1,0 +1,57 @@
+// Compile-time shape of one MLA decode kernel variant: q / MMA dtype, cache format, head dim,
+// and the shared-memory layout of its CTA (docs/mla_decode_cuda.md "Shared memory").
+#pragma once
+#include <dualops/params.h>
+#include <dualops/tiling.h>
+
+#include "mla_primitives.cuh"
+
+namespace dualops::cuda::mla {
+
+enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
+
+constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
+constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)
+constexpr int kTile = 64;              // KV tokens per tile (K = whole latent row, V = first 512 dims)
+constexpr int kDv = 512;               // value dims
+constexpr int kHeaderInts = sizeof(MlaDecodeTiling) / 4;  // packed plan: header, parts, num_splits
+constexpr int kPRowBytes = kTile * 2;  // P tile rows (16-bit)
+
+// Warp w works on row group w / 2 (q rows 16 (w / 2) .. + 15) and half w % 2: the two warps of
+// a row group sit on different SM sub-partitions, so a tile with few valid rows (small h_q)
+// still spreads its work over the SM.
+__device__ __forceinline__ int row_group() { return threadIdx.x >> 6; }
+__device__ __forceinline__ int warp_half() { return (threadIdx.x >> 5) & 1; }
+
+template <typename MT_, int FMT, int D_>
+struct Traits {
+  using MT = MT_;                             // q dtype = MMA input dtype
+  static constexpr int kFmt = FMT;
+  static constexpr int D = D_;                // d_qk (576 or 512)
+  static constexpr int kChunks = D / 8;       // 16-byte chunks of a 16-bit latent row
+  static constexpr int kRowBytes = D * 2;     // a multiple of 128: rows swizzle by row % 8
+  static constexpr bool kDirect = FMT == kFmtBf16;  // cache rows copied as they are (same dtype as q)
+  // Raw staging row of an FP8 token: v32 656 B; model1 576 data + 8 scale bytes, padded to 592.
+  static constexpr int kRawRow = FMT == kFmtV32 ? 656 : 592;
+  static constexpr int kTileBytes = kTile * kRowBytes;
+  static constexpr int kQBytes = kRows * kRowBytes;
+  // Layout: Q tile | KV tile(s) | [raw staging] | P tile | row reductions (max, sum) for 2 halves.
+  static constexpr int kOffKv = kQBytes;
+  static constexpr int kNumKvBufs = kDirect ? 2 : 1;
+  static constexpr int kOffStage = kOffKv + kNumKvBufs * kTileBytes;
+  static constexpr int kStageBytes = kDirect ? 0 : kTile * kRawRow;
+  static constexpr int kOffP = kOffStage + kStageBytes;
+  // P goes to the MMA as hi + lo 16-bit parts (~16 mantissa bits of the softmax weights). The
+  // lo tile has its own area where shared memory allows; the 576-dim direct variant (two KV
+  // buffers) puts it in the current KV tile's RoPE columns 512..575, dead once S is computed.
+  static constexpr bool kLoInKv = kDirect && D == 576;
+  static constexpr int kOffPLo = kOffP + kRows * kPRowBytes;
+  static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes);
+  static constexpr int kSmemBytes = kOffRed + 4 * kRows * 4;
+  static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
+  static_assert(FMT != kFmtV32 || D == 576, "fp8_v32 is d_qk 576");
+  static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");
+};
+
+}  // namespace dualops::cuda::mla

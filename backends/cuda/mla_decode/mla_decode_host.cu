@@ -1,0 +1,82 @@
+// Host entry of the CUDA MLA decode: checks, then the variant's launch (mla_launch.cuh).
+#include <cstdint>
+#include <cstdio>
+
+#include "mla_decode.h"
+#include "mla_variants.h"
+
+namespace dualops::cuda {
+namespace {
+
+thread_local char g_msg[512];
+
+template <typename... A>
+const char* fail(const char* fmt, A... a) {
+  std::snprintf(g_msg, sizeof g_msg, fmt, a...);
+  return g_msg;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+using Launch = cudaError_t (*)(const MlaDecodeParams&, const MlaDecodeTiling&, bool, cudaStream_t);
+
+Launch variant_of(const MlaDecodeParams& p) {
+  using namespace mla;
+  const bool bf = p.q_dtype == static_cast<int>(DType::kBfloat16);
+  if (!bf && p.q_dtype != static_cast<int>(DType::kFloat16)) return nullptr;
+  switch (p.kv_format) {
+    case 0:
+      if (p.head_dim == 576) return bf ? launch_variant<__nv_bfloat16, 0, 576> : launch_variant<__half, 0, 576>;
+      if (p.head_dim == 512) return bf ? launch_variant<__nv_bfloat16, 0, 512> : launch_variant<__half, 0, 512>;
+      return nullptr;
+    case 1:
+      if (p.head_dim != 576) return nullptr;
+      return bf ? launch_variant<__nv_bfloat16, 1, 576> : launch_variant<__half, 1, 576>;
+    case 2:
+      if (p.head_dim != 512) return nullptr;
+      return bf ? launch_variant<__nv_bfloat16, 2, 512> : launch_variant<__half, 2, 512>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+  if (t.version != 1) return fail("mla_decode: plan version must be 1, got %d", t.version);
+  if (t.sparse) return fail("mla_decode (cuda): sparse decode is not implemented on this backend");
+  if (t.h_kv != 1) return fail("mla_decode (cuda): one latent KV head, got h_kv %d", t.h_kv);
+  if (t.batch < 1 || t.s_q < 1 || t.h_q < 1 || t.q_rows != t.s_q * t.h_q)
+    return fail("mla_decode: plan needs batch, s_q, h_q >= 1 and q_rows = s_q * h_q (got %d, %d, %d, %d)", t.batch,
+                t.s_q, t.h_q, t.q_rows);
+  if (t.num_m_blocks != (t.q_rows + 63) / 64) return fail("mla_decode: plan num_m_blocks must be ceil(q_rows / 64)");
+  if (t.num_sm_parts < 1 || t.num_sm_parts > 65535) return fail("mla_decode: plan num_sm_parts %d", t.num_sm_parts);
+  if (t.part_stride != 8 || t.block_tokens != 64)
+    return fail("mla_decode: plan part_stride must be 8 and block_tokens 64");
+  if (!variant_of(p))
+    return fail("mla_decode (cuda): no kernel for q dtype code %d, kv_format %d, d_qk %d", p.q_dtype, p.kv_format,
+                p.head_dim);
+  if (!p.q || !p.kv_cache || !p.block_table || !p.cache_seqlens || !p.out || !p.lse || !p.plan)
+    return fail("mla_decode: q, kv_cache, block_table, cache_seqlens, out, lse and plan must all be set");
+  if (p.indices || p.extra_kv_cache) return fail("mla_decode (cuda): sparse decode is not implemented");
+  if (p.page_block_size < 1 || (p.kv_format == 2 && p.page_block_size % 2))
+    return fail("mla_decode: page_block_size %d (fp8_model1 needs an even size)", p.page_block_size);
+  if (p.num_blocks < 1) return fail("mla_decode: num_blocks must be >= 1");
+  if (!aligned16(p.q) || (p.q_stride_b | p.q_stride_s | p.q_stride_h) % 8)
+    return fail("mla_decode: q must start on 16 bytes with strides that are multiples of 8 elements");
+  if (!aligned16(p.kv_cache)) return fail("mla_decode: kv_cache must start on a 16-byte boundary");
+  const bool need_combine = t.total_splits < 0 || t.total_splits > t.batch;
+  if (need_combine && (!p.o_accum || !p.lse_accum || !aligned16(p.o_accum)))
+    return fail("mla_decode: split requests need 16-byte aligned o_accum and lse_accum workspaces");
+  return nullptr;
+}
+
+const char* mla_decode(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
+  if (const char* err = mla_decode_check(p, t)) return err;
+  const bool need_combine = t.total_splits < 0 || t.total_splits > t.batch;
+  const cudaError_t err = variant_of(p)(p, t, need_combine, stream);
+  if (err != cudaSuccess) return fail("mla_decode (cuda): CUDA error: %s", cudaGetErrorString(err));
+  return nullptr;
+}
+
+}  // namespace dualops::cuda

@@ -1,0 +1,95 @@
+// The MLA decode split kernel: grid (num_m_blocks, h_kv, num_sm_parts) of the plan. CTA
+// (m, 0, part) walks the part's requests (begin_req .. end_req of its plan record), attends each
+// request's token range for q rows 64m .. 64m + 63 tile by tile, and writes out / lse or its
+// split slot's partials (docs/mla_decode_cuda.md).
+#pragma once
+#include "mla_epilogue.cuh"
+#include "mla_load.cuh"
+
+namespace dualops::cuda::mla {
+
+template <class Tr>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* sq = smem;
+  unsigned char* sp = smem + Tr::kOffP;
+  unsigned char* sp_lo = smem + Tr::kOffPLo;  // (kLoInKv: the KV tile's RoPE columns instead)
+  constexpr int lo_rb = Tr::kLoInKv ? Tr::kRowBytes : kPRowBytes;
+  auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + kDv * 2 : sp_lo; };
+  unsigned char* stage = smem + Tr::kOffStage;
+  float* red_max = reinterpret_cast<float*>(smem + Tr::kOffRed);
+  float* red_sum = red_max + 2 * kRows;
+  auto kvbuf = [&](int i) { return smem + Tr::kOffKv + i * Tr::kTileBytes; };
+
+  // The combine kernel (a programmatic dependent) may be scheduled now; it waits for this grid.
+  pdl_launch_dependents();
+  const int* plan = static_cast<const int*>(p.plan);
+  const int* rec = plan + kHeaderInts + blockIdx.z * t.part_stride;
+  const int* ns = plan + kHeaderInts + t.num_sm_parts * t.part_stride;
+  const int* seqlens = static_cast<const int*>(p.cache_seqlens);
+  const int begin_req = rec[0], end_req = min(rec[1], t.batch - 1), begin_tok = rec[2], end_tok = rec[3];
+  const int begin_split = rec[4];
+  const int row0 = blockIdx.x * kRows;
+  const int lane = threadIdx.x & 31, g = row_group();
+  const int rows_valid = min(kRows, t.q_rows - row0);
+  const float scale_log2 = p.softmax_scale * kLog2e;
+
+  for (int r = max(begin_req, 0); r <= end_req; ++r) {
+    const int len = max(seqlens[r], 0);
+    const int end = r == end_req ? min(end_tok, len) : len;
+    const int start = r == begin_req ? begin_tok : 0;
+    const int ntiles = end > start ? (end - start + kTile - 1) / kTile : 0;
+    const int n_splits = ns[r + 1] - ns[r];
+    const int slot = ns[r] + (r == begin_req ? begin_split : 0);
+    int lim[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int gr = row0 + g * 16 + (lane >> 2) + 8 * j;
+      const int i = gr < t.q_rows ? gr / t.h_q : 0;
+      lim[j] = p.causal ? min(end, len - t.s_q + i + 1) : end;
+    }
+    RowState st;
+    init_state(st);
+    __syncthreads();  // the previous request's readers of Q / KV / P are done
+    if (ntiles > 0) {
+      load_q<Tr>(p, t, sq, r, row0);
+      if constexpr (Tr::kDirect) {
+        load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+        cp_async_commit();
+        for (int n = 0; n < ntiles; ++n) {
+          if (n + 1 < ntiles) {
+            load_kv_tile<Tr>(p, kvbuf((n + 1) & 1), r, start + (n + 1) * kTile, end);
+            cp_async_commit();
+            cp_async_wait<1>();
+          } else {
+            cp_async_wait<0>();
+          }
+          __syncthreads();
+          attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, lo_of(kvbuf(n & 1)), lo_rb, red_max, start + n * kTile, lim,
+                          scale_log2, rows_valid);
+          __syncthreads();
+        }
+      } else {
+        load_kv_tile<Tr>(p, stage, r, start, end);
+        cp_async_commit();
+        for (int n = 0; n < ntiles; ++n) {
+          cp_async_wait<0>();
+          __syncthreads();
+          dequant_tile<Tr>(stage, kvbuf(0));
+          __syncthreads();
+          if (n + 1 < ntiles) {
+            load_kv_tile<Tr>(p, stage, r, start + (n + 1) * kTile, end);
+            cp_async_commit();
+          }
+          attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, lim, scale_log2,
+                          rows_valid);
+          __syncthreads();
+        }
+      }
+    }
+    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot);
+  }
+}
+
+}  // namespace dualops::cuda::mla

@@ -1,0 +1,57 @@
+// End of one request piece: finish the row sums across the two warps of a row group, then write
+// either the final out / lse (request with one split) or the fp32 partials of its split slot.
+// Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
+// reference's p = 0 times a NaN value), and a NaN sum gives NaN out and lse.
+#pragma once
+#include "mla_attend.cuh"
+
+namespace dualops::cuda::mla {
+
+template <class Tr>
+__device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, RowState& st,
+                                            float* red_sum, int b, int row0, int n_splits, int slot) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = row_group(), c = warp_half();
+  (void)warp;
+  const int r0 = g * 16 + (lane >> 2);
+  float l[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    l[j] = st.l[j];
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 1);
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 2);
+    if ((lane & 3) == 0) red_sum[c * kRows + r0 + 8 * j] = l[j];
+  }
+  named_barrier(1 + g, 64);
+  const bool final_out = n_splits == 1;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int gr = row0 + r0 + 8 * j;
+    if (gr >= t.q_rows) continue;
+    const float lt = l[j] + red_sum[(c ^ 1) * kRows + r0 + 8 * j];
+    const bool empty = lt == 0.f;
+    float inv = empty ? 0.f : 1.f / lt;
+    const float lse = empty ? (final_out ? INFINITY : -INFINITY) : (st.m[j] + log2f(lt)) * 0.6931471805599453f;
+    const int i = gr / t.h_q, h = gr - i * t.h_q;
+    if (final_out) {
+      if (p.attn_sink != nullptr && !empty)
+        inv *= 1.f / (1.f + expf(static_cast<const float*>(p.attn_sink)[h] - lse));
+      MT* out = static_cast<MT*>(p.out) + ((static_cast<int64_t>(b) * t.s_q + i) * t.h_q + h) * kDv + c * 256 +
+                (lane & 3) * 2;
+#pragma unroll
+      for (int n = 0; n < 32; ++n) store2<MT>(out + n * 8, st.o[n][2 * j] * inv, st.o[n][2 * j + 1] * inv);
+      if (c == 0 && (lane & 3) == 0)
+        static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * t.s_q + i] = lse;
+    } else {
+      const int64_t prow = static_cast<int64_t>(slot) * t.q_rows + gr;
+      float* oa = static_cast<float*>(p.o_accum) + prow * kDv + c * 256 + (lane & 3) * 2;
+#pragma unroll
+      for (int n = 0; n < 32; ++n)
+        *reinterpret_cast<float2*>(oa + n * 8) = make_float2(st.o[n][2 * j] * inv, st.o[n][2 * j + 1] * inv);
+      if (c == 0 && (lane & 3) == 0) static_cast<float*>(p.lse_accum)[prow] = lse;
+    }
+  }
+}
+
+}  // namespace dualops::cuda::mla

@@ -1,0 +1,141 @@
+// Loads of one MLA CTA: the 64-row q tile, and one 64-token KV tile of a request, either copied
+// as it is (16-bit cache of q's dtype) or staged raw (FP8 formats) and dequantized in shared
+// memory to q's dtype. Tokens past the range end and tokens whose block id is outside the cache
+// are zero-filled and never read (their slots may hold anything, NaN included).
+#pragma once
+#include "mla_config.cuh"
+
+namespace dualops::cuda::mla {
+
+// q rows row0 .. row0 + 63 of request b (row = query token * h_q + head) into the swizzled Q tile.
+template <class Tr>
+__device__ __forceinline__ void load_q(const MlaDecodeParams& p, const MlaDecodeTiling& t, unsigned char* sq,
+                                       int b, int row0) {
+  using MT = typename Tr::MT;
+  const MT* q = static_cast<const MT*>(p.q);
+  const uint32_t base = smem_addr(sq);
+  for (int c = threadIdx.x; c < kRows * Tr::kChunks; c += kThreads) {
+    const int row = c / Tr::kChunks, chunk = c - row * Tr::kChunks;
+    const int gr = row0 + row;
+    const bool ok = gr < t.q_rows;
+    const int i = ok ? gr / t.h_q : 0, h = ok ? gr - i * t.h_q : 0;
+    const MT* src = q + b * p.q_stride_b + i * p.q_stride_s + h * p.q_stride_h + chunk * 8;
+    cp_async_16(base + swz(row, chunk, Tr::kRowBytes), ok ? src : q, ok ? 16u : 0u);
+  }
+}
+
+// Byte address of token `tok` of request r's cache block, or nullptr when the token is past `end`
+// or its block id (or its block-table column) is out of range. Returns the block base and the in-block offset.
+__device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
+                                                            int64_t block_bytes, int& off) {
+  off = 0;
+  if (tok >= end) return nullptr;
+  const int pbs = p.page_block_size;
+  if (tok / pbs >= p.max_blocks) return nullptr;  // past the block table's width
+  const int blk = static_cast<const int*>(p.block_table)[r * p.block_table_stride + tok / pbs];
+  off = tok % pbs;
+  if (blk < 0 || blk >= p.num_blocks) return nullptr;
+  return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
+}
+
+// Tile of tokens tile0 .. tile0 + 63 of request r: 4 threads per token.
+template <class Tr>
+__device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
+                                             int end) {
+  const int token = threadIdx.x >> 2, sub = threadIdx.x & 3;
+  const uint32_t base = smem_addr(dst);
+  int off;
+  if constexpr (Tr::kDirect) {
+    const unsigned char* blk = token_block(p, r, tile0 + token, end,
+                                           static_cast<int64_t>(p.page_block_size) * Tr::kRowBytes, off);
+    const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : nullptr;
+    const uint32_t n = src ? 16u : 0u;
+    if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
+#pragma unroll
+    for (int chunk = sub; chunk < Tr::kChunks; chunk += 4)
+      cp_async_16(base + swz(token, chunk, Tr::kRowBytes), src + (n ? chunk * 16 : 0), n);
+  } else if constexpr (Tr::kFmt == kFmtV32) {
+    const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 656, off);
+    const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : nullptr;
+    const uint32_t n = src ? 16u : 0u;
+    if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
+    for (int chunk = sub; chunk < 41; chunk += 4)
+      cp_async_16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
+  } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
+    const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 584, off);
+    const unsigned char* data = blk ? blk + static_cast<int64_t>(off) * 576 : nullptr;
+    const uint32_t n = data ? 16u : 0u;
+    const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
+#pragma unroll
+    for (int chunk = sub; chunk < 36; chunk += 4)
+      cp_async_16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
+    if (sub == 0) {
+      const unsigned char* sc = blk ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
+      cp_async_8(base + token * Tr::kRawRow + 576, sc, n ? 8u : 0u);
+    }
+  }
+}
+
+template <typename MT>
+__device__ __forceinline__ uint4 bf16x8_to(uint4 v) {
+  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {
+    return v;
+  } else {
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = bf16x2_to_float2(w[k]);
+      w[k] = pack2<MT>(f.x, f.y);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// 8 e4m3 values times a scale -> 8 values of MT (16 bytes).
+template <typename MT>
+__device__ __forceinline__ uint4 e4m3x8_scaled(uint2 raw, float s) {
+  uint32_t w[4];
+  const uint32_t in[2] = {raw.x, raw.y};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = e4m3x2_to_float2(static_cast<uint16_t>(in[k >> 1] >> ((k & 1) * 16)));
+    w[k] = pack2<MT>(f.x * s, f.y * s);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// e8m0 exponent byte -> 2^(e - 127); 255 is NaN.
+__device__ __forceinline__ float e8m0_scale(uint32_t e) {
+  if (e == 255u) return __uint_as_float(0x7fc00000u);
+  if (e == 0u) return __uint_as_float(0x00400000u);
+  return __uint_as_float(e << 23);
+}
+
+// Raw FP8 staging tile -> 16-bit swizzled KV tile (one 16-byte output chunk per step).
+template <class Tr>
+__device__ __forceinline__ void dequant_tile(const unsigned char* stage, unsigned char* kv) {
+  using MT = typename Tr::MT;
+  for (int c = threadIdx.x; c < kTile * Tr::kChunks; c += kThreads) {
+    const int token = c / Tr::kChunks, chunk = c - token * Tr::kChunks;
+    const unsigned char* row = stage + token * Tr::kRawRow;
+    uint4 v;
+    if constexpr (Tr::kFmt == kFmtV32) {
+      if (chunk < 64) {
+        const float s = *reinterpret_cast<const float*>(row + 512 + (chunk >> 4) * 4);
+        v = e4m3x8_scaled<MT>(*reinterpret_cast<const uint2*>(row + chunk * 8), s);
+      } else {
+        v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 528 + (chunk - 64) * 16));
+      }
+    } else {
+      if (chunk < 56) {
+        const float s = e8m0_scale(row[576 + (chunk >> 3)]);
+        v = e4m3x8_scaled<MT>(*reinterpret_cast<const uint2*>(row + chunk * 8), s);
+      } else {
+        v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 448 + (chunk - 56) * 16));
+      }
+    }
+    *reinterpret_cast<uint4*>(kv + swz(token, chunk, Tr::kRowBytes)) = v;
+  }
+}
+
+}  // namespace dualops::cuda::mla

@@ -1,0 +1,14 @@
+// Declaration of the per-variant launchers (defined by the mla_<q>_<cache>.cu instantiation files).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <dualops/params.h>
+#include <dualops/tiling.h>
+
+namespace dualops::cuda::mla {
+template <typename MT, int FMT, int D>
+cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
+                           cudaStream_t stream);
+}  // namespace dualops::cuda::mla

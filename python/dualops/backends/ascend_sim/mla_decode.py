@@ -1,0 +1,141 @@
+"""Ascend C MLA decode on the simulator: the glue of ``backends/ascend/mla_decode``.
+
+The kernel reads the shared MLA plan (``dualops.tiling.plan_mla_decode``, the schedule the CUDA
+kernel reads too; made here for the simulated profile's AI cores when not given) behind a small
+Ascend launch header (``launch_header``: core count, tile sizes, page sizes, formats) that this
+module computes from the plan, the tensors and the profile."""
+
+from __future__ import annotations
+
+import torch
+
+from ... import native, schema
+from ...tiling.mla_decode import KV_FORMATS, MLA_Q_BLOCK_ROWS, MlaPlan, plan_mla_decode, request_lengths
+from ._common import Regions, active_profile, check_block_ids, launch, ptr
+
+_OP = "mla_decode"
+KERNEL = "mla_decode"
+LAUNCH_VERSION = 1
+KV_TILE_DIRECT = 128   # keys per tile when the cube reads a 16-bit cache directly (2 L1 slots)
+KV_TILE_DEQUANT = 64   # keys per tile when the vector cores dequantize (hi / lo halves in L1)
+P_PARTS = 2            # P to the cube as hi + lo halves (1: once in q's dtype, as FlashMLA does)
+
+
+def launch_header(plan: MlaPlan, *, num_cores: int, d_qk: int, q_dtype: torch.dtype, page_block_size: int,
+                  extra_page_block_size: int = 0, topk_cols: int = 0, extra_topk_cols: int = 0,
+                  kv_tile: int | None = None, p_parts: int = 2) -> list[int]:
+    """The 16 int32 of the Ascend launch header (backends/ascend/mla_decode/mla_layout.h)."""
+    convert = int(plan.kv_format != KV_FORMATS["bf16"])
+    tile = kv_tile or (KV_TILE_DEQUANT if convert else KV_TILE_DIRECT)
+    cores = max(1, min(num_cores, plan.num_sm_parts * plan.num_m_blocks))
+    plan_ints = int(plan.pack().numel())
+    return [LAUNCH_VERSION, cores, d_qk, 512, tile, MLA_Q_BLOCK_ROWS, page_block_size, extra_page_block_size,
+            plan.kv_format, schema.dtype_code(q_dtype), convert, topk_cols, extra_topk_cols, plan_ints, p_parts, 0]
+
+
+def tiling_bytes(header: list[int], plan: MlaPlan) -> bytes:
+    return torch.cat([torch.tensor(header, dtype=torch.int32), plan.pack()]).numpy().tobytes()
+
+
+def _check_plan(plan: MlaPlan, *, B, S_q, H_q, kv_format, pbs, topk, extra_topk, lengths):
+    want = dict(batch=B, s_q=S_q, h_q=H_q, h_kv=1, kv_format=KV_FORMATS[kv_format], sparse=int(topk is not None),
+                topk=topk or 0, extra_topk=extra_topk or 0, page_block_size=pbs)
+    for k, v in want.items():
+        if getattr(plan, k) != v:
+            raise ValueError(f"mla_decode: plan.{k} = {getattr(plan, k)} but the call needs {v} "
+                             f"(make the plan with dualops.get_mla_metadata for these inputs)")
+    covered = [0] * B
+    for _, r, begin, end, _slot in plan.token_ranges(lengths):
+        if begin != covered[r] and end > begin:
+            raise ValueError(f"mla_decode: the plan's pieces of request {r} are not contiguous")
+        covered[r] = max(covered[r], end)
+    for r, (got, n) in enumerate(zip(covered, lengths)):
+        if got != n:
+            raise ValueError(f"mla_decode: the plan covers {got} keys of request {r}, which has {n} "
+                             f"(was it made for other cache_seqlens / topk?)")
+
+
+def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, softmax_scale, causal, kv_format,
+               indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length,
+               _host_checks=True, _kv_tile=None, _p_parts=None):
+    """docs/internals.md "Backend module interface". Returns (out, lse).
+    (_host_checks / _kv_tile exist for the planted-fault tests only.)"""
+    C = native.require()
+    prof = active_profile()
+    if q.device.type != "cpu":
+        raise ValueError(f"ascend_sim runs on CPU tensors, got q on {q.device}")
+    if head_dim_v != 512:
+        raise NotImplementedError(f"ascend_sim mla_decode: head_dim_v must be 512, got {head_dim_v}")
+    if kv_format == "bf16" and kv_cache.dtype != q.dtype:
+        raise NotImplementedError(f"ascend_sim mla_decode: a 16-bit cache must have q's dtype ({q.dtype}), "
+                                  f"got {kv_cache.dtype}")
+    B, S_q, H_q, d_qk = (int(x) for x in q.shape)
+    pbs = int(kv_cache.shape[1])
+    sparse = indices is not None
+    extra = extra_kv_cache is not None
+    topk = int(indices.shape[-1]) if sparse else None
+    extra_topk = int(extra_indices.shape[-1]) if extra else None
+    seqlens = cache_seqlens.to(torch.int32).contiguous()
+    lengths = request_lengths(seqlens, topk=topk, extra_topk=extra_topk)
+    if plan is None:
+        plan = plan_mla_decode(seqlens, num_heads_q=H_q, num_heads_k=1, s_q=S_q, kv_format=kv_format, topk=topk,
+                               extra_topk=extra_topk, page_block_size=pbs, device=prof)
+    elif _host_checks:
+        _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs, topk=topk, extra_topk=extra_topk,
+                    lengths=lengths)
+    table = block_table.to(torch.int32)
+    if table.stride(-1) != 1:
+        table = table.contiguous()
+    if not sparse and _host_checks:
+        cap = int(table.shape[1]) * pbs
+        if bool((seqlens < 0).any()) or bool((seqlens > cap).any()):
+            raise ValueError(f"cache_seqlens must be in [0, {cap}] (block_table width x page size), got {seqlens.tolist()}")
+        check_block_ids(table, seqlens, pbs, int(kv_cache.shape[0]))
+
+    header = launch_header(plan, num_cores=prof.num_cores, d_qk=d_qk, q_dtype=q.dtype, page_block_size=pbs,
+                           extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0,
+                           topk_cols=topk or 0, extra_topk_cols=extra_topk or 0, kv_tile=_kv_tile,
+                           p_parts=_p_parts or P_PARTS)
+    tiling = tiling_bytes(header, plan)
+    if _host_checks:
+        why = C.ascend_mla_check_tiling(tiling)
+        if why is not None:
+            raise ValueError(f"ascend_sim: the plan cannot run on the Ascend MLA kernel: {why} ({plan.describe()})")
+
+    def i32(t):
+        return None if t is None else t.to(torch.int32).contiguous()
+
+    idx, idx_len, x_idx, x_len = i32(indices), i32(topk_length), i32(extra_indices), i32(extra_topk_length)
+    sink = None if attn_sink is None else attn_sink.to(torch.float32).contiguous()
+    kv = kv_cache.contiguous()
+    xkv = None if not extra else extra_kv_cache.contiguous()
+
+    # Poisoned outputs / workspace: anything the kernel fails to write shows up as NaN.
+    out = torch.full((B, S_q, H_q, head_dim_v), float("nan"), dtype=q.dtype)
+    lse = torch.full((B, H_q, S_q), float("nan"), dtype=torch.float32)
+    split = plan.total_splits > plan.batch
+    n_o, n_l = plan.workspace_floats(head_dim_v)
+    o_acc = torch.full((n_o,), float("nan")) if split else None
+    l_acc = torch.full((n_l,), float("nan")) if split else None
+    ws = torch.full((max(1, C.ascend_mla_workspace_bytes(tiling)),), 0xFF, dtype=torch.uint8)
+    params = schema.pack_params(
+        _OP, q=q.data_ptr(), kv_cache=kv.data_ptr(), block_table=table.data_ptr(), cache_seqlens=seqlens.data_ptr(),
+        indices=ptr(idx), topk_length=ptr(idx_len), attn_sink=ptr(sink), extra_kv_cache=ptr(xkv),
+        extra_indices=ptr(x_idx), extra_topk_length=ptr(x_len), out=out.data_ptr(), lse=lse.data_ptr(),
+        o_accum=ptr(o_acc), lse_accum=ptr(l_acc), q_stride_b=q.stride(0), q_stride_s=q.stride(1),
+        q_stride_h=q.stride(2), block_table_stride=table.stride(0), num_blocks=int(kv.shape[0]),
+        extra_num_blocks=int(xkv.shape[0]) if extra else 0, softmax_scale=float(softmax_scale),
+        causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format], q_dtype=schema.dtype_code(q.dtype),
+        topk=topk or 0, extra_topk=extra_topk or 0)
+    params_t = torch.frombuffer(bytearray(params), dtype=torch.uint8)
+    tiling_t = torch.frombuffer(bytearray(tiling), dtype=torch.uint8)
+
+    regs = Regions()
+    for name, t in (("q", q), ("kv_cache", kv), ("block_table", table), ("cache_seqlens", seqlens),
+                    ("indices", idx), ("topk_length", idx_len), ("attn_sink", sink), ("extra_kv_cache", xkv),
+                    ("extra_indices", x_idx), ("extra_topk_length", x_len), ("out", out), ("lse", lse),
+                    ("o_accum", o_acc), ("lse_accum", l_acc), ("workspace", ws), ("params", params_t),
+                    ("tiling", tiling_t)):
+        regs.add(name, t)
+    launch(_OP, KERNEL, header[1], [params_t.data_ptr(), ws.data_ptr(), tiling_t.data_ptr()], regs, prof, plan)
+    return out, lse

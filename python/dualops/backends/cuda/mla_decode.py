@@ -1,0 +1,212 @@
+"""CUDA MLA decode: the glue of the sm_90a kernels in ``dualops._C`` (docs/mla_decode_cuda.md).
+
+The kernels read the packed MLA plan (header, parts, num_splits) from device memory. A plan can be
+* an ``MlaPlan`` made on the host by ``dualops.get_mla_metadata`` (its device copy is made once,
+  asynchronously from pinned memory, and reused by every layer of the step);
+* a plan made on the device by :func:`plan_on_device` (``dualops.get_mla_metadata(...,
+  on_device=True)``): no host sync, so a whole decode step can be captured in a CUDA graph and
+  replayed with new lengths;
+* ``None``: the call makes a device plan itself (same schedule as the host planner).
+Nothing on the launch path reads device values.
+"""
+from __future__ import annotations
+
+import functools
+import struct
+
+import torch
+
+from ... import native, schema
+from ...devices import detect
+from ...tiling.mla_decode import KV_FORMATS, PART_STRIDE, MlaPlan, num_sm_parts_for
+from . import status  # noqa: F401  (the backend's status, for callers holding this module)
+from ._common import current_stream, pack_params
+
+_OP = "mla_decode"
+HEADER_INTS = len(MlaPlan.FIELDS)
+_HEADER = struct.Struct("<" + "i" * HEADER_INTS)
+D_V = 512
+
+
+@functools.lru_cache(maxsize=16)
+def _profile(dev_index: int):
+    return detect(torch.device("cuda", dev_index))
+
+
+class MlaDevicePlan:
+    """An MLA plan whose packed form lives on the GPU (made there by the device planner, or a host
+    plan's packed tensor moved there). The host knows its shape fields only: the split count is
+    bounded by batch + num_sm_parts - 1 and the combine kernel always runs."""
+
+    __slots__ = ("packed", "_dualops_packed", "batch", "s_q", "h_q", "h_kv", "num_sm_parts",
+                 "kv_format", "page_block_size", "header_bytes")
+
+    def __init__(self, packed, *, batch, s_q, h_q, h_kv, num_sm_parts, kv_format, page_block_size):
+        self.packed = self._dualops_packed = packed
+        self.batch, self.s_q, self.h_q, self.h_kv = batch, s_q, h_q, h_kv
+        self.num_sm_parts, self.kv_format, self.page_block_size = num_sm_parts, kv_format, page_block_size
+        q_rows = s_q * h_q // h_kv
+        self.header_bytes = _HEADER.pack(
+            1, batch, s_q, h_q, h_kv, q_rows, -(-q_rows // 64), num_sm_parts, 64, 5, 0, -1, PART_STRIDE,
+            kv_format, 0, 0, 0, page_block_size)
+
+    def pack(self) -> torch.Tensor:
+        """The packed plan (int32, on the GPU)."""
+        return self.packed
+
+    def __repr__(self):
+        return (f"MlaDevicePlan(batch={self.batch}, s_q={self.s_q}, h_q={self.h_q}, "
+                f"num_sm_parts={self.num_sm_parts}, device={self.packed.device})")
+
+
+def packed_numel(batch: int, num_sm_parts: int) -> int:
+    return HEADER_INTS + num_sm_parts * PART_STRIDE + batch + 1
+
+
+def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q: int = 1,
+                   kv_format: str = "bf16", page_block_size: int = 64) -> MlaDevicePlan:
+    """The MLA schedule of ``plan_mla_decode`` computed on the GPU from a device int32
+    ``cache_seqlens`` (no host sync; CUDA-graph capturable). Negative lengths count as 0."""
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.device.type != "cuda" \
+            or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
+        raise TypeError("plan_on_device: cache_seqlens must be an int32 CUDA tensor [B]")
+    if num_heads_k != 1:
+        raise ValueError(f"plan_on_device: MLA decode has one latent KV head, got num_heads_k={num_heads_k}")
+    if kv_format not in KV_FORMATS:
+        raise ValueError(f"plan_on_device: kv_format must be one of {sorted(KV_FORMATS)}, got {kv_format!r}")
+    for name, v in (("num_heads_q", num_heads_q), ("s_q", s_q), ("page_block_size", page_block_size)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"plan_on_device: {name} must be an int >= 1, got {v!r}")
+    batch = cache_seqlens.shape[0]
+    if batch < 1:
+        raise ValueError("plan_on_device: cache_seqlens must hold at least one request")
+    dev = cache_seqlens.device
+    parts = num_sm_parts_for(_profile(dev.index if dev.index is not None else torch.cuda.current_device()),
+                             s_q=s_q, h_q=num_heads_q, h_kv=1)
+    seq = cache_seqlens.contiguous()
+    buf = torch.empty(packed_numel(batch, parts), dtype=torch.int32, device=dev)
+    plan = MlaDevicePlan(buf, batch=batch, s_q=s_q, h_q=num_heads_q, h_kv=1, num_sm_parts=parts,
+                         kv_format=KV_FORMATS[kv_format], page_block_size=page_block_size)
+    native.require().cuda_mla_plan(seq.data_ptr(), buf.data_ptr(), plan.header_bytes,
+                                   current_stream(buf.get_device()))
+    return plan
+
+
+# Device copies of host plans (a step's plan is reused by every layer): by plan object first
+# (cheap), then by value (a plan rebuilt from the same packed tensor). Many are kept: a CUDA graph
+# captured with a host plan reads its copy at every replay.
+_DEVICE_COPIES: dict = {}
+_BY_ID: dict = {}
+_DEVICE_COPIES_MAX = 256
+
+
+def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
+    """(the packed plan on `dev`, its header bytes), made once per plan."""
+    hit = _BY_ID.get((id(plan), dev))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    key = (plan, dev)
+    t = _DEVICE_COPIES.get(key)
+    if t is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise ValueError("mla_decode: plan: a host plan's device copy cannot be made inside a CUDA-graph "
+                             "capture; call once with this plan before capturing, or capture "
+                             "dualops.get_mla_metadata(..., on_device=True)")
+        t = (plan.pack().pin_memory().to(dev, non_blocking=True), _HEADER.pack(*plan.header()))
+        if len(_DEVICE_COPIES) >= _DEVICE_COPIES_MAX:
+            _DEVICE_COPIES.pop(next(iter(_DEVICE_COPIES)))
+        _DEVICE_COPIES[key] = t
+    if len(_BY_ID) >= _DEVICE_COPIES_MAX:
+        _BY_ID.clear()
+    _BY_ID[(id(plan), dev)] = (plan, t)
+    return t
+
+
+def _check_plan(plan, *, B, S_q, H_q, kv_format, pbs):
+    got = (plan.batch, plan.s_q, plan.h_q, plan.h_kv, plan.kv_format, plan.page_block_size)
+    want = (B, S_q, H_q, 1, KV_FORMATS[kv_format], pbs)
+    if got != want:
+        names = ("batch", "s_q", "h_q", "h_kv", "kv_format", "page_block_size")
+        diff = ", ".join(f"{n} {g} (call: {w})" for n, g, w in zip(names, got, want) if g != w)
+        raise ValueError(f"mla_decode: plan does not match this call: {diff}; make it with "
+                         f"dualops.get_mla_metadata for these shapes")
+    if getattr(plan, "sparse", 0):
+        raise ValueError("mla_decode: plan was made for sparse decode (topk); this call is dense")
+
+
+def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
+    """(plan header bytes, device plan tensor, partial-buffer rows or 0)."""
+    B, S_q, H_q, _ = q.shape
+    dev = q.device
+    if plan is None:
+        plan = plan_on_device(cache_seqlens, num_heads_q=H_q, s_q=S_q, kv_format=kv_format,
+                              page_block_size=pbs)
+    elif isinstance(plan, torch.Tensor):  # a packed plan already on the GPU
+        if plan.device != dev or plan.dtype != torch.int32 or plan.dim() != 1:
+            raise ValueError(f"mla_decode: plan: a packed device plan must be a 1-D int32 tensor on {dev}, "
+                             f"got {plan.dtype} {tuple(plan.shape)} on {plan.device}")
+        parts = num_sm_parts_for(_profile(dev.index), s_q=S_q, h_q=H_q, h_kv=1)
+        if plan.numel() != packed_numel(B, parts):
+            raise ValueError(f"mla_decode: plan: packed device plan holds {plan.numel()} ints, a plan for "
+                             f"batch {B}, s_q {S_q}, h_q {H_q} on this GPU holds {packed_numel(B, parts)}")
+        plan = MlaDevicePlan(plan.contiguous(), batch=B, s_q=S_q, h_q=H_q, h_kv=1, num_sm_parts=parts,
+                             kv_format=KV_FORMATS[kv_format], page_block_size=pbs)
+    if isinstance(plan, MlaDevicePlan):
+        _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs)
+        if plan.packed.device != dev:
+            raise ValueError(f"mla_decode: plan lives on {plan.packed.device}, the tensors on {dev}")
+        return plan.header_bytes, plan.packed, B + plan.num_sm_parts
+    if not isinstance(plan, MlaPlan):
+        raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
+    _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs)
+    rows = plan.total_splits if plan.total_splits > plan.batch else 0
+    packed, header = _device_copy(plan, dev)
+    return header, packed, rows
+
+
+def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None, softmax_scale=None,
+               causal=False, kv_format="bf16", indices=None, topk_length=None, attn_sink=None,
+               extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
+    """docs/internals.md "Backend module interface". Returns (out, lse)."""
+    if indices is not None or extra_kv_cache is not None:
+        raise NotImplementedError("mla_decode: sparse decode is not implemented on backend 'cuda'")
+    if head_dim_v != D_V:
+        raise ValueError(f"mla_decode: head_dim_v must be {D_V}, got {head_dim_v}")
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"mla_decode: q must be bfloat16 or float16, got {q.dtype}")
+    if kv_format == "bf16" and kv_cache.dtype != q.dtype:
+        raise NotImplementedError(f"mla_decode on backend 'cuda' needs a kv_cache of q's dtype for kv_format "
+                                  f"'bf16' (q {q.dtype}, kv_cache {kv_cache.dtype})")
+    B, S_q, H_q, D = q.shape
+    dev = q.device
+    pbs = int(kv_cache.shape[1])
+    if softmax_scale is None:
+        softmax_scale = D ** -0.5
+    if q.data_ptr() % 16 or any(s % 8 for s in q.stride()[:3]) or q.stride(3) != 1:
+        q = q.clone(memory_format=torch.contiguous_format)
+    if kv_cache.data_ptr() % 16 or not kv_cache.is_contiguous():
+        raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
+    if block_table.dtype != torch.int32 or block_table.stride(-1) != 1 or block_table.device != dev:
+        block_table = block_table.to(device=dev, dtype=torch.int32).contiguous()
+    if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous() or cache_seqlens.device != dev:
+        cache_seqlens = cache_seqlens.to(device=dev, dtype=torch.int32).contiguous()
+    if attn_sink is not None:
+        attn_sink = attn_sink.to(device=dev, dtype=torch.float32).contiguous()
+    header, plan_dev, rows = _resolve_plan(plan, q, cache_seqlens, kv_format, pbs)
+    out = q.new_empty((B, S_q, H_q, D_V))
+    lse = q.new_empty((B, H_q, S_q), dtype=torch.float32)
+    q_rows = S_q * H_q
+    work = q.new_empty(rows * q_rows * (D_V + 1), dtype=torch.float32) if rows else None
+    o_acc = work.data_ptr() if work is not None else 0
+    l_acc = o_acc + 4 * rows * q_rows * D_V if work is not None else 0
+    params = pack_params(
+        _OP, q=q.data_ptr(), kv_cache=kv_cache.data_ptr(), block_table=block_table.data_ptr(),
+        cache_seqlens=cache_seqlens.data_ptr(), attn_sink=attn_sink.data_ptr() if attn_sink is not None else 0,
+        out=out.data_ptr(), lse=lse.data_ptr(), o_accum=o_acc, lse_accum=l_acc,
+        q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
+        block_table_stride=block_table.stride(0), num_blocks=int(kv_cache.shape[0]),
+        softmax_scale=float(softmax_scale), causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format],
+        q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs,
+        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr())
+    native.require().cuda_mla_decode(params, header, current_stream(q.get_device()))
+    return out, lse

@@ -1,0 +1,361 @@
+"""Peer implementations timed beside dualops: one small adapter per peer and op, each taking the
+inputs of our call (the public-API keyword arguments a bench workload builds) and returning a
+no-argument callable that runs the same computation -- or a string saying why it cannot run here.
+
+Peers are detected at run time and never dependencies: an absent package, an unsupported variant
+or a peer that fails while being prepared shows as ``n/a`` with the reason, never as a crash.
+
+| op | peers |
+|---|---|
+| incre_flash_attention | torch SDPA; FlashInfer paged decode (CUDA); torch_npu ``npu_incre_flash_attention`` and ``npu_fused_infer_attention_score`` (NPU) |
+| mla_decode | torch (bmm, softmax, bmm); FlashMLA ``flash_mla``; FlashInfer MLA decode; FlagGems ``flash_mla`` (CUDA) |
+| grouped_gemm | ``torch._grouped_mm``, ``torch._scaled_grouped_mm``; FlashInfer segment GEMM; FlagGems grouped GEMM (CUDA); torch_npu ``npu_grouped_matmul`` (NPU) |
+
+FlashMLA and FlashInfer come from the GPU peers kit when it is importable (``peer_flashmla`` /
+``peer_flashinfer``, after ``source /tmp/peers/env.sh`` on the GPU machine), else from the pip
+packages ``flash_mla`` / ``flashinfer``. Each adapter does its untimed preparation (layout
+conversion, scheduler metadata, ``plan()``) before returning the callable.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Callable
+
+import torch
+
+D_V = 512
+NPU = ("npu", "privateuseone")
+
+
+def _module(*names: str):
+    """The first importable module of ``names``, else a string naming what was tried."""
+    errors = []
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except Exception as e:  # ImportError, or a package whose import itself fails
+            errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160])
+    return "not importable (" + "; ".join(errors) + ")"
+
+
+def _guard(fn: Callable) -> Callable:
+    """Adapters never raise: a failure while preparing becomes the n/a reason."""
+    def wrapped(shape, inputs):
+        try:
+            return fn(shape, inputs)
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else ""
+            return f"failed while preparing: {type(e).__name__}: {first}"[:300]
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+def _device(inputs) -> str:
+    first = next(v for v in inputs.values() if isinstance(v, torch.Tensor))
+    return first.device.type
+
+
+def _paged_csr(block_table, lens, page):
+    """FlashInfer's page metadata from a block table: (indptr, indices, last_page_len), int32."""
+    lens = lens.to(torch.int32)
+    pages = (lens + page - 1) // page
+    indptr = torch.zeros(lens.numel() + 1, dtype=torch.int32, device=block_table.device)
+    indptr[1:] = torch.cumsum(pages, 0)
+    cols = torch.arange(block_table.shape[1], device=block_table.device)
+    indices = block_table[cols.view(1, -1) < pages.view(-1, 1)].to(torch.int32).contiguous()
+    last = torch.where(pages > 0, lens - (pages - 1) * page, torch.zeros_like(lens))
+    return indptr, indices, last
+
+
+def _as_paged(inputs, page=16):
+    """(k [pages, page, H, D], v, block_table) of an IFA call's cache; a contiguous [B, S, H, D]
+    cache is viewed as B * S / page pages (no copy when S is a multiple of page)."""
+    k, v, table = inputs["k_cache"], inputs["v_cache"], inputs.get("block_table")
+    if table is not None:
+        return k, v, table
+    B, S, H, D = k.shape
+    if S % page:
+        raise ValueError(f"a contiguous cache of {S} keys is not a whole number of {page}-key pages")
+    per = S // page
+    table = torch.arange(B * per, dtype=torch.int32, device=k.device).view(B, per)
+    return k.reshape(B * per, page, H, D), v.reshape(B * per, page, H, D), table
+
+
+# ----------------------------------------------------------------------------- IFA
+
+
+@_guard
+def ifa_torch_sdpa(s, inputs):
+    q = inputs["q"]
+    if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
+        return "needs a contiguous cache of q's dtype"
+    qt = q.transpose(1, 2).contiguous()
+    kt = inputs["k_cache"].transpose(1, 2).contiguous()
+    vt = inputs["v_cache"].transpose(1, 2).contiguous()
+    mask = None
+    if s["causal"] and s["s_q"] > 1:  # SDPA's is_causal aligns top-left; decode needs bottom-right
+        idx = torch.arange(s["s_kv"], device=q.device)
+        lim = s["s_kv"] - s["s_q"] + 1 + torch.arange(s["s_q"], device=q.device)
+        mask = idx.view(1, -1) < lim.view(-1, 1)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return lambda: sdpa(qt, kt, vt, attn_mask=mask, enable_gqa=True)
+
+
+@_guard
+def ifa_flashinfer(s, inputs):
+    if s["s_q"] != 1 or s["kv_dtype"] != s["dtype"]:
+        return "FlashInfer's paged decode: one query token, a cache of q's dtype"
+    kit = _module("peer_flashinfer")
+    q = inputs["q"][:, 0]
+    k, v, table = _as_paged(inputs)
+    lens = inputs["kv_lens"]
+    if not isinstance(kit, str):
+        return kit.gqa_decode_paged_runner(q, k, v, table, lens, use_tensor_cores=True)
+    fi = _module("flashinfer")
+    if isinstance(fi, str):
+        return f"neither the peers kit (peer_flashinfer) nor flashinfer is importable: {fi}"
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device=q.device)
+    w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    indptr, indices, last = _paged_csr(table, lens, k.shape[1])
+    w.plan(indptr, indices, last, q.shape[1], k.shape[2], q.shape[2], k.shape[1],
+           q_data_type=q.dtype, kv_data_type=k.dtype)
+    return lambda: w.run(q, (k, v))
+
+
+@_guard
+def ifa_torch_npu(s, inputs):
+    tnpu = _module("torch_npu")
+    if isinstance(tnpu, str):
+        return tnpu
+    if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
+        return "driven with contiguous caches of q's dtype only"
+    q, k, v = inputs["q"], inputs["k_cache"], inputs["v_cache"]
+    B, _, H_q, D = q.shape
+    return lambda: tnpu.npu_incre_flash_attention(
+        q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
+        scale_value=D ** -0.5, actual_seq_lengths=[s["s_kv"]] * B)
+
+
+@_guard
+def ifa_torch_npu_fias(s, inputs):
+    tnpu = _module("torch_npu")
+    if isinstance(tnpu, str):
+        return tnpu
+    if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
+        return "driven with contiguous caches of q's dtype only"
+    q, k, v = inputs["q"], inputs["k_cache"], inputs["v_cache"]
+    B, _, H_q, D = q.shape
+    return lambda: tnpu.npu_fused_infer_attention_score(
+        q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
+        scale=D ** -0.5, actual_seq_lengths_kv=[s["s_kv"]] * B)
+
+
+# ----------------------------------------------------------------------------- MLA
+
+
+def _mla_dense_bf16(s):
+    if s["kv_format"] != "bf16" or s["topk"]:
+        return "dense bf16 cache only"
+    return None
+
+
+@_guard
+def mla_torch(s, inputs):
+    """bmm, softmax, bmm over a contiguous latent cache (made here, outside timing)."""
+    if s["kv_format"] != "bf16" or s["topk"] or s["causal"]:
+        return "dense bf16 non-causal decode only"
+    q, kv, table = inputs["q"], inputs["kv_cache"], inputs["block_table"]
+    B, S = s["b"], s["s_k"]
+    lat = kv[table.long()].reshape(B, -1, s["d_qk"])[:, :S].contiguous()
+    qf = q.reshape(B, s["s_q"] * s["h_q"], s["d_qk"])
+    scale = s["d_qk"] ** -0.5
+
+    def run():
+        p = torch.softmax(torch.bmm(qf, lat.transpose(1, 2)).float() * scale, dim=-1).to(q.dtype)
+        return torch.bmm(p, lat[..., :D_V])
+    return run
+
+
+@_guard
+def mla_flash_mla(s, inputs):
+    why = _mla_dense_bf16(s)
+    if why:
+        return f"this adapter drives FlashMLA's {why}"
+    q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
+    kit = _module("peer_flashmla")
+    if not isinstance(kit, str):
+        return kit.flashmla_dense_decode_runner(q, kv, table, lens, D_V, causal=s["causal"])
+    fm = _module("flash_mla")
+    if isinstance(fm, str):
+        return f"neither the peers kit (peer_flashmla) nor flash_mla is importable: {fm}"
+    meta, splits = fm.get_mla_metadata(lens, s["s_q"] * s["h_q"], 1)
+    return lambda: fm.flash_mla_with_kvcache(q, kv, table, lens, D_V, meta, splits, causal=s["causal"])
+
+
+@_guard
+def mla_flashinfer(s, inputs):
+    why = _mla_dense_bf16(s)
+    if why:
+        return f"this adapter drives FlashInfer's MLA with a {why}"
+    q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
+    kit = _module("peer_flashinfer")
+    if not isinstance(kit, str):
+        return kit.mla_decode_runner(q, kv, table, lens, D_V, causal=s["causal"], backend="fa3")
+    fi = _module("flashinfer")
+    if isinstance(fi, str):
+        return f"neither the peers kit (peer_flashinfer) nor flashinfer is importable: {fi}"
+    if s["s_q"] != 1:
+        return "the pip flashinfer path here runs one query token; the peers kit runs more"
+    B, page = s["b"], kv.shape[1]
+    ws = torch.empty(128 << 20, dtype=torch.uint8, device=q.device)
+    w = fi.mla.BatchMLAPagedAttentionWrapper(ws, backend="auto")
+    indptr, indices, _ = _paged_csr(table, lens, page)
+    qo = torch.arange(B + 1, dtype=torch.int32, device=q.device)
+    w.plan(qo, indptr, indices, lens.to(torch.int32), s["h_q"], D_V, s["d_qk"] - D_V, page, False,
+           s["d_qk"] ** -0.5, q.dtype, kv.dtype)
+    q_nope, q_pe = q[:, 0, :, :D_V].contiguous(), q[:, 0, :, D_V:].contiguous()
+    ckv, kpe = kv[:, :, 0, :D_V], kv[:, :, 0, D_V:]
+    return lambda: w.run(q_nope, q_pe, ckv, kpe)
+
+
+@_guard
+def mla_flag_gems(s, inputs):
+    why = _mla_dense_bf16(s)
+    if why:
+        return f"FlagGems' flash_mla takes a {why}"
+    fg = _module("flag_gems")
+    if isinstance(fg, str):
+        return fg
+    fn = getattr(fg, "flash_mla", None) or getattr(getattr(fg, "ops", None), "flash_mla", None)
+    if fn is None:
+        return "this flag_gems has no flash_mla"
+    if s["s_q"] > 1 and not s["causal"]:
+        return "FlagGems' flash_mla is causal only (same as non-causal at s_q 1)"
+    q, kv, table, lens = inputs["q"], inputs["kv_cache"], inputs["block_table"], inputs["cache_seqlens"]
+    page = kv.shape[1]
+    max_pad = table.shape[1] * page
+    return lambda: fn(q, table, kv, max_pad, page, s["b"], s["s_q"], lens, s["h_q"], 1, s["d_qk"], D_V, True)
+
+
+# ----------------------------------------------------------------------------- grouped GEMM
+
+
+def _gg_common(s, inputs):
+    x, w = inputs["x"], inputs["w"]
+    contiguous = s["layout"] == "contiguous"
+    offs = inputs["group_offsets"][1:].contiguous() if contiguous else None
+    return x, w, w.transpose(-2, -1), contiguous, offs
+
+
+@_guard
+def gg_torch_grouped_mm(s, inputs):
+    if s["recipe"] not in ("bf16", "fp16"):
+        return "bf16 / fp16 only"
+    if not hasattr(torch, "_grouped_mm"):
+        return "not in this torch"
+    x, _, wt, contiguous, offs = _gg_common(s, inputs)
+    return (lambda: torch._grouped_mm(x, wt, offs=offs)) if contiguous else (lambda: torch._grouped_mm(x, wt))
+
+
+@_guard
+def gg_torch_scaled_grouped_mm(s, inputs):
+    if s["recipe"] != "fp8_rowwise" or s["layout"] != "contiguous":
+        return "fp8 rowwise, contiguous groups only"
+    x, _, wt, _, offs = _gg_common(s, inputs)
+    if x.device.type != "cuda" or not hasattr(torch, "_scaled_grouped_mm"):
+        return "CUDA (sm90+) only"
+    xs, ws = inputs["x_scale"], inputs["w_scale"]
+    return lambda: torch._scaled_grouped_mm(x, wt, xs, ws, offs=offs, out_dtype=torch.bfloat16)
+
+
+@_guard
+def gg_flashinfer(s, inputs):
+    if s["recipe"] not in ("bf16", "fp16") or s["layout"] != "contiguous":
+        return "FlashInfer's segment GEMM: bf16 / fp16, contiguous groups"
+    fi = _module("flashinfer")
+    if isinstance(fi, str):
+        return fi
+    x, w, _, _, _ = _gg_common(s, inputs)
+    ws = torch.empty(32 << 20, dtype=torch.uint8, device=x.device)
+    seg = fi.gemm.SegmentGEMMWrapper(ws)
+    indptr = inputs["group_offsets"].to(torch.int64)
+    return lambda: seg.run(x, w, w.shape[0], True, seg_indptr=indptr)
+
+
+@_guard
+def gg_flag_gems(s, inputs):
+    if s["recipe"] not in ("bf16", "fp16") or s["layout"] != "contiguous":
+        return "bf16 / fp16, contiguous groups only"
+    fg = _module("flag_gems")
+    if isinstance(fg, str):
+        return fg
+    names = ("group_mm", "grouped_mm", "group_gemm", "grouped_gemm")
+    fn = next((getattr(fg, n) for n in names if callable(getattr(fg, n, None))), None)
+    if fn is None:
+        return f"this flag_gems has no grouped GEMM entry (looked for {', '.join(names)})"
+    x, _, wt, _, offs = _gg_common(s, inputs)
+    return lambda: fn(x, wt, offs)
+
+
+@_guard
+def gg_torch_npu(s, inputs):
+    tnpu = _module("torch_npu")
+    if isinstance(tnpu, str):
+        return tnpu
+    if s["recipe"] not in ("bf16", "fp16") or s["layout"] != "contiguous":
+        return "driven with bf16 / fp16 contiguous groups only"
+    x, w = inputs["x"], inputs["w"]
+    group_list = inputs["group_offsets"][1:].to(torch.int64)
+    wt = w.transpose(-2, -1).contiguous()
+    return lambda: tnpu.npu_grouped_matmul([x], [wt], group_list=group_list, split_item=2, group_type=0)
+
+
+# ----------------------------------------------------------------------------- registry
+
+ANY = None
+# op -> [(peer name, device types it runs on or ANY, adapter)]
+PEERS: dict[str, list[tuple[str, tuple | None, Callable]]] = {
+    "incre_flash_attention": [("torch-sdpa", ANY, ifa_torch_sdpa),
+                              ("flashinfer-decode", ("cuda",), ifa_flashinfer),
+                              ("torch_npu-ifa", NPU, ifa_torch_npu),
+                              ("torch_npu-fias", NPU, ifa_torch_npu_fias)],
+    "mla_decode": [("torch-naive", ANY, mla_torch),
+                   ("flash_mla", ("cuda",), mla_flash_mla),
+                   ("flashinfer-mla", ("cuda",), mla_flashinfer),
+                   ("flag_gems-mla", ("cuda",), mla_flag_gems)],
+    "grouped_gemm": [("torch._grouped_mm", ANY, gg_torch_grouped_mm),
+                     ("torch._scaled_grouped_mm", ANY, gg_torch_scaled_grouped_mm),
+                     ("flashinfer-segment_gemm", ("cuda",), gg_flashinfer),
+                     ("flag_gems-grouped_mm", ("cuda",), gg_flag_gems),
+                     ("torch_npu-grouped_matmul", NPU, gg_torch_npu)],
+}
+
+
+def for_call(op: str, shape: dict, inputs: dict) -> dict:
+    """{peer name: callable or reason} for the peers of ``op`` that run on the inputs' device type
+    (torch's own on every device; the others where their device is)."""
+    dev = _device(inputs)
+    out = {}
+    for name, devs, adapter in PEERS[op]:
+        if devs is ANY or dev in devs:
+            out[name] = adapter(shape, inputs)
+    return out
+
+
+def names(op: str) -> list[str]:
+    return [n for n, _, _ in PEERS[op]]
+
+
+def describe() -> list[dict]:
+    """Every peer with whether its package imports here (for ``info`` and the report page)."""
+    pkgs = {"flashinfer": ("peer_flashinfer", "flashinfer"), "flash_mla": ("peer_flashmla", "flash_mla"),
+            "flag_gems": ("flag_gems",), "torch_npu": ("torch_npu",)}
+    rows = []
+    for key, mods in pkgs.items():
+        found = next((m for m in mods if importlib.util.find_spec(m) is not None), None)
+        rows.append({"peer": key, "importable": found is not None, "module": found or "",
+                     "reason": "" if found else f"not installed ({' or '.join(mods)})"})
+    return rows
+

@@ -1,0 +1,186 @@
+"""The Ascend C MLA decode kernel on the simulator against dualops.reference, by the REFERENCE.md §5
+method: NaN in every unused cache slot, randomly permuted block tables, varlen batches with 0- and
+1-token requests, invalid sparse indices (-1, int32 min, capacity, int32 max), sinks of +-inf,
+fresh random inputs; bf16 / fp16 / fp8_v32 / fp8_model1 caches, dense / causal / sparse / extra
+pool, split-KV with its combine, NaN propagation through a split, planted faults the simulator
+must catch. Small shapes on 2-4 simulated AI cores (real per-core capacities) keep it fast."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dualops
+from dualops.backends import ascend_sim
+from dualops.backends.ascend_sim import mla_decode as sim_mla
+from dualops.parity import cases as parity_cases
+from dualops.reference.mla_decode import mla_decode as ref_mla
+from dualops.testing import LSE_TOLERANCE, assert_close_parity
+
+pytestmark = pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim unavailable: {ascend_sim.status()[1]}")
+
+
+def _inputs(case, seed=0):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return case.build(g)
+
+
+def _run(inp, cores=2, **kw):
+    with ascend_sim.use_profile("ascend910b2", cores=cores):
+        return dualops.mla_decode(**inp, backend="ascend_sim", **kw)
+
+
+def _check(inp, out, lse):
+    want_out, want_lse = ref_mla(**{k: v for k, v in inp.items()})
+    assert_close_parity(out, want_out.to(out.dtype), name="out")
+    assert_close_parity(lse, want_lse.float(), *LSE_TOLERANCE, name="lse")
+
+
+def _splits():
+    return ascend_sim.last_counters()["plan"].total_splits - ascend_sim.last_counters()["plan"].batch
+
+
+# ----------------------------------------------------------------------------- the parity cases
+
+
+@pytest.mark.parametrize("case", parity_cases.cases("mla_decode", full=True), ids=lambda c: c.name)
+def test_parity_cases(case):
+    inp = _inputs(case)
+    _check(inp, *_run(inp))
+
+
+# ----------------------------------------------------------------------------- shapes and splits
+
+_MORE = [
+    # split-KV: a long request dealt over every part (the combine merges 3-4 splits)
+    parity_cases._mla("split_bf16_b1_h16", B=1, lens=(700,), h_q=16),
+    parity_cases._mla("split_varlen_h33_odd", B=3, lens=(0, 410, 1), h_q=33),
+    parity_cases._mla("split_fp8_v32_causal", B=1, lens=(300,), h_q=16, s_q=3, causal=True, kv_format="fp8_v32"),
+    parity_cases._mla("split_model1_page48", B=2, lens=(260, 5), h_q=8, d_qk=512, kv_format="fp8_model1", pbs=48),
+    parity_cases._mla("split_sparse_topk256_extra", B=1, h_q=16, s_q=2, topk=256, topk_lens=(200,),
+                      extra_topk=64, sink=True),
+    # q rows: one head, 128 heads x 2 tokens (4 m blocks), page sizes 1 and 100, fp16
+    parity_cases._mla("h1_page1", B=2, lens=(9, 2), h_q=1, pbs=1),
+    parity_cases._mla("fp16_h128_sq2_page100", B=1, lens=(130,), h_q=128, s_q=2, pbs=100, dtype="fp16"),
+    parity_cases._mla("sparse_fp16_h3_sq3", B=2, h_q=3, s_q=3, topk=40, dtype="fp16", d_qk=512),
+]
+
+
+@pytest.mark.parametrize("case", _MORE, ids=lambda c: c.name)
+def test_shapes_and_splits(case):
+    inp = _inputs(case, seed=3)
+    cores = 4
+    _check(inp, *_run(inp, cores=cores))
+    if case.name.startswith("split"):
+        assert _splits() > 0, "the case was meant to split a request"
+
+
+def test_noncontiguous_q():
+    inp = _inputs(parity_cases._mla("nc", B=2, lens=(70, 3), h_q=8, s_q=2))
+    q = inp["q"]
+    buf = torch.full((*q.shape[:-1], 2 * q.shape[-1]), float("nan"), dtype=q.dtype)
+    buf[..., : q.shape[-1]] = q
+    inp["q"] = buf[..., : q.shape[-1]]
+    _check(inp, *_run(inp))
+
+
+def test_empty_rows_out_zero_lse_inf():
+    inp = _inputs(parity_cases._mla("empty", B=2, lens=(0, 3), h_q=4))
+    inp["cache_seqlens"][1] = 0
+    out, lse = _run(inp)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert bool(torch.isposinf(lse).all())
+
+
+def test_user_plan_reused_and_checked():
+    inp = _inputs(parity_cases._mla("plan", B=2, lens=(200, 64), h_q=16))
+    with ascend_sim.use_profile("ascend910b2", cores=3) as prof:
+        plan = dualops.get_mla_metadata(inp["cache_seqlens"], 16, 1, 1, device=prof)
+        out, lse = dualops.mla_decode(**inp, plan=plan, backend="ascend_sim")
+        _check(inp, out, lse)
+        other = dualops.get_mla_metadata(torch.tensor([300, 64], dtype=torch.int32), 16, 1, 1, device=prof)
+        with pytest.raises(ValueError, match="plan covers"):
+            dualops.mla_decode(**inp, plan=other, backend="ascend_sim")
+
+
+@pytest.mark.parametrize("where", ["rope", "nope"])
+def test_nan_in_a_split_poisons_the_row(where):
+    """A NaN in an attended key of one split (in its RoPE part: K only; in its NoPE part: K and V)
+    must reach the merged row like the reference, not vanish in the combine."""
+    inp = _inputs(parity_cases._mla("nan", B=1, lens=(600,), h_q=8))
+    blk = int(inp["block_table"][0, 5])   # a key in the middle of the request
+    col = 520 if where == "rope" else 3
+    inp["kv_cache"][blk, 7, 0, col] = float("nan")
+    out, lse = _run(inp, cores=4)
+    assert _splits() > 0
+    _check(inp, out, lse)
+    assert bool(out.isnan().all())
+    assert bool(lse.isnan().all())
+
+
+def test_mismatched_16bit_cache_is_not_implemented():
+    inp = _inputs(parity_cases._mla("mix", B=1, lens=(5,), h_q=4))
+    inp["kv_cache"] = inp["kv_cache"].to(torch.float16)
+    with pytest.raises(NotImplementedError, match="q's dtype"):
+        _run(inp)
+
+
+def test_capabilities():
+    assert dualops.supports("mla_decode", "ascend_sim", kv_format="fp8_model1", sparse=True, h_q=128)
+    assert not dualops.supports("mla_decode", "ascend_sim", h_q=256)
+
+
+# ----------------------------------------------------------------------------- planted faults
+
+
+def test_fault_read_past_the_cache_is_caught():
+    """A block id past the cache, with the host checks off: the simulator stops the GM read."""
+    inp = _inputs(parity_cases._mla("oob", B=1, lens=(40,), h_q=4))
+    inp["block_table"][0, 0] = 1_000_000   # ~70 GB past the cache, far from any other buffer
+    with ascend_sim.use_profile("ascend910b2", cores=2):
+        with pytest.raises(RuntimeError, match="ascend_sim: kernel 'mla_decode'.*outside every buffer"):
+            sim_mla.mla_decode(**_kwargs(inp), _host_checks=False)
+
+
+def test_fault_oversize_tile_is_caught():
+    """A doctored launch (512-key tiles: L1 / UB overflow) with the host checks off: the simulator's
+    capacity check faults; with the checks on the host refuses it first."""
+    inp = _inputs(parity_cases._mla("big", B=1, lens=(40,), h_q=4))
+    with ascend_sim.use_profile("ascend910b2", cores=2):
+        with pytest.raises(RuntimeError, match="ascend_sim: kernel 'mla_decode'.*InitBuffer"):
+            sim_mla.mla_decode(**_kwargs(inp), _host_checks=False, _kv_tile=512)
+        with pytest.raises(ValueError, match="kv_tile"):
+            sim_mla.mla_decode(**_kwargs(inp), _kv_tile=512)
+
+
+def _kwargs(inp):
+    kw = dict(head_dim_v=512, plan=None, softmax_scale=inp["q"].shape[-1] ** -0.5, causal=inp.get("causal", False),
+              kv_format=inp.get("kv_format", "bf16"))
+    for k in ("indices", "topk_length", "attn_sink", "extra_kv_cache", "extra_indices", "extra_topk_length"):
+        kw[k] = inp.get(k)
+    return dict(q=inp["q"], kv_cache=inp["kv_cache"], block_table=inp["block_table"],
+                cache_seqlens=inp["cache_seqlens"], **kw)
+
+
+# ----------------------------------------------------------------------------- cost model
+
+
+def test_estimate_names_its_bound():
+    inp = _inputs(parity_cases._mla("est", B=2, lens=(256, 128), h_q=16))
+    est = ascend_sim.estimate("mla_decode", inp, profile="ascend910b2")
+    assert est["seconds"] > 0 and est["label"].startswith("estimate")
+    assert est["bound"] in ("cube", "vector", "mte", "hbm", "l2", "sync", "launch")
+
+
+
+def test_bench_estimate_memory_bound_row_meets_the_bandwidth_target():
+    """The dense bf16 memory-bound bench row (b 64, h_q 16, s_k 4096): the cost model, extrapolated
+    from reduced simulated runs, puts it at >= 80 % of the profile's HBM bandwidth, bound by HBM."""
+    from dualops import devices
+    from dualops.bench import mla_decode as bench_mla
+
+    s = bench_mla.normalize(dict(b=64, h_q=16, s_k=4096))
+    est = bench_mla.sim_estimate(s, "ascend910b2")
+    assert est["label"] == "estimate (cost model, extrapolated)" and est["bound"] == "hbm"
+    gbs = bench_mla.bytes_moved(s) / est["seconds"] / 1e9
+    assert gbs >= 0.8 * devices.profile("ascend910b2").hbm_bandwidth_gbs

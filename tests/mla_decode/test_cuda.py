@@ -1,0 +1,270 @@
+"""CUDA MLA decode against dualops.reference (on the dequantized cache for the FP8 formats), by
+the REFERENCE.md §5 method: NaN in every unused cache slot, randomly permuted block tables, varlen
+batches with 0- and 1-token requests, non-contiguous q, fresh random inputs per case; plus NaN
+propagation through split merges, the device planner against the host planner, CUDA-graph
+capture and replay with changing lengths, the flash_mla compat layer, and argument errors.
+
+GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import dualops
+from dualops import quant, schema
+from dualops.backends.cuda import mla_decode as cuda_mla
+from dualops.parity import builders as bld
+from dualops.parity import expected as exp
+from dualops.testing import LSE_TOLERANCE, assert_close_parity
+from dualops.tiling.mla_decode import MlaPlan
+
+HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
+    "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an sm_90 GPU and dualops._C built with the CUDA MLA kernels")
+
+BF16, FP16 = torch.bfloat16, torch.float16
+D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512}
+
+
+# ----------------------------------------------------------------------------- CPU-side checks
+
+
+def test_params_pack_like_the_schema():
+    vals = dict(q=0x1000, kv_cache=0x2000, out=0x3000, plan=0x4000, q_stride_b=-3, num_blocks=1 << 40,
+                softmax_scale=0.125, causal=1, kv_format=2, q_dtype=2, head_dim=512, page_block_size=16)
+    from dualops.backends.cuda._common import pack_params
+
+    assert pack_params("mla_decode", **vals) == schema.pack_params("mla_decode", **vals)
+    assert cuda_mla._HEADER.size == 4 * len(MlaPlan.FIELDS)
+
+
+def test_capabilities_dense_only():
+    assert dualops.supports("mla_decode", "cuda", sparse=False, kv_format="fp8_model1", s_q=4, h_q=5)
+    assert not dualops.supports("mla_decode", "cuda", sparse=True)
+    reason = schema.support_reason("mla_decode", "cuda", sparse=True)
+    assert "mla_decode" in reason and "cuda" in reason
+
+
+def test_device_plan_numel_bound():
+    assert cuda_mla.packed_numel(3, 10) == len(MlaPlan.FIELDS) + 80 + 4
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def make_inputs(g, *, B=None, lens, h_q, s_q=1, pbs=64, kv_format="bf16", d_qk=None, dtype=BF16,
+                causal=False, sink=False):
+    """CPU inputs of one dense call: paged latent cache with poisoned unused slots and a permuted
+    block table (dualops.parity.builders)."""
+    d = d_qk or D_QK[kv_format]
+    B = len(lens)
+    q = bld.randn(g, B, s_q, h_q, d, dtype=dtype)
+    logical = bld.randn(g, B, max(max(lens), 1), 1, d)
+    (pool,), table = bld.page([logical], lens, pbs, g)
+    cache = pool.to(dtype) if kv_format == "bf16" else quant.pack_mla_kv(pool.to(BF16), kv_format)
+    a = dict(q=q, kv_cache=cache, block_table=table, cache_seqlens=torch.tensor(lens, dtype=torch.int32),
+             causal=causal, kv_format=kv_format)
+    if sink:
+        s = bld.randn(g, h_q)
+        s[0] = float("inf")
+        s[-1] = float("-inf")
+        a["attn_sink"] = s
+    return a
+
+
+def to_cuda(a):
+    return {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+
+
+def check(a, plan="host", q_view=None):
+    """Run the CUDA op on inputs `a` (CPU) and compare with the reference."""
+    d = to_cuda(a)
+    if q_view is not None:
+        d["q"] = q_view(d["q"])
+    B, S_q, H_q, _ = d["q"].shape
+    if plan == "host":
+        d["plan"] = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=H_q, s_q=S_q,
+                                             kv_format=d["kv_format"], page_block_size=d["kv_cache"].shape[1])
+    elif plan == "device":
+        d["plan"] = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=H_q, s_q=S_q,
+                                             kv_format=d["kv_format"], page_block_size=d["kv_cache"].shape[1],
+                                             on_device=True)
+    out, lse = dualops.mla_decode(**d)
+    torch.cuda.synchronize()
+    want = exp.expected("mla_decode", a)
+    assert out.dtype == a["q"].dtype and out.shape == (B, S_q, H_q, 512)
+    assert_close_parity(out.cpu(), want["out"].to(out.dtype), name="out")
+    assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name="lse")
+    return out, lse
+
+
+# ----------------------------------------------------------------------------- parity matrix
+
+FORMATS = [("bf16", 576, BF16), ("bf16", 512, FP16), ("bf16", 576, FP16), ("fp8_v32", 576, BF16),
+           ("fp8_model1", 512, BF16), ("fp8_v32", 576, FP16), ("fp8_model1", 512, FP16)]
+VARLEN = (0, 1, 63, 64, 65, 700)
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt,d,dtype", FORMATS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("h_q", [1, 5, 16, 64, 128])
+def test_parity_decode(fmt, d, dtype, h_q):
+    g = bld.generator(h_q, "mla_decode", f"cuda/{fmt}/{d}/{dtype}")
+    a = make_inputs(g, lens=VARLEN, h_q=h_q, kv_format=fmt, d_qk=d, dtype=dtype)
+    check(a, plan="host" if h_q % 2 else "device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt,d,dtype", FORMATS[:1] + FORMATS[3:5], ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("s_q,h_q", [(2, 16), (4, 5), (2, 128), (4, 64), (8, 16)])
+@pytest.mark.parametrize("pbs", [16, 64, 256])
+def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs):
+    g = bld.generator(s_q * 1000 + h_q, "mla_decode", f"cuda/causal/{fmt}/{pbs}")
+    a = make_inputs(g, lens=(0, 1, 2, 3, 130, 333), h_q=h_q, s_q=s_q, pbs=pbs, kv_format=fmt, d_qk=d,
+                    dtype=dtype, causal=True)
+    check(a, plan="host" if pbs == 64 else None)
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
+@pytest.mark.parametrize("pbs", [16, 32, 128])
+def test_parity_pages_long_split(fmt, pbs):
+    """Few long requests: every request is split across many SM parts (combine kernel)."""
+    g = bld.generator(pbs, "mla_decode", f"cuda/long/{fmt}")
+    a = make_inputs(g, lens=(4099, 1, 2500), h_q=16, pbs=pbs, kv_format=fmt)
+    plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=16, kv_format=fmt, page_block_size=pbs,
+                                    device=dualops.devices.profile("h100"))
+    assert plan.total_splits > plan.batch
+    check(a, plan="host")
+    check(a, plan="device")
+
+
+@needs_cuda
+def test_parity_many_short_requests_no_split():
+    g = bld.generator(0, "mla_decode", "cuda/many")
+    lens = [int(x) for x in torch.randint(0, 300, (300,), generator=g)]
+    lens[0], lens[1] = 0, 1
+    a = make_inputs(g, lens=lens, h_q=64, s_q=2, kv_format="bf16", causal=True)
+    check(a, plan="host")
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_model1"])
+def test_attn_sink_and_noncontiguous_q(fmt):
+    g = bld.generator(1, "mla_decode", f"cuda/sink/{fmt}")
+    a = make_inputs(g, lens=(5, 0, 2000), h_q=16, s_q=2, kv_format=fmt, causal=True, sink=True)
+    check(a, plan="host", q_view=bld.strided_view)
+    check(a, plan=None, q_view=lambda q: q.transpose(1, 2).contiguous().transpose(1, 2))
+
+
+# ----------------------------------------------------------------------------- NaN semantics
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32"])
+def test_nan_in_attended_key_and_q_propagates(fmt):
+    """A NaN in an attended key of a split request and in one q head: the reference's NaN rows
+    must come out NaN (also through the split merge), the others must not."""
+    g = bld.generator(2, "mla_decode", f"cuda/nan/{fmt}")
+    a = make_inputs(g, lens=(3000, 40), h_q=16, s_q=2, kv_format=fmt, causal=True)
+    blk = int(a["block_table"][0, 1000 // 64])
+    if fmt == "bf16":
+        a["kv_cache"][blk, 1000 % 64, 0, 3] = float("nan")  # NoPE dim: all rows see it in S and V
+        a["kv_cache"][int(a["block_table"][1, 0]), 39, 0, 600 - 64] = float("nan")  # last key, RoPE dim: only query 1 sees it
+    else:
+        a["kv_cache"][blk, 1000 % 64, 0, 3] = 0x7F  # e4m3 NaN
+    a["q"][1, 0, 5, 7] = float("nan")
+    out, lse = check(a, plan="host")
+    assert torch.isnan(out[0]).all()
+    assert torch.isnan(out[1, 0, 5]).all() and not torch.isnan(out[1, 0, 4]).any()
+
+
+# ----------------------------------------------------------------------------- planners, graphs
+
+
+@needs_cuda
+@pytest.mark.parametrize("lens,h_q,s_q", [
+    ((0,), 128, 1), ((1, 0, 5000, 64, 65), 16, 2), (tuple(range(0, 4000, 37)), 128, 1),
+    ((4096,) * 128, 128, 2), ((7, 100000, 3), 1, 1), ((0,) * 20, 64, 4)])
+def test_device_planner_matches_host_planner(lens, h_q, s_q):
+    seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    host = dualops.get_mla_metadata(seq, num_heads_q=h_q, s_q=s_q, kv_format="fp8_v32", page_block_size=32)
+    dev = dualops.get_mla_metadata(seq, num_heads_q=h_q, s_q=s_q, kv_format="fp8_v32", page_block_size=32,
+                                   on_device=True)
+    assert torch.equal(dev.packed.cpu(), host.pack())
+    assert MlaPlan.from_packed(dev.packed.cpu()) == host
+
+
+@needs_cuda
+def test_cuda_graph_capture_and_replay_with_changing_lengths():
+    g = bld.generator(3, "mla_decode", "cuda/graph")
+    B, H, S_q, pbs, max_len = 4, 32, 2, 64, 1500
+    a = make_inputs(g, lens=(max_len,) * B, h_q=H, s_q=S_q, pbs=pbs, causal=True)
+    d = to_cuda(a)
+    seq = d["cache_seqlens"]
+
+    def step():
+        plan = dualops.get_mla_metadata(seq, num_heads_q=H, s_q=S_q, page_block_size=pbs, on_device=True)
+        return dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], seq, plan=plan, causal=True)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = step()
+    for lens in ((max_len, 1, 0, 700), (3, 1499, 64, 65), (0, 0, 0, 1), (1500, 1500, 1500, 1500)):
+        seq.copy_(torch.tensor(lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = exp.expected("mla_decode", {**a, "cache_seqlens": torch.tensor(lens, dtype=torch.int32)})
+        assert_close_parity(out.cpu(), want["out"].to(out.dtype), name=f"out {lens}")
+        assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name=f"lse {lens}")
+
+
+@needs_cuda
+def test_compat_flash_mla_runs_the_cuda_kernels():
+    from dualops.compat import flash_mla
+
+    g = bld.generator(4, "mla_decode", "cuda/compat")
+    a = to_cuda(make_inputs(g, lens=(100, 2000, 1), h_q=64, s_q=2, causal=True))
+    meta, num_splits = flash_mla.get_mla_metadata(a["cache_seqlens"], 2 * 64, 1)
+    assert meta.is_cuda and num_splits.shape == (4,)
+    out, lse = flash_mla.flash_mla_with_kvcache(a["q"], a["kv_cache"], a["block_table"], a["cache_seqlens"], 512,
+                                                meta, num_splits, causal=True)
+    ref_out, ref_lse = dualops.mla_decode(a["q"], a["kv_cache"], a["block_table"], a["cache_seqlens"], causal=True)
+    torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
+    torch.testing.assert_close(lse, ref_lse, atol=0, rtol=0)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+@needs_cuda
+def test_bad_inputs_raise_clear_errors():
+    g = bld.generator(5, "mla_decode", "cuda/bad")
+    d = to_cuda(make_inputs(g, lens=(10, 20), h_q=16))
+    plan = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=8)
+    with pytest.raises(ValueError, match="plan does not match.*h_q 8"):
+        dualops.mla_decode(**d, plan=plan)
+    plan = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=16, page_block_size=32)
+    with pytest.raises(ValueError, match="page_block_size"):
+        dualops.mla_decode(**d, plan=plan)
+    with pytest.raises(NotImplementedError, match="mla_decode.*cuda"):
+        idx = torch.zeros(2, 1, 8, dtype=torch.int32, device="cuda")
+        dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], d["cache_seqlens"], indices=idx)
+    with pytest.raises(NotImplementedError, match="cuda"):
+        dualops.mla_decode(d["q"].half(), d["kv_cache"], d["block_table"], d["cache_seqlens"])
+    with pytest.raises((ValueError, TypeError)):
+        dualops.mla_decode(d["q"][..., :512], d["kv_cache"], d["block_table"], d["cache_seqlens"])
+    bt = d["block_table"].clone()
+    bt[0, 0] = 10 ** 6
+    with pytest.raises(ValueError, match="block"):
+        dualops.mla_decode(d["q"], d["kv_cache"], bt, d["cache_seqlens"], validate="full")
+    # out-of-range block ids without the full check: no crash (those tokens read as zeros)
+    dualops.mla_decode(d["q"], d["kv_cache"], bt, d["cache_seqlens"])
+    torch.cuda.synchronize()
