@@ -6,7 +6,10 @@ import torch
 from dualops.compat import hpc
 
 FP8 = torch.float8_e4m3fn
-BACKENDS = ["reference"] + (["cuda"] if torch.cuda.is_available() else [])
+import dualops
+
+_AVAILABLE = dualops.backends()
+BACKENDS = ["reference"] + [b for b in ("ascend_sim", "cuda") if _AVAILABLE.get(b, {}).get("available")]
 
 
 def _dev(backend):
