@@ -166,7 +166,8 @@ def test_supports_reads_the_capability_matrix():
     assert not dualops.supports("incre_flash_attention", "cuda", s_q=9)
     assert not dualops.supports("incre_flash_attention", "cuda", block_size=24)
     assert not dualops.supports("incre_flash_attention", "npu")
-    assert not dualops.supports("grouped_gemm", "cuda")
+    assert dualops.supports("grouped_gemm", "cuda", scale_mode="blockwise", layout="masked")
+    assert not dualops.supports("grouped_gemm", "npu")
     with pytest.raises(ValueError, match="unknown feature"):
         dualops.supports("incre_flash_attention", "cuda", colour="red")
     with pytest.raises(ValueError, match="backend must be one of"):

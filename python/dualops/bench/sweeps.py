@@ -134,6 +134,14 @@ _SWEEPS = [
           "(N 1536, K 2048), 16 local experts, tokens per expert 16-512, bf16 and fp8 rowwise",
           tuple(dict(g=16, m=m, n=n, k=k, recipe=r) for (n, k) in ((3072, 4096), (4096, 1536), (1536, 2048))
                 for r in ("bf16", "fp8_rowwise") for m in (16, 64, 256, 512)), x_key="m"),
+    Sweep("gg-targets", "grouped_gemm",
+          "the grouped-GEMM targets: DeepSeek-V3 gate_up (N 4096, K 7168) and down (N 7168, K 2048), "
+          "G 8-256, tokens per group 4-4096, bf16 vs torch._grouped_mm and fp8 rowwise vs "
+          "torch._scaled_grouped_mm; blockwise at G8 x 4096",
+          tuple(dict(g=g, m=m, n=n, k=k, recipe=r) for (n, k) in ((4096, 7168), (7168, 2048))
+                for r in ("bf16", "fp8_rowwise")
+                for (g, m) in ((8, 4096), (8, 512), (32, 128), (64, 64), (256, 16), (256, 4)))
+          + (dict(g=8, m=4096, n=4096, k=7168, recipe="fp8_blockwise"),), x_key="m"),
     Sweep("gg-masked", "grouped_gemm",
           "masked layout (CUDA-graph friendly MoE): DeepGEMM-style 4 x 256 and 32 x 64, N 4096, K 7168",
           (dict(g=4, m=256, n=4096, k=7168, layout="masked", recipe="fp8_blockwise"),

@@ -26,6 +26,10 @@ masked_m values: `plan_grouped_gemm_masked`) has ceil(m_max / tile_m) m tiles pe
 the kernel skips a tile whose first row is at or past masked_m[g] (read on the device) and
 clips the last one, so the plan never needs device values and suits CUDA-graph capture.
 
+The CUDA backend takes only tile M from a plan: its persistent kernel finds the same items
+(n tile fastest within an m tile) from group_offsets / masked_m on the device, so a contiguous
+call needs no host read of the offsets (docs/grouped_gemm_cuda.md).
+
 Packed layout: header (FIELDS), then items [num_items, 3] = (group, m_tile, n_tile).
 """
 
