@@ -148,7 +148,9 @@ class MlaCombine {
         float lse = kPosInf;
         AscendC::Duplicate(acc, 0.0f, dv);
         if (lmax != kNegInf || nan) {
-          if (lmax == kNegInf) lmax = 0.0f;
+          // Like torch.logsumexp: an infinite max is replaced by 0, so a split with lse +inf
+          // gives lse +inf (NaN with a NaN split) and weights inf / inf = NaN.
+          if (lmax == kNegInf || lmax == kPosInf) lmax = 0.0f;
           for (int32_t s = 0; s < ns; ++s) w.SetValue(s, lb.GetValue(s * 8) - lmax);
           PipeSync<AscendC::HardEvent::S_V>(tp_);
           AscendC::Exp(w, w, ns);
