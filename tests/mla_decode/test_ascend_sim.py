@@ -163,6 +163,23 @@ def test_nonfinite_semantics_with_split_kv(name):
         assert bool(lse.isposinf().any()) and bool(out.isnan().any())
 
 
+@pytest.mark.parametrize("keys,split", [(range(0, 1), False), (range(0, 256), True), (range(0, 600), True)],
+                         ids=["one_key_request", "whole_first_split", "every_split"])
+def test_inf_values_of_keys_with_weight_zero(keys, split):
+    """-inf in a value column of keys: rows whose score is -inf there give those keys weight 0,
+    and 0 * inf is NaN in that column (the reference's p @ v), even when no key of the row, or of
+    one split, has a score above -inf; rows whose score is +inf get lse +inf and out NaN.
+    (The plan on 4 cores splits the 600 keys as [0, 256), [256, 512), [512, 600).)"""
+    n = len(keys) if not split else 600
+    inp = _inputs(parity_cases._mla("neg_inf_v", B=1, lens=(n,), h_q=16), seed=7)
+    for pos in keys:
+        _poison_token(inp, pos, float("-inf"), 5)
+    out, lse = _run(inp, cores=4)
+    assert (_splits() > 0) == split
+    _check(inp, out, lse)
+    assert bool(out[..., 5].isnan().all())
+
+
 def test_mismatched_16bit_cache_is_not_implemented():
     inp = _inputs(parity_cases._mla("mix", B=1, lens=(5,), h_q=4))
     inp["kv_cache"] = inp["kv_cache"].to(torch.float16)

@@ -362,7 +362,9 @@ class MlaVector {
     AscendC::PipeBarrier<PIPE_V>();
   }
 
-  // out = acc / l, lse = m + ln l; l == 0: the rows saw no key (out 0; lse +inf, or -inf as a partial).
+  // out = acc / l, lse = m + ln l. l == 0: no key the rows attend has a score above -inf; out is
+  // acc as it is (P = 0: 0, or NaN in a channel where an attended value is not finite, like the
+  // reference's 0 * inf) and lse +inf, or -inf as a partial.
   __aicore__ inline void Finalize() {
     const Args& a = *a_;
     const int32_t dv = a.h.d_v, cn = re_ - rs_;
@@ -379,8 +381,7 @@ class MlaVector {
     float lse[kMaxRows];
     for (int32_t r = 0; r < cn; ++r) {
       const float l = l_.GetValue(r);
-      if (l == 0.0f) {
-        AscendC::Duplicate(acc[r * dv], 0.0f, dv);
+      if (l == 0.0f) {   // acc = sum of 0 * v: 0, NaN where an attended value is not finite
         lse[r] = ps_.ns > 1 ? kNegInf : kPosInf;
       } else {
         AscendC::Muls(acc[r * dv], acc[r * dv], corr_now_.GetValue(r), dv);
