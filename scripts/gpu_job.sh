@@ -89,28 +89,26 @@ if has sanitize; then
   # sanitize TOOL LOG SELECTION [VAR=VALUE ...]: the CUDA tests SELECTION picks under compute-sanitizer
   sanitize() {
     local tool=$1 log=$2 sel=$3; shift 3
-    env "$@" timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+    timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
       $PY -m pytest tests/incre_flash_attention/test_cuda.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
-    sanitize $tool $tool "smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128)"
+    sanitize $tool $tool "(launch_default or not launch_) and (smoke or (first_fill_prefetch and page16) or (8bit_query_rows and 256) or (whole_groups and int8) or one_chunk_units or (biased_q and int8 and 128))"
     # the lockstep pipeline (on by default only on the H100, for long units) forced on everywhere,
     # in its burst order on contiguous caches
     echo "== compute-sanitizer $tool, lockstep pipeline forced"
-    sanitize $tool ${tool}_lockstep "smoke or (first_fill_prefetch and page16) or (whole_groups and (same or int8)) or (8bit_query_rows and 256)" \
-      DUALOPS_IFA_LOCKSTEP_KEYS=16 DUALOPS_IFA_LOCKSTEP_BURST_KEYS=16
+    # (tests/incre_flash_attention/test_cuda.py FORCED_LAUNCHES: the launch_<name> test ids)
+    sanitize $tool ${tool}_lockstep "launch_lockstep16_burst and (smoke or (first_fill_prefetch and page16) or (whole_groups and (same or int8)) or (8bit_query_rows and 256))"
     # the 8-bit narrow kernel with the first-fill prefetch (on by default only on the H100, for
     # grids of many short units) on every call
     echo "== compute-sanitizer $tool, narrow CTAs with the prefetch forced"
-    sanitize $tool ${tool}_narrow_pf "smoke or (whole_groups and int8) or (8bit_query_rows and 256)" \
-      DUALOPS_IFA_CTA_SHAPE=narrow DUALOPS_IFA_NARROW_PREFETCH=1
+    sanitize $tool ${tool}_narrow_pf "launch_narrow_pf and (smoke or (whole_groups and int8) or (8bit_query_rows and 256))"
     # and the wide one (on by default only on the H100, for single-wave grids of units below the
     # lockstep kernel's)
     echo "== compute-sanitizer $tool, wide CTAs with the prefetch forced"
-    sanitize $tool ${tool}_wide_pf "smoke or (whole_groups and int8) or (8bit_query_rows and 256) or (biased_q and int8 and 128)" \
-      DUALOPS_IFA_CTA_SHAPE=wide DUALOPS_IFA_WIDE_PREFETCH=1
+    sanitize $tool ${tool}_wide_pf "launch_wide_pf and (smoke or (whole_groups and int8) or (8bit_query_rows and 256) or (biased_q and int8 and 128))"
   done
 fi
 if has ablate; then
@@ -158,26 +156,24 @@ if has placement; then
 fi
 
 if has shapes; then
-  # CTA-shape experiment (BENCHMARKS.md notes): the same calls under each DUALOPS_IFA_CTA_SHAPE,
+  # CTA-shape experiment: the same calls under each CTA shape (tuning ifa_cta_shape),
   # plus the name of the kernel torch's SDPA runs.
   echo "== shapes"
   for sh in ${SHAPES:-auto narrow wide}; do
-    if [ $sh = auto ]; then unset DUALOPS_IFA_CTA_SHAPE; else export DUALOPS_IFA_CTA_SHAPE=$sh; fi
-    timeout 120 $PY benchmarks/cuda/ifa_probes.py shapes 2>&1 | grep -v Warning
+    PROBE_TUNE=$([ $sh = auto ] || echo "ifa_cta_shape=$sh") timeout 120 $PY benchmarks/cuda/ifa_probes.py shapes 2>&1 | grep -v Warning
   done | tee "$OUT/shapes.log"
-  unset DUALOPS_IFA_CTA_SHAPE
 fi
 
 if has small; then
   # Small / latency-bound calls (BENCHMARKS.md log v6): the in-kernel split merge against the
-  # combine kernel (DUALOPS_IFA_MERGE=kernel), the split kernel with and without programmatic
-  # dependent launch (DUALOPS_IFA_PDL=0), other split counts, and SDPA on the same data.
+  # combine kernel (tuning ifa_merge=kernel), the split kernel with and without programmatic
+  # dependent launch (ifa_pdl=false), other split counts, and SDPA on the same data.
   echo "== small"
   {
     timeout 150 $PY benchmarks/cuda/ifa_probes.py small auto
     [ -n "${SMALL_ONLY_AUTO:-}" ] && exit 0
-    DUALOPS_IFA_MERGE=kernel timeout 100 $PY benchmarks/cuda/ifa_probes.py small combkern
-    DUALOPS_IFA_PDL=0 timeout 100 $PY benchmarks/cuda/ifa_probes.py small nopdl
+    PROBE_TUNE=ifa_merge=kernel timeout 100 $PY benchmarks/cuda/ifa_probes.py small combkern
+    PROBE_TUNE=ifa_pdl=false timeout 100 $PY benchmarks/cuda/ifa_probes.py small nopdl
   } 2>&1 | grep -v Warning | tee "$OUT/small.log"
 fi
 

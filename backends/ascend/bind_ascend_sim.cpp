@@ -20,6 +20,7 @@ namespace dualops {
 
 void register_ascend_sim_incre_flash_attention(py::module_& m);   // incre_flash_attention/incre_flash_attention_bind.cpp
 void register_ascend_sim_mla_decode(py::module_& m);              // mla_decode/mla_decode_bind.cpp
+void register_ascend_sim_grouped_gemm(py::module_& m);            // grouped_gemm/grouped_gemm_bind.cpp
 
 namespace {
 
@@ -126,6 +127,7 @@ void register_ascend_sim(py::module_& m) {
   m.def("ascend_sim_kernels", &ascend_sim::KernelNames, "Names of the kernels registered with the simulator.");
   register_ascend_sim_incre_flash_attention(m);
   register_ascend_sim_mla_decode(m);
+  register_ascend_sim_grouped_gemm(m);
 }
 
 }  // namespace dualops

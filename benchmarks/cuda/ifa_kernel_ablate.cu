@@ -1,6 +1,6 @@
 // Times the real IFA split kernel (backends/cuda/incre_flash_attention) on bf16 caches (int8
 // with -DABLATE_KV_INT8=1, fp8 e4m3 with -DABLATE_KV_INT8=2), d 128 (-DABLATE_D=N), bf16 q, the
-// CTA shape the launcher picks (DUALOPS_IFA_CTA_SHAPE forces one),
+// CTA shape the launcher picks (the plan's, from the library's planner: plan_launch),
 // built with DUALOPS_IFA_ABLATE = N (see ifa_config.cuh): each bit removes one part of the
 // per-chunk math, so the time a part costs is the difference to the N = 0 build. Results are
 // wrong in the ablated builds; only the time is read. run_kernel_ablate.sh builds every N.
@@ -77,6 +77,37 @@ struct Shape {
   int B, HQ, HKV, S, NS;
   int W;  // whole groups ahead of the split ones (plan field whole_groups)
 };
+
+// The launch fields of the plan header (variant, q tile, merge, wave, stagger, prefetch, burst) as
+// the library's planner makes them for this call on ABLATE_DEVICE (default h100) under the tuning
+// overrides in ABLATE_TUNE ("ifa_merge=kernel,..."; run_kernel_ablate.sh builds it): the driver
+// asks `python -m dualops info --plan ... --header` (ABLATE_PYTHON, default python3, with the
+// package importable) and copies the fields it does not set itself.
+void plan_launch(IncreFlashAttentionTiling& t) {
+  const char* py = std::getenv("ABLATE_PYTHON");
+  const char* dev = std::getenv("ABLATE_DEVICE");
+  const char* tune = std::getenv("ABLATE_TUNE");
+  char cmd[1024];
+  std::snprintf(cmd, sizeof(cmd),
+                "%s -m dualops info --device %s --tune '%s' --header --plan batch=%d,s_q=%d,h_q=%d,h_kv=%d,head_dim=%d,"
+                "max_kv_len=%d,block_size=%d,kv_dtype=%s,num_splits=%d,split_len=%d,whole_groups=%d",
+                py ? py : "python3", dev ? dev : "h100", tune ? tune : "", t.batch, t.s_q, t.h_q, t.h_kv, t.head_dim,
+                t.max_kv_len, t.block_size, kKvName, t.num_splits, t.split_len, t.whole_groups);
+  FILE* f = popen(cmd, "r");
+  int32_t v[64] = {};
+  int n = 0;
+  while (f && n < 64 && std::fscanf(f, "%d", &v[n]) == 1) ++n;
+  if (!f || pclose(f) != 0 || n != static_cast<int>(sizeof(IncreFlashAttentionTiling) / 4)) {
+    std::fprintf(stderr, "plan_launch: '%s' failed (%d fields)\n", cmd, n);
+    std::exit(1);
+  }
+  IncreFlashAttentionTiling planned;
+  std::memcpy(&planned, v, sizeof(planned));
+  t.version = planned.version, t.kv_dtype = planned.kv_dtype, t.cta_m_tile = planned.cta_m_tile;
+  t.variant = planned.variant, t.merge = planned.merge, t.merge_fallback = planned.merge_fallback;
+  t.pdl = planned.pdl, t.wave_ctas = planned.wave_ctas, t.stagger_ns = planned.stagger_ns;
+  t.second_fill_keys = planned.second_fill_keys, t.lockstep_burst = planned.lockstep_burst;
+}
 
 bool shape_selected(const char* name) {
   const char* e = std::getenv("ABLATE_SHAPES");
@@ -345,12 +376,13 @@ int main() {
     const int sets = static_cast<int>(std::min<int64_t>(64, std::max<int64_t>(1, (kL2x3 + kv_bytes - 1) / kv_bytes)));
     const int q_rows = sh.HQ / sh.HKV;
     IncreFlashAttentionTiling t{};
-    t.version = 2, t.batch = sh.B, t.s_q = 1, t.h_q = sh.HQ, t.h_kv = sh.HKV, t.group = q_rows;
+    t.batch = sh.B, t.s_q = 1, t.h_q = sh.HQ, t.h_kv = sh.HKV, t.group = q_rows;
     const int granule = page > 16 ? page : 16;
     t.head_dim = D, t.max_kv_len = s_cap, t.block_size = page, t.kv_tile = 16, t.num_splits = sh.NS;
     t.split_len = ((sh.S + sh.NS - 1) / sh.NS + granule - 1) / granule * granule;
     t.whole_groups = sh.W, t.num_units = sh.W + (sh.B * sh.HKV - sh.W) * sh.NS;
     t.num_cores = 132, t.q_rows = q_rows, t.q_tile_rows = 16, t.kv_dtype_bytes = kKvBytes;
+    plan_launch(t);
     std::vector<IncreFlashAttentionParams> ps(sets);
     DeviceAllocs alloc;  // freed at the end of the case
     std::vector<int> lens(sh.B, sh.S);
@@ -432,8 +464,8 @@ int main() {
     CK(cudaStreamEndCapture(st, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     const float medg = median_us_per_call(st, sets, kWarm, kRuns, [&] { CK(cudaGraphLaunch(exec, st)); });
-    // the CTA shape and merge the launcher took for this call
-    const int variant = pick_variant<BF, KV, D, 16>(t);
+    // the CTA shape (the plan's) and merge (the plan's, as this GPU could run it) of this call
+    const int variant = t.variant;
     const int merge = with_variant<BF, KV, D, 16>(
         variant, [&](auto shape) { return merge_mode<BF, KV, D, 16, decltype(shape)::value>(ps[0], t); });
     static const char* kVariantNames[] = {"narrow", "wide", "wide1", "lockstep", "narrow-pf", "wide-pf"};

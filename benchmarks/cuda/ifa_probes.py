@@ -1,10 +1,10 @@
 """Measurement probes of the CUDA IFA kernels, one subcommand per stage of scripts/gpu_job.sh
 (each the study of a BENCHMARKS.md item; run on the GPU machine with dualops built):
 
-  shapes             the same calls under the CTA shape in DUALOPS_IFA_CTA_SHAPE, and the kernel
+  shapes             the same calls under the CTA shape in PROBE_TUNE, and the kernel
                      torch's SDPA runs
   small [MODE]       latency of small / latency-bound calls at the plan's and other split counts
-                     (MODE: a label for the environment the caller set -- auto, combkern, nopdl;
+                     (MODE: a label for the PROBE_TUNE the caller set -- auto, combkern, nopdl;
                      auto also times SDPA on the same data)
   durations          a few small calls, ours and SDPA's, for Nsight Compute to time kernel by kernel
   splits KV          split counts around the plan's, on a bf16 / int8 / fp8 cache
@@ -14,6 +14,8 @@
   sassmix SASS       the opcode mix of the D = 128 split kernels in a cuobjdump -sass listing
 
 PROBE_QUICK=1 keeps the first configuration of each list (a check that the probes still run).
+PROBE_TUNE="ifa_merge=kernel,ifa_cta_shape=narrow,..." runs every call under those tuning overrides
+(dualops.tuning.override; docs/tuning.md).
 """
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ def shapes():
     import torch.nn.functional as F
     from dualops.backends.cuda import incre_flash_attention as cb
 
-    shape = os.environ.get("DUALOPS_IFA_CTA_SHAPE", "auto")
+    shape = dict(_tune_pairs()).get("ifa_cta_shape", "auto")
     for hq, hkv, b, s in _configs(((32, 8, 16, 32768), (128, 128, 1, 131072), (8, 1, 128, 32768), (32, 8, 1, 131072),
                                    (32, 8, 16, 1024), (32, 8, 128, 1024), (8, 1, 1, 8192))):
         n = _rotation(b * s * hkv * 512)
@@ -230,7 +232,16 @@ def sassmix(path):
 COMMANDS = dict(shapes=shapes, small=small, durations=durations, splits=splits, layouts=layouts, prof=prof,
                 sassmix=sassmix)
 
+def _tune_pairs():
+    from dualops.tiling.plan_info import _pairs, _value
+
+    return [(k, _value(v)) for k, v in _pairs(os.environ.get("PROBE_TUNE", ""), "PROBE_TUNE").items()]
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(COMMANDS)}}} [args]\n\n{__doc__}")
-    COMMANDS[sys.argv[1]](*sys.argv[2:])
+    from dualops import tuning
+
+    with tuning.override(**dict(_tune_pairs())):
+        COMMANDS[sys.argv[1]](*sys.argv[2:])

@@ -1,24 +1,21 @@
 #!/usr/bin/env bash
 # Build ifa_kernel_ablate.cu once per DUALOPS_IFA_ABLATE value (in parallel) and run each on a
 # Hopper GPU. Usage: benchmarks/cuda/run_kernel_ablate.sh [N ...] (default: 0 1 2 4 8 16 7 0);
-# iN / fN = the same on an int8 / fp8 cache; +s1 / +s2 force 1 / 2 chunks per main-loop step, +wN N warps per
-# wide CTA (e.g. 0+s2+w6), +t the phase trace (DUALOPS_IFA_TRACE), +T the trace with the
+# iN / fN = the same on an int8 / fp8 cache; +t the phase trace (DUALOPS_IFA_TRACE), +T the trace with the
 # instruction-fetch probe after the first epilogue barrier (DUALOPS_IFA_TRACE=2; +W also runs
 # it once before the grid-dependency wait), +o the kernel headers in
 # $ABLATE_OLD_DIR instead of the tree's (a same-lease A/B against an older kernel: copy its
 # backends/cuda/incre_flash_attention/*.cuh *.h there, e.g. to benchmarks/cuda/old_kernel, which
-# git ignores: name it in the device tool's carry), +mX runs with DUALOPS_IFA_MERGE=X
-# (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (DUALOPS_IFA_CTA_SHAPE; else
+# git ignores: name it in the device tool's carry), +mX runs with tuning ifa_merge=X
+# (kernel | counter | cluster), +n / +cw forces narrow / wide CTAs (ifa_cta_shape; else
 # the launcher picks), +gN spreads a multi-wave grid's first wave over N ns
-# (DUALOPS_IFA_STAGGER_NS), +FN prefetches the second fill after the wait from splits of N keys
-# up (DUALOPS_IFA_SECOND_FILL_KEYS; 0: none), +LN runs units of N keys up in the lockstep pipeline
-# (DUALOPS_IFA_LOCKSTEP_KEYS; 0: none), +BN lockstep units of N keys up on contiguous caches in the
-# burst order (DUALOPS_IFA_LOCKSTEP_BURST_KEYS; 0: never), +pN narrow 8-bit grids in the narrow kernel
-# with the first-fill prefetch (N = 1) or without (0) (DUALOPS_IFA_NARROW_PREFETCH), +yN wide 8-bit
+# (ifa_stagger_ns), +FN prefetches the second fill after the wait from splits of N keys
+# up (ifa_second_fill_keys; 0: none), +LN runs units of N keys up in the lockstep pipeline
+# (ifa_lockstep_keys; 0: none), +BN lockstep units of N keys up on contiguous caches in the
+# burst order (ifa_lockstep_burst_keys; 0: never), +pN narrow 8-bit grids in the narrow kernel
+# with the first-fill prefetch (N = 1) or without (0) (ifa_narrow_prefetch), +yN wide 8-bit
 # calls in the wide kernel with the first-fill prefetch (1: all of them) or none (0)
-# (DUALOPS_IFA_WIDE_PREFETCH), +PN N pipeline fills prefetched into L2 before the grid-dependency
-# wait (DUALOPS_IFA_PREFETCH_FILLS; 0: none), +QN paged caches prefetch from splits of N fills up
-# (DUALOPS_IFA_PAGED_PREFETCH_FILLS), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
+# (ifa_wide_prefetch), +xNAMEN builds with -DNAME=N (a macro of an experiment, e.g.
 # +xDUALOPS_IFA_FOO1; several may follow each other; +xABLATE_D64: head dim 64). ABLATE_SHAPES=a,b picks shapes (substrings;
 # =name: that name exactly);
 # ABLATE_KV_DELTAS="0 1026 ..." runs every build once per value: V that many MB after K in one
@@ -39,14 +36,9 @@ for n in $(echo $ns | tr ' ' '\n' | sort -u); do
   kv=0; a=${n%%+*}; extra=""
   if [[ $a == i* ]]; then kv=1; a=${a#i}; fi
   if [[ $a == f* ]]; then kv=2; a=${a#f}; fi
-  [[ $n == *+s2* ]] && extra+=" -DDUALOPS_IFA_SUB=2"
-  [[ $n == *+s1* ]] && extra+=" -DDUALOPS_IFA_SUB=1"
   [[ $n == *+t* ]] && extra+=" -DDUALOPS_IFA_TRACE=1"
   [[ $n == *+T* ]] && extra+=" -DDUALOPS_IFA_TRACE=2"
   [[ $n == *+W* ]] && extra+=" -DDUALOPS_IFA_TRACE_WARM=1"
-  [[ $n =~ \+w([0-9]+) ]] && extra+=" -DDUALOPS_IFA_WIDE_WARPS=${BASH_REMATCH[1]}"
-  [[ $n =~ \+P([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PREFETCH_FILLS=${BASH_REMATCH[1]}"
-  [[ $n =~ \+Q([0-9]+) ]] && extra+=" -DDUALOPS_IFA_PAGED_PREFETCH_FILLS=${BASH_REMATCH[1]}"
   rest=$n  # every +xNAMEN token
   while [[ $rest =~ \+x([A-Z_0-9]*[A-Z_])([0-9]+)(.*) ]]; do
     extra+=" -D${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"; rest=${BASH_REMATCH[3]}
@@ -76,10 +68,13 @@ for pg in ${ABLATE_PAGES:-0}; do
       burst=""; [[ $n =~ \+B([0-9]+) ]] && burst=${BASH_REMATCH[1]}
       npf=""; [[ $n =~ \+p([0-9]+) ]] && npf=${BASH_REMATCH[1]}
       wpf=""; [[ $n =~ \+y([0-9]+) ]] && wpf=${BASH_REMATCH[1]}
-      env ${shape:+DUALOPS_IFA_CTA_SHAPE=$shape} ${stagger:+DUALOPS_IFA_STAGGER_NS=$stagger} ${fill2:+DUALOPS_IFA_SECOND_FILL_KEYS=$fill2} \
-        ${lock:+DUALOPS_IFA_LOCKSTEP_KEYS=$lock} ${burst:+DUALOPS_IFA_LOCKSTEP_BURST_KEYS=$burst} \
-        ${npf:+DUALOPS_IFA_NARROW_PREFETCH=$npf} ${wpf:+DUALOPS_IFA_WIDE_PREFETCH=$wpf} \
-        ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d DUALOPS_IFA_MERGE=$m "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
+      bool() { [ "$1" = 0 ] && echo false || echo true; }
+      tune="${m:+ifa_merge=$m,}${shape:+ifa_cta_shape=$shape,}${stagger:+ifa_stagger_ns=$stagger,}"
+      tune+="${fill2:+ifa_second_fill_keys=$fill2,}${lock:+ifa_lockstep_keys=$lock,}${burst:+ifa_lockstep_burst_keys=$burst,}"
+      tune+="${npf:+ifa_narrow_prefetch=$(bool $npf),}${wpf:+ifa_wide_prefetch=$(bool $wpf),}"
+      # the launch choices come from the library's planner (tuning overrides: docs/tuning.md)
+      PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" ABLATE_TUNE="$tune" \
+        ABLATE_PAGE=$pg ABLATE_KV_DELTA_MB=$d "$out/ifa_kernel_ablate_$n" | tee -a "$out/kernel_ablate.txt"
     done
   done
 done

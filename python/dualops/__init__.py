@@ -7,9 +7,9 @@ behind one op schema (ops/*.yaml), one Python API and one tiling planner.
     out, lse = dualops.mla_decode(q, kv_cache, block_table, cache_seqlens, plan=plan)
     y = dualops.grouped_gemm(x, w, group_offsets=offs)
 """
-from . import backends, quant, reference, testing  # backends() lists what runs here
+from . import backends, quant, reference, testing, tuning  # backends() lists what runs here
 from .api import get_mla_metadata, grouped_gemm, incre_flash_attention, mla_decode, supports
 
 __version__ = "0.1.0"
-__all__ = ["incre_flash_attention", "get_mla_metadata", "mla_decode", "grouped_gemm", "quant",
+__all__ = ["incre_flash_attention", "get_mla_metadata", "mla_decode", "grouped_gemm", "quant", "tuning",
            "reference", "testing", "backends", "supports"]

@@ -86,7 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--backend", choices=BACKENDS, help="the backend whose plan to show (default: the one "
                       "that runs here)")
     info.add_argument("--device", help="device profile to plan for (h100, h200, ascend910b2, ...; default: "
-                      "the backend's)")
+                      "the backend's; with --plan: h100)")
+    info.add_argument("--plan", metavar="K=V,...", help="show the plan (and every launch choice) of this IFA "
+                      "problem, e.g. batch=1,s_q=1,h_q=8,h_kv=1,head_dim=128,max_kv_len=131072,kv_dtype=int8")
+    info.add_argument("--tune", default="", metavar="K=V,...", help="tuning overrides of --plan (docs/tuning.md)")
+    info.add_argument("--header", action="store_true", help="with --plan: print the packed header's int32 values")
 
     par = sub.add_parser("parity", help="every op x variant x backend against the reference")
     par.add_argument("--op", action="append", choices=OPS, help="only this op (repeatable)")
@@ -126,6 +130,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _info(args) -> int:
+    if args.plan:
+        from .tiling import plan_info
+
+        print(plan_info.format_plan(plan_info.plan_from_spec(args.plan, args.device or "h100", args.tune),
+                                    args.header))
+        return 0
     from .bench import environment
 
     if args.op or args.shape:

@@ -18,6 +18,43 @@ KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 
+@dataclass(frozen=True)
+class IfaCudaRules:
+    """Device thresholds of the CUDA IFA launch choices (python/dualops/tiling/_ifa_launch.py;
+    docs/tuning.md). GPUs with little DRAM bandwidth per SM (the H100: 25 GB/s per SM) keep
+    more bytes in flight per SM (lockstep pipeline, L2 prefetches); GPUs with more (the H200:
+    36 GB/s per SM) lose with those and run more, shorter narrow CTAs instead.
+    Key counts of 0 mean "never"."""
+
+    narrow_max_unit_bytes_16bit: int   # many short units of a 16-bit cache, D <= 128, run narrow
+    narrow_max_unit_bytes_8bit: int    # ... of an 8-bit cache
+    narrow_prefetch: bool              # narrow 8-bit grids prefetch their first fill into L2
+    second_fill_keys: int              # splits of >= this many keys prefetch their second fill
+    lockstep_keys: int                 # multi-wave units of >= this many keys run lockstep
+    lockstep_keys_one_wave: int        # single-wave grids, 16-bit caches
+    lockstep_keys_one_wave_8bit: int   # single-wave grids, 8-bit caches
+    wide_prefetch_min_keys_int8: int   # single-wave wide 8-bit units in [min, max] prefetch
+    wide_prefetch_min_keys_fp8: int
+    wide_prefetch_max_keys: int        # 0: no upper bound
+
+
+# Where the rule sets change: DRAM bandwidth per SM (GB/s).
+IFA_FAST_DRAM_GBPS_PER_SM = 30.0
+
+
+def ifa_cuda_rules(dram_gbps_per_sm: float) -> IfaCudaRules:
+    """The CUDA IFA thresholds of a GPU with this much DRAM bandwidth per SM."""
+    if dram_gbps_per_sm >= IFA_FAST_DRAM_GBPS_PER_SM:  # the H200
+        return IfaCudaRules(
+            narrow_max_unit_bytes_16bit=1 * MIB, narrow_max_unit_bytes_8bit=2 * MIB, narrow_prefetch=False,
+            second_fill_keys=0, lockstep_keys=0, lockstep_keys_one_wave=0, lockstep_keys_one_wave_8bit=0,
+            wide_prefetch_min_keys_int8=4096, wide_prefetch_min_keys_fp8=2048, wide_prefetch_max_keys=16384)
+    return IfaCudaRules(  # the H100
+        narrow_max_unit_bytes_16bit=0, narrow_max_unit_bytes_8bit=256 * KIB, narrow_prefetch=True,
+        second_fill_keys=4096, lockstep_keys=2048, lockstep_keys_one_wave=1024, lockstep_keys_one_wave_8bit=4096,
+        wide_prefetch_min_keys_int8=1024, wide_prefetch_min_keys_fp8=1024, wide_prefetch_max_keys=0)
+
+
 # One Ascend cube core does a 16x16x16 fp16 MAC fractal per cycle: 4096 MACs.
 ASCEND_CUBE_MACS_PER_CYCLE = 4096
 
@@ -55,6 +92,7 @@ class DeviceProfile:
     measured_copy_gbs: float = 0.0       # device-to-device copy, read + write
     measured_matmul_tflops: float = 0.0  # bf16 8192^3 torch matmul
     assumptions: tuple[str, ...] = ()    # names of fields that are assumptions, not facts
+    ifa_cuda: IfaCudaRules | None = None  # CUDA IFA launch thresholds (None on Ascend)
 
     def __post_init__(self):
         if self.kind not in ("cuda", "ascend"):
@@ -97,7 +135,8 @@ def _hopper(name: str, *, hbm_bytes: int, hbm_gbs: float, copy_gbs: float,
         hbm_bytes=hbm_bytes, hbm_bandwidth_gbs=hbm_gbs, l2_bytes=50 * MIB,
         smem_per_core_bytes=227 * KIB, peak_fp16_tflops=989.4, peak_bf16_tflops=989.4,
         gm_align_bytes=16, smem_align_bytes=128, cube_fractal=16,
-        measured_copy_gbs=copy_gbs, measured_matmul_tflops=matmul_tflops)
+        measured_copy_gbs=copy_gbs, measured_matmul_tflops=matmul_tflops,
+        ifa_cuda=ifa_cuda_rules(hbm_gbs / 132))
 
 
 def _ascend_910b(name: str, *, num_cores: int, hbm_bytes: int, hbm_gbs: float) -> DeviceProfile:
@@ -206,7 +245,7 @@ def from_cuda_properties(props) -> DeviceProfile:
         hbm_bytes=int(getattr(props, "total_memory", 0) or 0), hbm_bandwidth_gbs=hbm_gbs,
         l2_bytes=int(getattr(props, "L2_cache_size", 0) or 0), smem_per_core_bytes=smem,
         peak_fp16_tflops=peak, peak_bf16_tflops=peak, gm_align_bytes=16, smem_align_bytes=128,
-        cube_fractal=16, assumptions=tuple(assumed))
+        cube_fractal=16, assumptions=tuple(assumed), ifa_cuda=ifa_cuda_rules(hbm_gbs / sms))
 
 
 @functools.lru_cache(maxsize=None)

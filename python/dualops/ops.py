@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
-from . import backends, dispatch, schema
+from . import backends, dispatch, schema, tuning
 
 LIB = "dualops"
 
@@ -125,6 +125,7 @@ def ifa_backend_kwargs(v: schema.Validated) -> dict:
 # (signature, backend) -> (filled defaults, dims, launch callable)
 _PREPARED: dict = {}
 _PREPARED_MAX = 512
+tuning.on_change(_PREPARED.clear)  # prepared launches hold plans made under the overrides in force
 
 
 def _validated(op: str, values: dict, validate: str) -> schema.Validated:

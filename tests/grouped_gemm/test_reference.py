@@ -4,6 +4,7 @@ block for the blockwise recipe)."""
 import pytest
 import torch
 
+from dualops.parity.builders import poison_at
 from dualops.reference import grouped_gemm as ref_gg
 
 FP8 = torch.float8_e4m3fn
@@ -36,13 +37,6 @@ def make(dtype, *shape):
     return torch.randn(*shape).to(dtype)
 
 
-def poison(x, rows):
-    """NaN (or int8 extremes) in rows nobody may read."""
-    x = x.clone()
-    x[rows] = float("nan") if x.dtype.is_floating_point else 127
-    return x
-
-
 SCALES = [("none", torch.bfloat16), ("none", torch.float16), ("per_tensor", FP8),
           ("rowwise", FP8), ("rowwise", torch.int8), ("blockwise", FP8)]
 
@@ -65,7 +59,7 @@ def test_contiguous_layout(mode, dtype):
     sizes = [3, 0, 7, 1, 0]  # empty groups included
     offsets = torch.tensor([0] + torch.tensor(sizes).cumsum(0).tolist(), dtype=torch.int32)
     M = int(offsets[-1]) + 2  # two trailing rows belong to no group
-    x = poison(make(dtype, M, K), slice(M - 2, M))
+    x = poison_at(make(dtype, M, K), slice(M - 2, M))
     w = make(dtype, G, N, K)
     xs, ws = scales_for(mode, (M,), G, N, K)
     y = ref_gg(x, w, group_offsets=offsets, scale_mode=mode, x_scale=xs, w_scale=ws)
@@ -89,7 +83,7 @@ def test_masked_layout(mode, dtype):
     masked_m = torch.tensor([6, 0, 2, 5], dtype=torch.int32)
     x = make(dtype, G, M_max, K)
     for g in range(G):
-        x[g] = poison(x[g], slice(int(masked_m[g]), M_max))
+        x[g] = poison_at(x[g], slice(int(masked_m[g]), M_max))
     w = make(dtype, G, N, K)
     xs, ws = scales_for(mode, (G, M_max), G, N, K)
     y = ref_gg(x, w, masked_m=masked_m, scale_mode=mode, x_scale=xs, w_scale=ws)

@@ -18,6 +18,7 @@ from dualops import ops as dualops_ops
 from dualops.backends import ascend_sim
 from dualops.backends.ascend_sim import incre_flash_attention as ascend_sim_ifa
 from dualops.reference import incre_flash_attention as ref_ifa
+from dualops.parity import builders
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 from dualops.tiling import plan_incre_flash_attention
 
@@ -27,13 +28,6 @@ FP16, BF16 = torch.float16, torch.bfloat16
 
 
 # ----------------------------------------------------------------------------- case builder
-
-
-def _poison(t):
-    """The NaN of the cache's dtype (int8 has none: its extreme value)."""
-    if t.dtype == torch.int8:
-        return 127
-    return float("nan")
 
 
 def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None, dtype=FP16,
@@ -71,13 +65,11 @@ def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None,
         k, v = k.to(kv_dtype), v.to(kv_dtype)
     kv_lens = torch.tensor(lens, dtype=torch.int32)
     if block_size:
-        k, v, table = _page(gen, k, v, lens, block_size)
+        (k, v), table = builders.page((k, v), lens, block_size, gen, spare_blocks=3, unused_id=-1)
         kw.update(block_table=table)
         S_kv = table.shape[1] * block_size
     else:
-        for c in (k, v):
-            for b, n in enumerate(lens):
-                c[b, n:] = _poison(c)
+        k, v = builders.nan_tail(k, lens), builders.nan_tail(v, lens)
         S_kv = S
     shapes = {"full": (B, H_q, S_q, S_kv), "bcast": (B, 1, 1, S_kv), "row": (B, H_q, S_q, 1),
               "heads": (1, H_q, 1, S_kv)}
@@ -86,29 +78,6 @@ def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None,
     if pse is not None:
         kw["pse_shift"] = torch.randn(shapes[pse], generator=gen)
     return dict(q=q, k_cache=k, v_cache=v, kv_lens=kv_lens, causal=causal, **kw)
-
-
-def _page(gen, k, v, lens, block_size, extra_blocks=3):
-    """Scatter logical caches into randomly ordered blocks of a pool; unused slots poisoned and
-    unused table entries -1."""
-    B, S, H, D = k.shape
-    nblk = S // block_size
-    total = B * nblk + extra_blocks
-    perm = torch.randperm(total, generator=gen)
-    pools = []
-    for c in (k, v):
-        pool = torch.empty((total, block_size, H, D), dtype=c.dtype)
-        pool[:] = _poison(c)
-        pools.append(pool)
-    table = torch.full((B, nblk), -1, dtype=torch.int32)
-    for b in range(B):
-        for j in range(-(-lens[b] // block_size)):
-            blk = int(perm[b * nblk + j])
-            table[b, j] = blk
-            n = min(block_size, lens[b] - j * block_size)
-            for pool, c in zip(pools, (k, v)):
-                pool[blk, :n] = c[b, j * block_size: j * block_size + n]
-    return pools[0], pools[1], table
 
 
 def run_sim(case, cores=2, profile="ascend910b2"):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dualops import quant
+from dualops.parity.builders import nan_tail, page
 from dualops.reference import incre_flash_attention as ref_ifa
 
 
@@ -33,32 +34,6 @@ def naive(q, k, v, lens, scale, causal=False, mask=None, pse=None):
     return out, lse
 
 
-def page(cache, lens, block_size, extra_blocks=2):
-    """Scatter a logical [B,S,H,D] cache into randomly ordered blocks; unused slots are NaN
-    (or the dtype's extreme value when it has no NaN)."""
-    B, S, H, D = cache.shape
-    nblk = -(-S // block_size)
-    total = B * nblk + extra_blocks
-    perm = torch.randperm(total)
-    fill = float("nan") if cache.dtype.is_floating_point else 127
-    pool = torch.full((total, block_size, H, D), fill, dtype=torch.float32).to(cache.dtype)
-    table = torch.full((B, nblk), -1, dtype=torch.int32)
-    for b in range(B):
-        for j in range(-(-lens[b] // block_size)):
-            blk = int(perm[b * nblk + j])
-            table[b, j] = blk
-            n = min(block_size, lens[b] - j * block_size)
-            pool[blk, :n] = cache[b, j * block_size: j * block_size + n]
-    return pool, table
-
-
-def nan_tail(cache, lens):
-    cache = cache.clone()
-    for b, n in enumerate(lens):
-        cache[b, n:] = float("nan") if cache.dtype.is_floating_point else -128
-    return cache
-
-
 def check(got, want, tol=2e-5):
     out, lse = got
     assert out.dtype == torch.float32 and lse.dtype == torch.float32
@@ -77,7 +52,7 @@ def test_layouts_and_heads(paged, h_q, h_kv):
     v = torch.randn(B, S, h_kv, D, dtype=torch.bfloat16)
     kv_lens = torch.tensor(lens, dtype=torch.int32)
     if paged:  # k and v share one block table: page them together
-        pool, table = page(torch.cat([k, v], dim=-1), lens, bs)
+        (pool,), table = page((torch.cat([k, v], dim=-1),), lens, bs, torch.Generator().manual_seed(1), unused_id=-1)
         got = ref_ifa(q, pool[..., :D], pool[..., D:], kv_lens=kv_lens, block_table=table)
     else:
         got = ref_ifa(q, nan_tail(k, lens), nan_tail(v, lens), kv_lens=kv_lens)
@@ -106,7 +81,7 @@ def test_causal_mtp(paged):
     kv_lens = torch.tensor(lens, dtype=torch.int32)
     if paged:
         kv = torch.cat([k, v], dim=-1)
-        pool, table = page(kv, lens, 4)
+        (pool,), table = page((kv,), lens, 4, torch.Generator().manual_seed(2), unused_id=-1)
         got = ref_ifa(q, pool[..., :D], pool[..., D:], kv_lens=kv_lens, block_table=table, causal=True)
     else:
         got = ref_ifa(q, k, v, kv_lens=kv_lens, causal=True)
@@ -130,7 +105,7 @@ def test_mask_and_pse(paged):
     pse = torch.randn(1, H_q, S_q, s_kv)  # broadcast over batch
     kv_lens = torch.tensor(lens, dtype=torch.int32)
     if paged:
-        pool, table = page(torch.cat([k, v], dim=-1), lens, bs)
+        (pool,), table = page((torch.cat([k, v], dim=-1),), lens, bs, torch.Generator().manual_seed(3), unused_id=-1)
         got = ref_ifa(q, pool[..., :D], pool[..., D:], kv_lens=kv_lens, block_table=table,
                       atten_mask=mask, pse_shift=pse, softmax_scale=0.2)
     else:
@@ -161,7 +136,7 @@ def test_quantized_cache(kind, paged):
     args = dict(k_scale=ks, v_scale=vs, k_offset=ko, v_offset=vo, kv_lens=torch.tensor(lens, dtype=torch.int32),
                 causal=True)
     if paged:
-        pool, table = page(torch.cat([kq, vq], dim=-1), lens, bs)
+        (pool,), table = page((torch.cat([kq, vq], dim=-1),), lens, bs, torch.Generator().manual_seed(4), unused_id=-1)
         got = ref_ifa(q, pool[..., :D], pool[..., D:], block_table=table, **args)
     else:
         got = ref_ifa(q, nan_tail(kq, lens), nan_tail(vq, lens), **args)

@@ -1,12 +1,10 @@
 import itertools
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from dualops import tuning
 from dualops.devices import ASCEND_910B2, H100, H200, PROFILES, with_cores
 from dualops.tiling import IfaPlan, ifa_capacity, plan_incre_flash_attention
 from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLITS, CUDA_MAX_SPLITS_8BIT,
@@ -17,7 +15,9 @@ from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLI
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
                    "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores",
-                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups")
+                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups", "kv_dtype", "cta_m_tile",
+                   "variant", "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns",
+                   "second_fill_keys", "lockstep_burst")
 
 
 def plan(device=H200, **kw):
@@ -43,7 +43,7 @@ def test_header_is_the_documented_contract():
     t = p.pack()
     assert t.dtype == torch.int32 and t.device.type == "cpu" and t.numel() == len(CONTRACT_FIELDS)
     assert t.tolist() == [getattr(p, f) for f in CONTRACT_FIELDS]
-    assert p.group == 4 and p.q_rows == 4 and p.version == 2 and p.whole_groups == 0
+    assert p.group == 4 and p.q_rows == 4 and p.version == 3 and p.whole_groups == 0
 
 
 def head_dim_cases():
@@ -189,13 +189,12 @@ def test_multi_wave_grids_kept_whole(kw):
 
 
 def test_tail_split_can_be_turned_off():
-    """DUALOPS_IFA_TAIL=0 (read at import: a subprocess) plans every group whole again."""
-    code = ("from dualops.devices import H200; from dualops.tiling import plan_incre_flash_attention as P; "
-            "p = P(batch=128, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=8192, device=H200); "
-            "print(p.whole_groups, p.num_splits)")
-    env = dict(os.environ, DUALOPS_IFA_TAIL="0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "1"], out.stdout + out.stderr
+    """tuning.override(ifa_tail=False) plans every group whole again, inside the block only."""
+    kw = dict(batch=128, s_q=1, h_q=32, h_kv=8, head_dim=128, max_kv_len=8192, device=H200)
+    with tuning.override(ifa_tail=False):
+        p = plan_incre_flash_attention(**kw)
+        assert (p.whole_groups, p.num_splits) == (0, 1), p.describe()
+    assert plan_incre_flash_attention(**kw).whole_groups > 0
 
 
 def test_ascend_plans_have_no_whole_groups():

@@ -14,14 +14,17 @@
 namespace dualops {
 namespace ifa {
 
-// The plan header, int32 fields in the order of IfaPlan.FIELDS.
+// The plan header, int32 fields in the order of IfaPlan.FIELDS (the fields from kv_dtype on are
+// the CUDA launch choices: 0 in an Ascend plan, unread here).
 struct Tiling {
   int32_t version, batch, s_q, h_q, h_kv, group, head_dim, max_kv_len, block_size, kv_tile, num_splits,
       split_len, num_units, num_cores, q_rows, q_tile_rows, kv_dtype_bytes, whole_groups;
+  int32_t kv_dtype, cta_m_tile, variant, merge, merge_fallback, pdl, wave_ctas, stagger_ns, second_fill_keys,
+      lockstep_burst;
 };
-constexpr int32_t kTilingInts = 18;
-constexpr int32_t kTilingVersion = 2;
-static_assert(sizeof(Tiling) == kTilingInts * 4, "IFA tiling header is 18 int32 fields");
+constexpr int32_t kTilingInts = 28;
+constexpr int32_t kTilingVersion = 3;
+static_assert(sizeof(Tiling) == kTilingInts * 4, "IFA tiling header is 28 int32 fields");
 #if defined(DUALOPS_IFA_HAVE_TILING_H)
 static_assert(sizeof(::dualops::IncreFlashAttentionTiling) == sizeof(Tiling),
               "ops/include/dualops/tiling.h IFA header differs from the kernel's view");

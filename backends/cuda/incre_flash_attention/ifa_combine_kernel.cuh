@@ -4,8 +4,7 @@
 // split and load all of their splits' lse values and outputs at once (PartialMerge: one L2
 // round trip for up to 128 splits), then group 0 merges the 16 groups' states through shared
 // memory (one barrier; all 15 at once, PartialMerge::merge_all). Work per row is tiny; what
-// matters is few dependent round trips and barriers (the previous version: lse loads, a max and
-// a sum reduction, then the output loads: two round trips and six barriers -- BENCHMARKS.md v12).
+// matters is few dependent round trips and barriers.
 // The split kernel merges small split counts itself (ifa_split_kernel.cuh); this kernel takes
 // the calls whose partials are too many for one CTA to read quickly.
 #pragma once
@@ -15,11 +14,8 @@
 
 namespace dualops::cuda::ifa {
 
-#ifndef DUALOPS_IFA_COMBINE_COLS
-#define DUALOPS_IFA_COMBINE_COLS 32  // (measurement builds may set 16 or 64)
-#endif
 constexpr int kCombineThreads = 128;
-constexpr int kCombineCols = DUALOPS_IFA_COMBINE_COLS;  // head-dim columns of one combine CTA
+constexpr int kCombineCols = 32;  // head-dim columns of one combine CTA
 
 template <typename QT, int D>
 __global__ void __launch_bounds__(kCombineThreads)
@@ -45,8 +41,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   // and do their set-up while this kernel runs; then wait until the partials are complete and
   // visible (a no-op when launched the ordinary way).
   DUALOPS_IFA_CTRACE_BEGIN(p.out);
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  pdl_launch_dependents();
+  pdl_wait();
   DUALOPS_IFA_CTRACE(kCtWaited);
   PartialMerge st;
   st.add_splits<8>(grp, ns, GROUPS, [&](int s, float& lse, float4& o) {

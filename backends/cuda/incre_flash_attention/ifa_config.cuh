@@ -18,66 +18,28 @@
 
 #include <type_traits>
 
-// Measurement builds only (benchmarks/cuda/ifa_kernel_ablate.cu): each bit removes one part of
-// the per-chunk math so its cost can be timed (results are wrong then). 1: q.k^T mma, 2: online
-// softmax, 4: p.v mma, 8: bf16 p as one part instead of hi + lo, 16: q fragments in registers,
-// 64: copies without the src-size operand (every row read), 128: copies without the L2
-// evict-first hint, 256: 8-bit caches with the scaled q as one fp16 part (not hi + lo), 1024:
-// return right after the grid-dependency wait (the launch floor), 2048: no tensor-core
-// instruction (an empty asm takes the operands, so ptxas drops what builds them too: the 8-bit
-// conversions go with the mma, BENCHMARKS.md item 44).
-// 0 in every real build.
-#ifndef DUALOPS_IFA_ABLATE
-#define DUALOPS_IFA_ABLATE 0
-#endif
-// Measurement builds only (ifa_kernel_ablate.cu with -DDUALOPS_IFA_TRACE=1): thread 0 of each
-// CTA of two chosen calls records clock64 at the kernel's phase boundaries (ifa_trace.cuh).
-#ifndef DUALOPS_IFA_TRACE
-#define DUALOPS_IFA_TRACE 0
-#endif
-
-// Measurement builds: which caches' epilogues stage their output rows in shared memory before
-// the global store (ifa_split_kernel.cuh, kStageOut): 0 none, 1 8-bit caches (every real build),
-// 2 every cache (BENCHMARKS.md item 41).
-#ifndef DUALOPS_IFA_OBUF
-#define DUALOPS_IFA_OBUF 1
-#endif
+#include "ifa_measure.cuh"
 
 namespace dualops::cuda::ifa {
 
-constexpr int kAblate = DUALOPS_IFA_ABLATE;
-constexpr int kStagedOut = DUALOPS_IFA_OBUF;
-
 // Online softmax (ifa_split_kernel.cuh): a row's reference max moves only when a score passes it
-// by more than kLazySlack (log2 units), so p <= 2^kLazySlack. DUALOPS_IFA_LAZY_SLACK sets it in
-// measurement builds (BENCHMARKS.md item 33).
-#ifndef DUALOPS_IFA_LAZY_SLACK
-#define DUALOPS_IFA_LAZY_SLACK 8
-#endif
-constexpr float kLazySlack = DUALOPS_IFA_LAZY_SLACK;
+// by more than kLazySlack (log2 units), so p <= 2^kLazySlack.
+constexpr float kLazySlack = 8;
 
 constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 
-// CTA shapes. Wide: one CTA per SM holding all the SM's warps and pipeline bytes (for grids of
-// at most one CTA per SM, e.g. split-KV at batch 1). Narrow: half of that, so two CTAs share an
-// SM and one's prologue / epilogue hides under the other's streaming (grids of many short
-// units). Other splits of the same shared memory (4 or 6 warps with deeper pipelines, 12 warps
-// in one CTA, three 4-warp CTAs per SM) were measured and gave nothing (BENCHMARKS.md).
+// CTA shapes (kernel variants; the planner picks one per call: python/dualops/tiling/_ifa_launch.py).
+// Wide: one CTA per SM holding all the SM's warps and pipeline bytes (grids of at most one CTA
+// per SM, e.g. split-KV at batch 1). Narrow: half of that, so two CTAs share an SM and one's
+// prologue / epilogue hides under the other's streaming (grids of many short units).
 // Wide1: a wide CTA for units of at most one chunk per warp (kWarps x 16 keys): one chunk per
-// main-loop step (kSub = 1). With kSub = 2 such a warp computed its chunk and a zero-filled one
-// (BENCHMARKS.md item 32); a step of one chunk inside the kSub = 2 kernel instead re-scheduled
-// its main loop (int8 b16 h32/8 s32k +3 %), so it is a kernel of its own, launched only for
-// variants whose wide kSub is 2.
-// WideLs: a wide CTA running the lockstep pipeline (one step's chunks in flight per warp; the
-// launcher's pick for long units on GPUs of little DRAM bandwidth per SM; ifa_split_kernel.cuh).
-// On 8-bit caches it prefetches its first fill into L2, as NarrowPf and WidePf do (below).
-// A kernel of its own, so that the other kernels' main loops stay as they were: a run-time choice
-// in one kernel slowed the H200's calls by up to 1 % (BENCHMARKS.md item 38).
-// NarrowPf: a narrow CTA that prefetches its first fill into L2 (8-bit caches; the launcher's pick
-// for narrow grids on GPUs of little DRAM bandwidth per SM, where it gains 2-4.5 %, while the
-// H200's narrow 8-bit calls lose 1.3 % with the prefetch: BENCHMARKS.md items 23, 40).
-// WidePf: the wide CTA with the first-fill prefetch (8-bit caches; the launcher's pick on those
-// GPUs for single-wave grids of units too short for the lockstep kernel: BENCHMARKS.md item 41).
+// main-loop step (kSub = 1), where the two-chunk step would compute a zero-filled chunk; a kernel
+// of its own because a one-chunk step inside the two-chunk kernel re-schedules its main loop.
+// WideLs: a wide CTA running the lockstep pipeline (one step's chunks in flight per warp, the
+// CTA's warps stepping together; ifa_split_kernel.cuh); on 8-bit caches it also prefetches its
+// first fill into L2. A kernel of its own so that the other kernels' main loops stay as they are.
+// NarrowPf / WidePf: the narrow / wide CTA of an 8-bit cache that prefetches its first fill into
+// L2 (the GPUs of little DRAM bandwidth per SM gain with it; the others lose, docs/tuning.md).
 enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3, kNarrowPf = 4, kWidePf = 5 };
 
 template <typename QT, typename KVT, int D, int SHAPE>
@@ -92,9 +54,8 @@ struct Cfg {
   static constexpr int kRowBytes = D * static_cast<int>(sizeof(KVT));
   // Shared rows are unpadded (row r at r * kRowBytes, so every cp.async destination row is
   // 128-B aligned); the 16-B chunks of a row are XOR-permuted so the fragment builders read
-  // without bank conflicts. Rows padded by 16 B (the v4 layout) cost 7 % of the DRAM stream:
-  // a K/V chunk's copies land misaligned and the stream ran at ~4.1 instead of ~4.5 TB/s
-  // (BENCHMARKS.md, v9).
+  // without bank conflicts. (Rows padded by 16 B instead land a K/V chunk's copies misaligned,
+  // which slows the DRAM stream.)
   //  16-bit K and V: ldmatrix reads one 16-B chunk of 8 consecutive rows -> chunk ^ (row & 7).
   //  8-bit K: a quarter-warp reads 4 chunks of 2 adjacent rows -> chunk ^ 4 on odd rows
   //    (64-B rows already sit in different bank halves).
@@ -114,11 +75,7 @@ struct Cfg {
   static constexpr int kTensorBytesK = kChunkKeys * kRowBytes;
   static constexpr int kStageBytes = 2 * kChunkKeys * kRowBytes;  // K rows then V rows
   static constexpr bool kNarrowCta = SHAPE == kNarrow || SHAPE == kNarrowPf;
-#ifdef DUALOPS_IFA_WIDE_WARPS  // measurement builds: another warp count for wide CTAs
-  static constexpr int kWarps = !kNarrowCta ? ((!kQuant && D == 256) ? 4 : DUALOPS_IFA_WIDE_WARPS) : 4;
-#else
   static constexpr int kWarps = !kNarrowCta ? ((!kQuant && D == 256) ? 4 : 8) : 4;
-#endif
   static constexpr int kCtasPerSm = kNarrowCta ? 2 : 1;
   // K/V pipeline bytes per CTA: wide CTAs take most of an SM, narrow ones a bit under half.
   static constexpr int kSmemBudget = (kNarrowCta ? (kQuant ? 96 : 105) : (kQuant ? 200 : 210)) * 1024;
@@ -126,40 +83,24 @@ struct Cfg {
   static constexpr int kStages = kStagesFit < 2 ? 2 : (kStagesFit > 8 ? 8 : kStagesFit);
   // 16-key chunks per main-loop step: 2 where the pipeline keeps >= 4 chunks in flight while a
   // step computes (halves the per-key softmax, shuffle and loop work; 8-bit caches and D = 64),
-  // else 1, and 1 in the one-chunk wide kernel (kWide1). DUALOPS_IFA_SUB forces one for the
-  // other shapes (measurement builds).
-#ifdef DUALOPS_IFA_SUB
-  static constexpr int kSub = SHAPE == kWide1 ? 1 : DUALOPS_IFA_SUB;
-#else
+  // else 1, and 1 in the one-chunk wide kernel (kWide1).
   static constexpr int kSub = SHAPE == kWide1 || kStages < 6 ? 1 : 2;
-#endif
   static_assert(kStages > kSub, "a step's chunks and at least one more in flight");
   static constexpr bool kLockstep = SHAPE == kWideLs;
   static_assert(!kLockstep || kStages >= 2 * kSub, "lockstep pipeline: a step's chunks and the next step's");
   // Keys of the CTA's first pipeline fill ((kStages - kSub) chunks per warp) that are prefetched
   // into L2 before the grid-dependency wait (ifa_split_kernel.cuh). Every 16-bit kernel; of the
-  // 8-bit ones only the H100's (the lockstep kernel and the narrow and wide ones with the prefetch):
-  // compiled into the others it made the H200's 8-bit calls 0.5-7 % slower (BENCHMARKS.md v14,
-  // items 23 and 31), while the H100 gains up to 9 % (item 40). DUALOPS_IFA_PREFETCH_FILLS sets
-  // how many fills for every kernel (0: none; measurement builds).
-#ifdef DUALOPS_IFA_PREFETCH_FILLS
-  static constexpr int kPrefetchFills = DUALOPS_IFA_PREFETCH_FILLS;
-#else
+  // 8-bit ones only the variants the planner gives GPUs of little DRAM bandwidth per SM (the
+  // lockstep kernel and the narrow and wide ones with the prefetch): compiled into the others it
+  // slows the 8-bit calls of GPUs with more bandwidth per SM (docs/tuning.md).
   static constexpr int kPrefetchFills = !kQuant || kLockstep || SHAPE == kNarrowPf || SHAPE == kWidePf ? 1 : 0;
-#endif
   static constexpr int kPrefetchKeys = kPrefetchFills * (kStages - kSub) * kWarps * kChunkKeys;
   // Paged caches prefetch only splits of at least two fills (512 keys at D 128): the block ids
-  // are a load the prefetch waits for (prefetch_fill, ifa_split_kernel.cuh, has the
-  // measurements; BENCHMARKS.md v16). DUALOPS_IFA_PAGED_PREFETCH_FILLS sets it (measurement builds).
-#ifdef DUALOPS_IFA_PAGED_PREFETCH_FILLS
-  static constexpr int kPagedPrefetchMinKeys = DUALOPS_IFA_PAGED_PREFETCH_FILLS * kPrefetchKeys;
-#else
+  // are a load the prefetch waits for (prefetch_fill, ifa_split_kernel.cuh).
   static constexpr int kPagedPrefetchMinKeys = 2 * kPrefetchKeys;
-#endif
   // int8 caches: the value scales / offsets go to shared memory with the first K/V copies, not
-  // loaded per column in the epilogue (same-lease A/B, v13: int8 small calls -0.3 to -0.4 us,
-  // large ones -2 to -4 %). Not for fp8: there it took small calls -0.2 us but large ones +4 %
-  // (h32/8 b16 s32k 257 -> 267 us, the same main-loop instructions scheduled otherwise).
+  // loaded per column in the epilogue. Not for fp8: there it helped small calls but slowed large
+  // ones (the same main-loop instructions scheduled otherwise).
   static constexpr bool kVScalesInSmem = std::is_same_v<KVT, int8_t>;
   static constexpr int kKSteps = D / 16;  // q.k^T k-steps
   static constexpr int kNTiles = D / 8;   // p.v output n-tiles

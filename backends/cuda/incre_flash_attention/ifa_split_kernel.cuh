@@ -15,49 +15,14 @@
 #include <type_traits>
 
 #include "ifa_config.cuh"
+#include "ifa_measure.cuh"
 #include "ifa_primitives.cuh"
 #include "ifa_tiling.h"
-#include "ifa_trace.cuh"
 
 namespace dualops::cuda::ifa {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-template <typename T>
-__device__ __forceinline__ float to_f32(T x);
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-// A 16-bit q value from its raw bits.
-template <typename T>
-__device__ __forceinline__ float bits_to_f32(uint32_t x);
-template <>
-__device__ __forceinline__ float bits_to_f32<__half>(uint32_t x) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(x)));
-}
-template <>
-__device__ __forceinline__ float bits_to_f32<__nv_bfloat16>(uint32_t x) { return __uint_as_float(x << 16); }
-
-// Two output values at head-dim positions d0, d1 of one row (adjacent for 16-bit caches).
-template <typename T>
-__device__ __forceinline__ void store2(T* row, int d0, int d1, float v0, float v1) {
-  if (d1 == d0 + 1 && (d0 & 1) == 0) {
-    if constexpr (std::is_same_v<T, __half>) {
-      *reinterpret_cast<__half2*>(row + d0) = __floats2half2_rn(v0, v1);
-    } else {
-      *reinterpret_cast<__nv_bfloat162*>(row + d0) = __floats2bfloat162_rn(v0, v1);
-    }
-  } else {
-    if constexpr (std::is_same_v<T, __half>) {
-      row[d0] = __float2half_rn(v0), row[d1] = __float2half_rn(v1);
-    } else {
-      row[d0] = __float2bfloat16_rn(v0), row[d1] = __float2bfloat16_rn(v1);
-    }
-  }
-}
 
 template <typename KVT>
 struct CvtOf {
@@ -74,197 +39,13 @@ struct BlockWindow {
   int cur = -1, nxt = -1;
 };
 
-// Block index and in-block slot of key kc (block sizes are powers of two in practice: shifts).
-struct PageMath {
-  int size = 0, shift = -1;
-  __device__ __forceinline__ explicit PageMath(int bs) : size(bs) {
-    if (bs > 0 && (bs & (bs - 1)) == 0) shift = __ffs(bs) - 1;
-  }
-  __device__ __forceinline__ int block(int kc) const { return shift >= 0 ? kc >> shift : kc / size; }
-  __device__ __forceinline__ int slot(int kc) const { return shift >= 0 ? kc & (size - 1) : kc % size; }
-};
+}  // namespace dualops::cuda::ifa
 
-// Arrival counters of the in-kernel split merge (p.merge_counters, kMaxMergeGroups int32), one per
-// (batch, KV head, q tile) group: the last CTA of a group to finish merges the group's partials
-// and sets its counter back to 0, so the buffer is all zeros between calls (and between replays
-// of a captured graph). The Python glue keeps one zeroed buffer per stream, so calls running
-// concurrently on different streams never share counters. Capacity: kMaxMergeGroups (ifa_tiling.h).
+#include "ifa_prefetch.cuh"
+#include "ifa_split_merge.cuh"
 
-// Log-sum-exp merge of split partials, four output columns at a time: each split brings its
-// lse (natural log, -inf when it saw no key) and its normalized output; the state keeps the
-// running max m, the weight sum l (relative to m) and the weighted output sum.
-struct PartialMerge {
-  float m = -INFINITY, l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  // Splits s0, s0 + step, ... (< s_end) of one (row, 4 columns): all K loads of a round go out
-  // at once, so a round costs one memory round trip; each split is a state of weight 1.
-  // load(s, lse, o) fetches split s.
-  template <int K, typename Load>
-  __device__ __forceinline__ void add_splits(int s0, int s_end, int step, Load&& load) {
-    for (; s0 < s_end; s0 += K * step) {
-      PartialMerge sp[K];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int s = s0 + k * step;
-        sp[k].l = 1.f;
-        if (s < s_end) load(s, sp[k].m, sp[k].acc);  // (m -inf, acc 0 past s_end: weight 0)
-      }
-      merge_all<K>([&](int k) -> const PartialMerge& { return sp[k]; });
-    }
-  }
-  // N other states of the same row and columns, get(k) the k-th: the maximum first, then every
-  // weight at once, so the merge is one short dependent chain whatever N (merging them one by
-  // one chains N rescales: BENCHMARKS.md item 36).
-  template <int N, typename Get>
-  __device__ __forceinline__ void merge_all(Get&& get) {
-    float mx = m;
-#pragma unroll
-    for (int k = 0; k < N; ++k) mx = fmaxf(mx, get(k).m);
-    if (mx == -INFINITY) return;  // no key in any state
-    const float sc = __expf(m - mx);  // 0 while m is -inf
-    l *= sc, acc.x *= sc, acc.y *= sc, acc.z *= sc, acc.w *= sc;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const PartialMerge& o = get(k);
-      const float w = __expf(o.m - mx);  // 0 for a state without keys
-      l += o.l * w;
-      acc.x += o.acc.x * w, acc.y += o.acc.y * w, acc.z += o.acc.z * w, acc.w += o.acc.w * w;
-    }
-    m = mx;
-  }
-  // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then).
-  template <typename QT>
-  __device__ __forceinline__ void store(QT* dst, int c) const {
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
-    store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
-  }
-  __device__ __forceinline__ float lse() const { return l > 0.f ? m + __logf(l) : INFINITY; }
-};
+namespace dualops::cuda::ifa {
 
-// The last CTA of a split group merges the group's fp32 partials (rows row0 .. row0 + rows - 1
-// of units ubase .. ubase + ns - 1) into out / lse, as the combine kernel would: a thread per
-// (row, 4 columns), every split's lse and output loaded together (one L2 round trip per 8
-// splits; the first version loaded the lse values, reduced them through shared memory and only
-// then the outputs: two round trips and two barriers -- BENCHMARKS.md v12). Rounds of 16 took
-// the kernel from ~170 to 254 registers, and the fp8 main loop, compiled around them, ran 3 %
-// slower on bandwidth-bound calls (same-lease A/B, v12).
-template <typename QT, int D, int M_TILE, int NW>
-__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
-                                             int b, int kvh, int64_t ubase, int row0) {
-  constexpr int NT = NW * 32, C4 = D / 4;
-  const int tid = threadIdx.x;
-  const int ns = t.num_splits, q_rows = t.q_rows, s_q = t.s_q;
-  const int rows = min(M_TILE, q_rows - row0);
-  const float* la = static_cast<const float*>(p.lse_accum) + ubase * q_rows + row0;       // split stride q_rows
-  const float* oa = static_cast<const float*>(p.o_accum) + (ubase * q_rows + row0) * D;  // split stride q_rows * D
-  for (int slot = tid; slot < rows * C4; slot += NT) {
-    const int rr = slot / C4, c = (slot % C4) * 4;
-    PartialMerge st;
-    // (partials of other CTAs of this grid: L2 loads, not L1)
-    st.add_splits<8>(0, ns, 1, [&](int s, float& lse, float4& o) {
-      lse = __ldcg(la + rr + static_cast<int64_t>(s) * q_rows);
-      o = __ldcg(reinterpret_cast<const float4*>(oa + rr * D + c + static_cast<int64_t>(s) * q_rows * D));
-    });
-    const int r = row0 + rr, gh = r / s_q, i = r - gh * s_q, h = kvh * t.group + gh;
-    st.store<QT>(static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h, c);
-    if (c == 0) static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * s_q + i] = st.lse();
-  }
-}
-
-// How the split partials of a (batch, KV head, q tile) group are merged (merge_mode):
-//  kMergeKernel   the split kernel writes fp32 partials; the combine kernel follows;
-//  kMergeCounter  partials in global memory; the last CTA of the group to arrive (an arrival
-//                 counter) merges them (merge_splits);
-//  kMergeCluster  the group's CTAs are one thread-block cluster (launch_variant): each keeps
-//                 its partial in its own shared memory and, after a cluster barrier, merges a
-//                 slice of the rows x columns from every CTA's shared memory (no global round
-//                 trip, no atomic; BENCHMARKS.md v12).
-enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
-
-// L2 prefetch of the first pipeline fill of a plan unit (batch b, KV head kvh, keys k_begin ..
-// + Cfg::kPrefetchKeys of its split, both tensors: warp warp0 K, warp0 + 1 V) before the grid-dependency wait,
-// while the kernel ahead finishes, so that the unit's first copies after the wait hit L2
-// (16-bit caches, Cfg::kPrefetchKeys). A prefetch returns no data, so it is safe before the
-// wait: L2 is the point of coherence, and rows the kernel ahead still writes are read fresh by
-// the copies. Only CTAs of the first wave call it: a later CTA starts after the kernel ahead has
-// ended, and its prefetch would only duplicate its first copies (b128 h32/8 s1k +2 %,
-// BENCHMARKS.md v14). (A CTA prefetching, after its main loop, for the CTA one wave behind it
-// made multi-wave grids 4 % slower, v14.)
-// Keys past kv_lens (not known yet) may be prefetched: still inside the cache (k_cap <=
-// max_kv_len). The rows are contiguous spans where a head's rows are dense (stride_1 == D) or
-// the heads are packed in a row (stride_2 == D, stride_1 == h_kv * D: the unit takes its head's
-// share of the all-head span, the units of the other heads the rest); paged caches one span per
-// block (a lane per block, its id read here: a stale id only misdirects a hint; splits of at
-// least 2 fills only). Other layouts are not prefetched. Nor are splits that hold no more than the fill: prefetching a whole split
-// moves the call's whole read into the tail of the kernel ahead, which it then slows (b16 h8/1
-// s1k, 8 splits of 128 keys: +0.6 us, v14).
-// The same function prefetches the second fill (k_from = k_begin + kPrefetchKeys, warps 2 and 3)
-// right after the wait, in the first wave's splits of at least second_fill_keys keys (a kernel
-// argument, the launcher's second_fill_keys(): the H100 only): there HBM would otherwise idle while
-// the first copies come from L2.
-template <typename C>
-__device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p,
-                                              const IncreFlashAttentionTiling& t, int b, int kvh,
-                                              int k_from, int k_cap, int span, int warp0) {
-  constexpr int D = C::kD;
-  const int warp = (threadIdx.x >> 5) - warp0, lane = threadIdx.x & 31;
-  const int nk = min(C::kPrefetchKeys, k_cap - k_from);
-  if (warp < 0 || warp >= 2 || nk <= 0 || span <= C::kPrefetchKeys) return;
-  // Paged: the block ids are a load the prefetch waits for, which delays warps 0 and 1 by a
-  // round trip when the kernel ahead has already ended; it pays from splits of two fills up
-  // (Cfg::kPagedPrefetchMinKeys; H100 b1 h32/8 s8k, 16 splits of 512 keys: paged 18.4 -> 17.2
-  // us; H200 -1 to -3 %, but b1 h8/1 s32k, 64 splits of 512 keys, +0.2 us; v16). (Loading the
-  // block ids at the kernel's start instead, under the address set-up, did not remove that
-  // +0.2 us and re-scheduled the bf16 main loop: contiguous calls +0.3 to +1.2 %, v16.)
-  if (t.block_size > 0 && span < C::kPagedPrefetchMinKeys) return;
-  const char* base = static_cast<const char*>(warp == 0 ? p.k : p.v);
-  const int64_t s0 = warp == 0 ? p.k_stride_0 : p.v_stride_0;
-  const int64_t s1 = warp == 0 ? p.k_stride_1 : p.v_stride_1;
-  const int64_t s2 = warp == 0 ? p.k_stride_2 : p.v_stride_2;
-  const int64_t elt = sizeof(typename C::KV);
-  const bool dense = s1 == D, packed = s2 == D && s1 == static_cast<int64_t>(t.h_kv) * D;
-  // segment `lane`: keys [ka, kb) of one block (contiguous: one segment, the batch's rows)
-  int ka = k_from, kb = k_from + nk;
-  int64_t seg_base = static_cast<int64_t>(b) * s0;  // elements to the block's / batch's row 0
-  bool ok = dense || packed;
-  if (t.block_size > 0) {
-    const PageMath pm(t.block_size);
-    const int pg = pm.block(k_from) + lane;
-    ka = max(ka, pg * t.block_size);
-    kb = min(kb, (pg + 1) * t.block_size);
-    ok = ok && ka < kb;
-    const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
-    const int blk = ok ? bt_row[pg] : -1;
-    ok = ok && blk >= 0 && blk < p.num_blocks;
-    seg_base = static_cast<int64_t>(ok ? blk : 0) * s0;
-    ka -= pg * t.block_size, kb -= pg * t.block_size;  // slots within the block
-  } else {
-    ok = ok && lane == 0;
-  }
-  if (!ok) return;
-  const int n = kb - ka;
-  const int64_t off = dense ? (seg_base + kvh * s2 + static_cast<int64_t>(ka) * s1) * elt
-                            : (seg_base + static_cast<int64_t>(ka) * s1) * elt + static_cast<int64_t>(kvh) * n * C::kRowBytes;
-  prefetch_l2(base + off, static_cast<uint32_t>(n) * C::kRowBytes);
-}
-
-// The CTA's output rows (M_TILE x D fp32, rows kOutPitch floats apart) and lse (M_TILE) in the
-// K/V stages after the warps' merge buffer: the partial a cluster merge reads, and the rows an
-// 8-bit cache's epilogue stages there (kStageOut). There the rows are padded by 4 floats: a warp
-// stores one column of 8 rows x 4 column groups 32 apart (Cfg::pv_d), which rows D floats apart
-// put in one bank. Kernels that do not stage keep rows D apart: a different pitch re-scheduled
-// their main loops (the int8 one ran 2.5-3 % slower on the H200 in one such schedule, item 41).
-template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
-struct ClusterMergeLayout {
-  using C = Cfg<QT, KVT, D, SHAPE>;
-  static constexpr bool kStaged = kStagedOut == 2 || (kStagedOut == 1 && C::kQuant);  // (kStageOut)
-  static constexpr int kOutPitch = kStaged ? D + 4 : D;
-  static constexpr int kOut = C::kWarps * M_TILE * D * 4;  // after ebuf
-  static constexpr int kLse = kOut + M_TILE * kOutPitch * 4;
-  static constexpr bool kFits = kLse + M_TILE * 4 <= SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kKv;
-};
-constexpr int kMaxClusterSplits = 8;  // portable cluster size
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
     ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
@@ -279,18 +60,17 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // cluster-merge buffer, rows kOutPitch apart) and out from there as whole 16-B runs of a row.
   // Stored straight from the fragments, a lane's two columns lie 16 apart (Cfg::pv_d), so each
   // warp store touched 32 sectors instead of 8, and the partials' release and the kernel boundary
-  // waited for four times the writes: H100, split calls of 8 q rows per KV head 0.9-2 us faster
-  // (BENCHMARKS.md item 41). 16-bit caches keep the direct stores (staged: level).
+  // waited for four times the writes. 16-bit caches keep the direct stores (staging gains nothing there).
   constexpr bool kStageOut = CML::kFits && CML::kStaged;
   constexpr int kOutPitch = CML::kOutPitch;
   constexpr int NW = C::kWarps, STAGES = C::kStages, NT = NW * 32;
   constexpr int MTILES = M_TILE / 16, KSTEPS = C::kKSteps, NTILES = C::kNTiles, QP = L::kQParts;
   constexpr int PP = C::kPParts;
   // int8 key offsets: the per-row score term sum_d q_d s_d o_d is summed from the q values,
-  // scales and offsets the q-tile load brings into registers (v15), where each thread's q pairs
+  // scales and offsets the q-tile load brings into registers, where each thread's q pairs
   // lie in one row (one m-tile, NT a multiple of 128); otherwise one warp per row reads them.
-  // (int8 keys enter the mma exactly, as x: the 1152 + x fold of v10 saved the subtraction but
-  // put a 1-key request's lse up to 2e-3 off on q with a one-signed bias, BENCHMARKS.md item 34.)
+  // (int8 keys enter the mma exactly, as x: folding the +1152 bias of the conversion into the
+  // offsets would save the subtraction but puts a 1-key request's lse off on q with a one-signed bias.)
   constexpr bool kOffsetsInRegs = std::is_same_v<KVT, int8_t> && QP == 2 && MTILES == 1;
 
   DUALOPS_IFA_TRACE_BEGIN(p.out);
@@ -330,12 +110,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // keys the plan allows this split (kv_lens[b] may cut it shorter): block ids below it are
   // inside the block table, so they can be fetched before kv_lens arrives
   const int k_cap = min(k_begin + span, t.max_kv_len);
-  // The L2 prefetch of the first fill goes out first, ahead of the address set-up below (~700
-  // instructions, ~1.8 us from the CTA's start to the wait): where nothing runs ahead of the
-  // kernel to hide that set-up, the DRAM stream starts that much earlier. Same-lease A/B against
-  // the prefetch after the set-up (BENCHMARKS.md item 31), graph us: H200 b16 h32/8 s8k 124.3 ->
-  // 123.4, b1 h32/8 s8k 14.8 -> 14.3, b16 h8/1 s8k 22.1 -> 21.4, b1 h8/1 s128k 22.8 -> 22.3;
-  // H100 b1 h32/8 s8k 17.1 -> 16.5, b16 h8/1 s8k 27.8 -> 26.6; nothing slower by more than 0.1 us.
+  // The L2 prefetch of the first fill goes out first, ahead of the address set-up below (several
+  // hundred instructions before the wait): where nothing runs ahead of the kernel to hide that
+  // set-up, the DRAM stream starts that much earlier.
   // (%nsmid may exceed the SMs present: then a few CTAs of the second wave prefetch too)
   const bool first_wave =
       C::kPrefetchKeys > 0 && blockIdx.y * gridDim.x + blockIdx.x < sm_id_count() * C::kCtasPerSm;
@@ -344,8 +121,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // ---- before the grid-dependency wait: every address, from the parameters alone ------------
   // A CTA sits in the wait while the kernel before it finishes (programmatic dependent launch),
   // so what is computed here is off the call's critical path; after the wait, kv_lens, the q
-  // tile and the first K/V copies go out with little arithmetic in between (BENCHMARKS.md v12:
-  // ~600 instructions of index math sat between the wait and the first copy). pin() makes each
+  // tile and the first K/V copies go out with little arithmetic in between (rather than the
+  // index math sitting between the wait and the first copy). pin() makes each
   // value exist before the wait. Before it, global memory is only touched by the L2 prefetch of
   // the first K/V copies (and, paged, the block ids it reads): hints, whose data is not used.
   const QT* q = static_cast<const QT*>(p.q);
@@ -384,8 +161,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   };
   // 8-bit caches: every round's q pair, key scale and int8 key offset address before the wait,
   // so that after it a round is its loads alone (the 8-bit q rounds' index math sat between the
-  // wait and the first K/V copy: BENCHMARKS.md item 44). The 16-bit kernels compute theirs after
-  // the wait, as before (precomputed, bf16 b1 h8/1 s32k ran 0.3 us slower: rescheduled).
+  // wait and the first K/V copy). The 16-bit kernels compute theirs after the wait (precomputed,
+  // their main loops are scheduled otherwise, and slower).
   const uint16_t* q_src[C::kQuant ? QIT : 1];
   const float* ks_src[C::kQuant ? QIT : 1];
   const float* ko_src[kOffsetsInRegs ? QIT : 1];
@@ -415,8 +192,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // Per-row mask / pse / output offsets (shared memory, read after the q barrier). 8-bit caches:
   // a thread of the last warps per row, one pass, instead of M_TILE / NW passes by each warp's
   // lane 0 -- this loop was over half of the pre-wait code, exposed wherever nothing runs ahead
-  // of the kernel. Same-lease A/B (BENCHMARKS.md item 31): 8-bit calls -1 to -4 % on both GPUs;
-  // 16-bit ones +0.1 to +0.3 % on the H100 (H200 mixed), so they keep lane 0 of each warp.
+  // of the kernel. 16-bit kernels gain nothing from it and keep lane 0 of each warp.
   auto row_offsets = [&](int rr) {
     const int r = min(row0 + rr, q_rows - 1), gh = r / s_q, i = r - gh * s_q, h = kvh * group + gh;
     mask_row[rr] = b * p.mask_stride_b + h * p.mask_stride_h + i * p.mask_stride_q;
@@ -502,14 +278,14 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     DUALOPS_IFA_DEP(x);
   }
 #endif
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  pdl_launch_dependents();
+  pdl_wait();
   DUALOPS_IFA_MARK(kTrWaited);
   // A multi-wave grid of narrow CTAs (launcher: stagger_ns > 0): the first stagger_ctas CTAs --
   // the first wave -- start their work spread evenly over stagger_ns. Released by one wait, a
   // wave of equal units otherwise starts, streams and ends in step, so its CTAs' prologues and
-  // epilogues (~5 us per CTA, nothing streaming) fall together, and so do the next waves';
-  // spread, the two CTAs of an SM alternate and HBM stays busy (BENCHMARKS.md item 26).
+  // epilogues (nothing streaming) fall together, and so do the next waves'; spread, the two
+  // CTAs of an SM alternate and HBM stays busy.
   if (stagger_ns > 0) {
     const int cta = blockIdx.y * gridDim.x + blockIdx.x;
     if (cta < stagger_ctas) {
@@ -572,7 +348,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // int8 (Cfg::kVScalesInSmem): the head's value scales and offsets into shared memory, in each
   // thread's first commit group (landed before its first chunk, so before the epilogue reads
   // them), instead of per-column loads in the epilogue -- a global round trip at the end of
-  // every call (v13 trace: the 8-bit "stored" phase 0.65 us longer than bf16's).
+  // every call.
   if constexpr (C::kVScalesInSmem) {
 #pragma unroll
     for (int r = 0; r < kVsRounds; ++r)
@@ -639,11 +415,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // barrier, so the CTA reads 128 (8-bit: 256) consecutive keys at a time with 64 KB in flight
   // (D 128). The barrier comes before the wait (warps issue as their own chunks land) or, with
   // lockstep_burst (launcher: contiguous caches, units of >= 8192 keys), after it: every warp's
-  // chunks have landed and the next keys go out in one burst. On GPUs of little DRAM bandwidth
-  // per SM the 16-bit stream runs ~0.5-1 % faster with the lockstep and ~1 % more with the burst
-  // (BENCHMARKS.md items 38, 39: fewer, more orderly requests) and the 8-bit one 1.5-5 % (item 40:
-  // its SMs' ends spread over 4.6 us instead of 7); the H200, short splits and the burst on paged
-  // caches lose.
+  // chunks have landed and the next keys go out in one burst. GPUs of little DRAM bandwidth per
+  // SM stream faster so (fewer, more orderly requests; the SMs' ends spread less); the others,
+  // short splits and the burst on paged caches lose (the planner's rules: docs/tuning.md).
   constexpr bool kLockstep = C::kLockstep;
   static_assert(!kLockstep || STAGES >= 2 * SUB, "lockstep pipeline: a step's chunks and the next step's");
   const int lock_steps = (n_chunks / NW + SUB - 1) / SUB;  // steps every warp has
@@ -664,9 +438,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // ---- q tile -> A fragments in shared memory -------------------------------------------
   // 8-bit caches fold the key scale into q (score = sum q_d s_d x_d + sum q_d s_d o_d); the
   // scaled q is kept as hi + lo fp16 parts (two mma) after a power-of-two normalization, so
-  // the folding costs no precision whatever the scales' magnitude. One fp16 part is 5 %
-  // faster on bandwidth-bound calls but puts the lse 2.7e-4 off (bound 1e-4; out is fine):
-  // measured in BENCHMARKS.md v10, DUALOPS_IFA_ABLATE bit 256.
+  // the folding costs no precision whatever the scales' magnitude. One fp16 part is faster on
+  // bandwidth-bound calls but puts the lse outside the parity bound (ablation bit 256).
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) scratch[0] = 0;
@@ -719,7 +492,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   }
   // Per-row log2-domain score offset of an int8 key offset: with kOffsetsInRegs summed above
   // from the q values, scales and offsets already in registers; otherwise one warp per row reads
-  // them (a global round trip: 0.45 us of an int8 16-key call, BENCHMARKS.md v15).
+  // them (a global round trip).
   const float score_mul = p.softmax_scale * kLog2e / qmul;
   for (int rr = warp; !kOffsetsInRegs && rr < M_TILE; rr += NW) {
     float acc = 0.f;
@@ -880,8 +653,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     // The row reference m_run moves only when a score passes it by more than kLazySlack (log2
     // units; p then stays <= 2^kLazySlack, exact in fp32 l / acc and in the p parts): most
     // chunks take one warp vote instead of the row-max shuffles, the alpha exp2 and the
-    // accumulator rescale (BENCHMARKS.md item 33: skipping the padding half of the m16 tile
-    // besides, for q_rows <= 8, measured nothing more).
+    // accumulator rescale.
     uint32_t pa[MTILES][PP][SUB][4];  // p (bf16: as hi + lo parts), one A fragment per chunk
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt) {
@@ -1039,7 +811,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
   // Value scales / offsets of the columns this thread writes (8-bit caches whose scales are not
   // in shared memory: fp8): loaded now, so that the round trip runs under the merge barriers
-  // below instead of at the store (0.6 us of an fp8 16-key call, BENCHMARKS.md v15).
+  // below instead of at the store.
   constexpr int kSlots = MTILES * NTILES * 32;
   constexpr bool kVScalesEarly = C::kQuant && !C::kVScalesInSmem;
   constexpr int kSlotRounds = kVScalesEarly ? (kSlots + NT - 1) / NT : 1;
@@ -1074,7 +846,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int rr = mt * 16 + g + 8 * hf;
-        warp_m[warp * M_TILE + rr] = m_run[mt][hf];
+        // A warp that summed NaN scores (NaN q, key, bias or scale) has a NaN l, also where its
+        // reference stayed -inf (every score NaN): l - l turns its reference NaN too, so that the
+        // row merge below (a NaN-propagating max) makes the row's out and lse NaN.
+        warp_m[warp * M_TILE + rr] = m_run[mt][hf] + (l_run[mt][hf] - l_run[mt][hf]);
         warp_l[warp * M_TILE + rr] = l_run[mt][hf];
       }
   }
@@ -1084,8 +859,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int n_active = min(n_chunks, NW);
 #if DUALOPS_IFA_TRACE >= 2
   // Probe (trace level 2, trace_probe): straight-line code with no memory access right after
-  // the barrier, what running ~3 KB of code not run before costs: ~0.6 us, under a full HBM
-  // stream and on a quiet GPU alike (BENCHMARKS.md item 25, which corrects item 24).
+  // the barrier: what running ~3 KB of code not run before costs.
   if (tid == 0) {
     uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
     DUALOPS_IFA_DEP(x);
@@ -1096,7 +870,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < NW; ++w)
-      if (w < n_active) mx = fmaxf(mx, warp_m[w * M_TILE + tid]);
+      if (w < n_active) mx = fmax_nan(mx, warp_m[w * M_TILE + tid]);  // (a NaN warp makes the row NaN)
 #if DUALOPS_IFA_TRACE
     DUALOPS_IFA_DEP(mx);
     DUALOPS_IFA_MARK(kTrStatsMax);
@@ -1119,10 +893,9 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   DUALOPS_IFA_MARK_BAR(kTrStats, fin_m);
   // Each warp stores its rescaled fragments in fragment order (16 B per lane, no bank
   // conflicts); then every thread sums one slot over the warps and writes it out.
-  // (Merging the row states in every thread instead, one barrier less, measured +0.3 us on
-  // small calls: BENCHMARKS.md v11.) A tile of <= 8 q rows (decode with <= 8 q heads per KV
-  // head) keeps only rows 0..7 of the m16 fragment, 8 B per lane: the rows 8..15 are padding,
-  // and half the shared-memory traffic is ~0.3 us of a single-wave call (BENCHMARKS.md item 35).
+  // (Merging the row states in every thread instead, one barrier less, is slower.) A tile of
+  // <= 8 q rows (decode with <= 8 q heads per KV head) keeps only rows 0..7 of the m16 fragment,
+  // 8 B per lane: the rows 8..15 are padding.
   const bool half_rows = MTILES == 1 && q_rows - row0 <= 8;
   float2* ebuf2 = reinterpret_cast<float2*>(ebuf);  // [NW][NTILES][32] when half_rows
 #pragma unroll
@@ -1132,7 +905,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     for (int hf = 0; hf < 2; ++hf) {
       const int rr = mt * 16 + g + 8 * hf;
       const float lt = fin_l[rr];
-      f[hf] = (lt > 0.f && m_run[mt][hf] != -INFINITY) ? exp2f(m_run[mt][hf] - fin_m[rr]) / lt : 0.f;
+      // (!(lt <= 0): a NaN row l passes NaN on to the output)
+      f[hf] = (!(lt <= 0.f) && m_run[mt][hf] != -INFINITY) ? exp2f(m_run[mt][hf] - fin_m[rr]) / lt : 0.f;
     }
     if (half_rows) {
 #pragma unroll
@@ -1185,12 +959,12 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     for (int hf = 0; hf < 2; ++hf) {
       const int rr = mt * 16 + (ln >> 2) + 8 * hf, r = row0 + rr;
       if (r >= q_rows) continue;
-      const bool seen = fin_l[rr] > 0.f;
+      const bool seen = !(fin_l[rr] <= 0.f);  // (a NaN row is seen: NaN out)
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
       // (kStageOut first, a branch of its own: folded into the cluster merge's condition, the
-      // 16-bit kernels' main loops were scheduled anew, BENCHMARKS.md item 41)
+      // 16-bit kernels' main loops are scheduled anew)
       if (kStageOut) {
         to_rows(rr, d0, d1, v0, v1);
       } else if (ns == 1) {
@@ -1225,7 +999,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   if (tid < M_TILE && row0 + tid < q_rows) {
     const float lt = fin_l[tid];
     // no key: lse +inf in the output, -inf in a partial (weight 0 in the merge)
-    const float lse = lt > 0.f ? (fin_m[tid] + __log2f(lt)) * kLn2 : (ns == 1 ? INFINITY : -INFINITY);
+    const float lse = !(lt <= 0.f) ? (fin_m[tid] + __log2f(lt)) * kLn2 : (ns == 1 ? INFINITY : -INFINITY);
     if (kClusterMerge && ns > 1 && merge_mode == kMergeCluster)
       clu_lse[tid] = lse;
     else
@@ -1265,7 +1039,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     // Publish this CTA's partials and count it in: after the barrier, thread 0's acq_rel atomic
     // releases every thread's partials (cumulativity through the barrier) and acquires the
     // other CTAs'; the CTA that brings the count to ns merges. (Two __threadfence() -- a
-    // fence.sc per thread before, one after -- cost ~0.5 us more: BENCHMARKS.md v12.)
+    // fence.sc per thread before, one after -- would cost more.)
     __syncthreads();
     int* ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(b) * t.h_kv + kvh) * gridDim.y + blockIdx.y;
     if (tid == 0) scratch[0] = atom_add_acq_rel_gpu(ctr, 1);

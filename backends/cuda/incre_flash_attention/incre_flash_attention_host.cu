@@ -46,7 +46,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 }  // namespace
 
 const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
-  if (t.version != 2) return fail("plan version %lld, this build reads version 2", t.version);
+  if (t.version != 3) return fail("plan version %lld, this build reads version 3", t.version);
   if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
     return fail("head_dim must be 64, 128 or 256, got %lld", t.head_dim);
   if (t.batch < 1 || t.s_q < 1 || t.h_kv < 1 || t.group < 1)
@@ -99,6 +99,14 @@ const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, cons
     return fail("v_scale / v_offset must be 16-byte aligned fp32 [H_kv, D]");
   if (t.num_splits > 1 && (!aligned16(p.o_accum)))
     return fail("o_accum must be 16-byte aligned");
+  if (t.merge < ifa::kMergeKernel || t.merge > ifa::kMergeCluster || t.merge_fallback < ifa::kMergeKernel ||
+      t.merge_fallback > ifa::kMergeCounter || t.wave_ctas < 1 || t.stagger_ns < 0 || t.second_fill_keys < 0)
+    return fail("plan launch fields out of range (merge %lld, wave_ctas %lld): make the plan for a CUDA device",
+                t.merge, t.wave_ctas);
+  if (fam.smem(t) == 0)
+    return fail("plan names kernel variant %lld with a %lld-row q tile, which this build does not have for its "
+                "head dim and dtypes",
+                t.variant, t.cta_m_tile);
   return nullptr;
 }
 
@@ -114,7 +122,7 @@ const char* incre_flash_attention(const IncreFlashAttentionParams& p, const Incr
 }
 
 int incre_flash_attention_smem_bytes(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
-  if (incre_flash_attention_check(p, t)) return 0;
+  if (incre_flash_attention_check(p, t)) return 0;  // (0 too for a variant not built)
   return family_of(p.q_dtype, p.kv_dtype).smem(t);
 }
 

@@ -25,8 +25,18 @@ struct IncreFlashAttentionTiling {
   int32_t q_tile_rows;
   int32_t kv_dtype_bytes;
   int32_t whole_groups;
+  int32_t kv_dtype;
+  int32_t cta_m_tile;
+  int32_t variant;
+  int32_t merge;
+  int32_t merge_fallback;
+  int32_t pdl;
+  int32_t wave_ctas;
+  int32_t stagger_ns;
+  int32_t second_fill_keys;
+  int32_t lockstep_burst;
 };
-static_assert(sizeof(IncreFlashAttentionTiling) == 72, "tiling layout");
+static_assert(sizeof(IncreFlashAttentionTiling) == 112, "tiling layout");
 
 // FlashMLA-style decode schedule; header, then parts [num_sm_parts, 8], then num_splits [batch + 1]. (header of MlaPlan.pack())
 struct MlaDecodeTiling {

@@ -46,6 +46,22 @@ def bytes_moved(s: dict) -> float:
                  + 4 * scales[RECIPES[s["recipe"]][1]])
 
 
+def sim_estimate(s: dict, profile: str | None = None) -> dict:
+    """The Ascend cost model's estimate of shape ``s`` (never a measurement), without building its
+    tensors: the simulator runs the real kernel on two slices of AI core 0's work list (1 and 2 of
+    its items, on a problem holding only their groups) and the counters are extrapolated linearly
+    to core 0's share of the call (docs/grouped_gemm_ascend.md)."""
+    from .. import devices
+    from ..backends.ascend_sim import grouped_gemm as gg_sim
+
+    dt, mode = RECIPES[s["recipe"]]
+    masked = s["layout"] == "masked"
+    res = gg_sim.estimate_shape([s["m"]] * s["g"], n=s["n"], k=s["k"], dtype=dt, scale_mode=mode, masked=masked,
+                                m_max=s["m"] if masked else 0,
+                                profile=devices.profile(profile or devices.DEFAULT_SIM_PROFILE))
+    return res | {"label": "estimate (cost model, extrapolated)"}
+
+
 def build(s: dict, device, g: torch.Generator) -> dict:
     dt, mode = RECIPES[s["recipe"]]
     G, m, N, K = s["g"], s["m"], s["n"], s["k"]

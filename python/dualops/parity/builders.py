@@ -43,6 +43,13 @@ def poisoned(shape, dtype: torch.dtype) -> torch.Tensor:
         if dtype.is_floating_point else torch.full(shape, poison_value(dtype), dtype=dtype)
 
 
+def poison_at(t: torch.Tensor, index) -> torch.Tensor:
+    """A copy of t with t[index] (rows nobody may read) set to poison."""
+    t = t.clone()
+    t[index] = poison_value(t.dtype)
+    return t
+
+
 def nan_tail(cache: torch.Tensor, lens) -> torch.Tensor:
     """Contiguous cache [B, S, ...]: positions at or past lens[b] are poison."""
     cache = cache.clone()
@@ -51,33 +58,36 @@ def nan_tail(cache: torch.Tensor, lens) -> torch.Tensor:
     return cache
 
 
-def page(caches, lens, block_size: int, g: torch.Generator, *, spare_blocks: int = 2):
+def page(caches, lens, block_size: int, g: torch.Generator, *, spare_blocks: int = 2,
+         unused_id: int | None = None):
     """Scatter logical [B, S, ...] caches (e.g. k and v, sharing one block table) into randomly
     ordered blocks of ``block_size`` tokens.
 
     Returns (pools [num_blocks, block_size, ...] one per cache, block_table int32
     [B, ceil(S / block_size)]). Slots past lens[b] and the spare blocks are poison; the table
     entries a request does not need point at poisoned spare blocks (a kernel that reads them
-    fails, without reading out of bounds)."""
+    fails, without reading out of bounds), or hold ``unused_id`` when given (e.g. -1: a kernel
+    that reads them reads out of bounds, which the sanitizer reports). Pools and table live on
+    the caches' device."""
     B, S = caches[0].shape[0], caches[0].shape[1]
     per_req = -(-S // block_size)
     total = B * per_req + max(spare_blocks, 1)
     perm = torch.randperm(total, generator=g)
-    pools = [poisoned((total, block_size, *c.shape[2:]), c.dtype) for c in caches]
+    pools = [poisoned((total, block_size, *c.shape[2:]), c.dtype).to(c.device) for c in caches]
     spare = perm[B * per_req:].tolist()
     table = torch.empty(B, per_req, dtype=torch.int32)
     for b in range(B):
         used = -(-int(lens[b]) // block_size)
         for j in range(per_req):
             if j >= used:
-                table[b, j] = spare[(b + j) % len(spare)]
+                table[b, j] = spare[(b + j) % len(spare)] if unused_id is None else unused_id
                 continue
             blk = int(perm[b * per_req + j])
             table[b, j] = blk
             n = min(block_size, int(lens[b]) - j * block_size)
             for pool, c in zip(pools, caches):
                 pool[blk, :n] = c[b, j * block_size: j * block_size + n]
-    return pools, table
+    return pools, table.to(caches[0].device)
 
 
 def strided_view(t: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,14 @@
 Tiles (after hpc-ops' Hopper grouped GEMM): tile M (tokens) from the average rows per group
 by the table below, tile N 128, tile K = 128 bytes of one input row (64 for fp16/bf16, 128 for
 fp8/int8: one 128-B swizzle atom on Hopper, and for fp8 exactly one blockwise-scale K block).
-On Ascend tile M is rounded up to the cube fractal (16).
+On Ascend (the cube kernel of backends/ascend/grouped_gemm) the tiles come from the device
+profile instead (`ascend_tiles`): tile M from the same table rounded up to the cube fractal (16),
+or 128 x 256 output tiles when groups average >= 256 rows (so the cube, not the copies of A and B,
+bounds a tile; 128 x 128 for blockwise, whose tile N is one N scale block); the K step is the largest of 256,
+128, 64, 32 elements whose two L0A and two L0B buffers fit (the K loop is double-buffered: L1
+stage and L0 buffer s % 2), and one fp32 accumulator tile must fit L0C. fp8 operands reach the
+cube decoded to fp16 (the A2 cube has no fp8), so they count 2 bytes on chip; blockwise keeps
+K step 128 (one scale block per step). `describe()` shows the on-chip bytes against capacity.
 
 Work items are output tiles (group, m_tile, n_tile) for every group (an empty group gives
 none), ordered group by group, then by n tile, with m tiles innermost, so consecutive items
@@ -42,7 +49,7 @@ IN_DTYPES = {"float16": (1, 2), "bfloat16": (2, 2), "int8": (3, 1), "float8_e4m3
 TILE_N = 128
 TILE_K_BYTES = 128
 CUDA_MAX_STAGES = 8          # hpc-ops runs 8 stages of TMA loads
-ASCEND_MAX_STAGES = 4        # L1 A/B queues: double buffering is the norm, 4 is plenty
+ASCEND_MAX_STAGES = 2        # the cube kernel double-buffers L1 and L0A/L0B
 MIN_STAGES = 2
 SMEM_RESERVED = 1024         # barriers and bookkeeping
 BLOCKWISE_K = 128            # K width of one blockwise scale
@@ -60,23 +67,56 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
     return tile
 
 
+ASCEND_LARGE_M = 256         # average group rows from which Ascend takes 128 x 256 tiles
+ASCEND_K_STEPS = (256, 128, 64, 32)
+ASCEND_MAX_PARTS = 8         # blockwise: K blocks' partial products kept in L0C per hand-off
+
+
+def ascend_cube_elem_bytes(dtype: str) -> int:
+    """Bytes of one operand element on the Ascend cube: fp8 is decoded to fp16 first."""
+    return 1 if dtype == "int8" else 2
+
+
+def ascend_tiles(avg_rows: int, dtype: str, scale_mode: str, device: DeviceProfile) -> tuple[int, int, int]:
+    """(tile_m, tile_n, tile_k) of the Ascend cube kernel (module docstring)."""
+    e = ascend_cube_elem_bytes(dtype)
+    tile_m, tile_n = tile_m_for(avg_rows, device), TILE_N
+    if avg_rows >= ASCEND_LARGE_M:   # blockwise: 128 x 128 (tile N is one scale block)
+        tile_m, tile_n = 128, (TILE_N if scale_mode == "blockwise" else 256)
+    mp = round_up(tile_m, device.cube_fractal)
+    if mp * tile_n * 4 > device.l0c_bytes:
+        raise ValueError(f"tile {tile_m}x{tile_n} does not fit {device.name}'s L0C")
+    if scale_mode == "blockwise":
+        return tile_m, tile_n, BLOCKWISE_K
+    for tk in ASCEND_K_STEPS:
+        if 2 * mp * tk * e <= device.l0a_bytes and 2 * tile_n * tk * e <= device.l0b_bytes \
+                and 2 * (mp + tile_n) * tk * e <= device.l1_bytes:
+            return tile_m, tile_n, tk
+    raise ValueError(f"tile {tile_m}x{tile_n} leaves no K step in {device.name}'s L0A / L0B")
+
+
 def gemm_footprint(device: DeviceProfile, *, tile_m: int, tile_n: int, tile_k: int, stages: int,
                    elem_bytes: int, scale_mode: str) -> dict[str, int]:
     """On-chip bytes of one core: CUDA {"smem"}; Ascend {"l1", "l0a", "l0b", "l0c"}.
     A and B tiles in `stages` pipeline stages; CUDA adds an fp32-safe epilogue tile, scale
-    buffers and barriers; Ascend double-buffers one K slice of A/B in L0A/L0B and the fp32
-    accumulator in L0C."""
+    buffers and barriers; Ascend (elem_bytes: the cube's, see ascend_cube_elem_bytes)
+    double-buffers one K slice of A/B in L0A/L0B and keeps one fp32 accumulator in L0C
+    (scales live on the vector cores)."""
+    if device.is_ascend:
+        mp = round_up(tile_m, 16)
+        parts = 1   # blockwise: up to ASCEND_MAX_PARTS K blocks' partials in L0C (gg_layout.h)
+        if scale_mode == "blockwise":
+            parts = max(1, min(ASCEND_MAX_PARTS, device.l0c_bytes // (mp * tile_n * 4)))
+        return {"l1": stages * (mp + tile_n) * tile_k * elem_bytes,
+                "l0a": 2 * mp * tile_k * elem_bytes,
+                "l0b": 2 * tile_n * tile_k * elem_bytes,
+                "l0c": parts * mp * tile_n * 4}
     stage = (tile_m + tile_n) * tile_k * elem_bytes
     if scale_mode == "blockwise":
         stage += tile_m * 4 + ceil_div(tile_n, BLOCKWISE_K) * 4   # one K block's scales
     fixed = (tile_m + tile_n) * 4 if scale_mode == "rowwise" else 0
-    if device.is_cuda:
-        epilogue = tile_m * tile_n * 4
-        return {"smem": stages * stage + fixed + epilogue + SMEM_RESERVED}
-    return {"l1": stages * stage + fixed,
-            "l0a": 2 * round_up(tile_m, 16) * tile_k * elem_bytes,
-            "l0b": 2 * tile_n * tile_k * elem_bytes,
-            "l0c": 2 * round_up(tile_m, 16) * tile_n * 4}
+    epilogue = tile_m * tile_n * 4
+    return {"smem": stages * stage + fixed + epilogue + SMEM_RESERVED}
 
 
 def gemm_capacity(device: DeviceProfile) -> dict[str, int]:
@@ -109,6 +149,7 @@ class GroupedGemmPlan(PackedPlan):
     scale_mode: int        # SCALE_MODES code
     shape_only: int        # 1: made without device values (masked layout, m_max tiles/group)
     items: tuple[int, ...] = ()   # [num_items, 3] (group, m_tile, n_tile)
+    onchip: str = dataclasses.field(default="", compare=False)   # Ascend: on-chip bytes / capacity (not packed)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "layout", "num_groups", "m_total", "m_max", "n", "k", "tile_m", "tile_n",
@@ -136,6 +177,8 @@ class GroupedGemmPlan(PackedPlan):
     def footprint(self, device: DeviceProfile) -> dict[str, int]:
         mode = {v: k for k, v in SCALE_MODES.items()}[self.scale_mode]
         elem = {c: b for c, b in IN_DTYPES.values()}[self.in_dtype]
+        if device.is_ascend:
+            elem = ascend_cube_elem_bytes({c: n for n, (c, _) in IN_DTYPES.items()}[self.in_dtype])
         return gemm_footprint(device, tile_m=self.tile_m, tile_n=self.tile_n, tile_k=self.tile_k,
                               stages=self.stages, elem_bytes=elem, scale_mode=mode)
 
@@ -145,7 +188,8 @@ class GroupedGemmPlan(PackedPlan):
         shape = " shape-only" if self.shape_only else ""
         return (f"grouped GEMM {layout}{shape} G={self.num_groups} M={self.m_total} N={self.n} "
                 f"K={self.k} {mode}: tile {self.tile_m}x{self.tile_n}x{self.tile_k}, "
-                f"{self.stages} stages, {self.num_items} items on {self.num_cores} cores")
+                f"{self.stages} stages, {self.num_items} items on {self.num_cores} cores"
+                + (f" ({self.onchip})" if self.onchip else ""))
 
 
 def _dtype_name(dtype) -> str:
@@ -172,13 +216,23 @@ def _stages(device, *, tile_m, tile_n, tile_k, elem_bytes, scale_mode) -> int:
                      f"{MIN_STAGES} stages")
 
 
+def _onchip_text(device, **tiles) -> str:
+    if not device.is_ascend:
+        return ""
+    need, cap = gemm_footprint(device, **tiles), gemm_capacity(device)
+    parts = ", ".join(f"{k.upper()} {need[k] // 1024}/{cap[k] // 1024} KB" for k in ("l1", "l0a", "l0b", "l0c"))
+    return f"{device.name}: K step {tiles['tile_k']}, L1 and L0A/L0B double-buffered; {parts}"
+
+
 @functools.lru_cache(maxsize=256)
 def _plan(rows: tuple[int, ...], *, layout: str, m_max: int, shape_only: bool, avg_rows: int,
           n: int, k: int, dtype: str, scale_mode: str, device: DeviceProfile) -> GroupedGemmPlan:
     code, elem_bytes = IN_DTYPES[dtype]
-    tile_m = tile_m_for(avg_rows, device)
-    tile_n = TILE_N
-    tile_k = TILE_K_BYTES // elem_bytes
+    if device.is_ascend:
+        tile_m, tile_n, tile_k = ascend_tiles(avg_rows, dtype, scale_mode, device)
+        elem_bytes = ascend_cube_elem_bytes(dtype)
+    else:
+        tile_m, tile_n, tile_k = tile_m_for(avg_rows, device), TILE_N, TILE_K_BYTES // elem_bytes
     stages = _stages(device, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, elem_bytes=elem_bytes,
                      scale_mode=scale_mode)
     n_tiles = ceil_div(n, tile_n)
@@ -193,7 +247,9 @@ def _plan(rows: tuple[int, ...], *, layout: str, m_max: int, shape_only: bool, a
         m_max=m_max, n=n, k=k, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, stages=stages,
         num_n_tiles=n_tiles, num_k_tiles=ceil_div(k, tile_k), num_items=num_items,
         num_cores=max(1, min(device.num_cores, num_items)), in_dtype=code,
-        scale_mode=SCALE_MODES[scale_mode], shape_only=int(shape_only), items=tuple(items))
+        scale_mode=SCALE_MODES[scale_mode], shape_only=int(shape_only), items=tuple(items),
+        onchip=_onchip_text(device, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, stages=stages,
+                            elem_bytes=elem_bytes, scale_mode=scale_mode))
     plan.pack()
     return plan
 

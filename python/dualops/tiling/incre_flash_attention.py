@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import ClassVar
 
+from .. import tuning
 from ..devices import DeviceProfile
+from . import _ifa_launch
 from .base import PackedPlan, ceil_div, check_device, check_int, round_up
 
-IFA_VERSION = 2              # 2: whole_groups appended to the header
+IFA_VERSION = 3              # 2: whole_groups appended to the header; 3: the CUDA launch fields
 
 # --- CUDA choices ---------------------------------------------------------------------------
 CUDA_STAGES = 2              # K/V tiles in flight in shared memory
@@ -64,8 +65,6 @@ CUDA_TAIL_MIN_UNIT_BYTES = 2 << 20  # where a unit streams at least this much K+
 CUDA_TAIL_MIN_WAVES = 2      # and the groups fill at least this many whole waves,
 CUDA_TAIL_SPLITS = 4         # in at least this many pieces
 CUDA_TAIL_MIN_KEYS = 1024    # of at least this many keys
-CUDA_TAIL_ENABLED = os.environ.get("DUALOPS_IFA_TAIL", "1") != "0"  # DUALOPS_IFA_TAIL=0: never
-                             # (measurements; read at import, plans are cached)
 CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8 caches: a split costs the 8-bit kernel more math per
                              # byte, so 64 SMs do not saturate HBM (b1 h8/1 s128k: int8
                              # 64 splits 24.3 us vs 128: 20.0, fp8 22.9 vs 17.7; s32k level)
@@ -148,11 +147,29 @@ class IfaPlan(PackedPlan):
     q_tile_rows: int
     kv_dtype_bytes: int
     whole_groups: int = 0
+    # The cache's DType code (ops/include/dualops/params.h; int8 and fp8 launch differently) and
+    # the CUDA launch choices (_ifa_launch.IfaLaunchFields; 0 on Ascend): made by the planner, read
+    # by the CUDA launcher as they are.
+    kv_dtype: int = 0
+    cta_m_tile: int = 0
+    variant: int = 0
+    merge: int = 0
+    merge_fallback: int = 0
+    pdl: int = 0
+    wave_ctas: int = 0
+    stagger_ns: int = 0
+    second_fill_keys: int = 0
+    lockstep_burst: int = 0
+    # The profile the plan was made for (not in the header): with_splits re-plans the launch on it.
+    device: DeviceProfile | None = dataclasses.field(default=None, compare=False, repr=False)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
         "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores", "q_rows",
-        "q_tile_rows", "kv_dtype_bytes", "whole_groups")
+        "q_tile_rows", "kv_dtype_bytes", "whole_groups", "kv_dtype", "cta_m_tile", "variant",
+        "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns", "second_fill_keys",
+        "lockstep_burst")
+    LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(_ifa_launch.IfaLaunchFields))
     VERSION: ClassVar[int] = IFA_VERSION
 
     # -- work list --------------------------------------------------------------------------
@@ -194,8 +211,23 @@ class IfaPlan(PackedPlan):
         if split_len < 1 or num_splits * split_len < self.max_kv_len:
             raise ValueError(f"with_splits: {num_splits} splits of {split_len} keys do not cover max_kv_len "
                              f"{self.max_kv_len}")
-        return dataclasses.replace(self, num_splits=num_splits, split_len=split_len, whole_groups=whole_groups,
+        plan = dataclasses.replace(self, num_splits=num_splits, split_len=split_len, whole_groups=whole_groups,
                                    num_units=_num_units(self.batch * self.h_kv, whole_groups, num_splits), **fields)
+        return plan.relaunched()
+
+    def relaunched(self, device: DeviceProfile | None = None) -> "IfaPlan":
+        """This plan with its CUDA launch fields made again (for `device`, default the profile it
+        was made for) under the tuning overrides in force; unchanged when it has no CUDA profile."""
+        device = device or self.device
+        if device is None or not device.is_cuda:
+            return self
+        launch = _ifa_launch.choose_launch(self, device, self.kv_dtype)
+        return dataclasses.replace(self, device=device, **dataclasses.asdict(launch))
+
+    @property
+    def launch(self) -> _ifa_launch.IfaLaunchFields:
+        """The CUDA launch choices the plan carries."""
+        return _ifa_launch.IfaLaunchFields(**{f: getattr(self, f) for f in self.LAUNCH_FIELDS})
 
     def units_of_core(self, c: int) -> range:
         """Units core c runs: c, c + num_cores, ..."""
@@ -243,7 +275,8 @@ class IfaPlan(PackedPlan):
                 f"{self.q_rows} splits={self.num_splits}x{self.split_len}"
                 + (f" after {self.whole_groups} whole groups" if self.whole_groups else "")
                 + f" units={self.num_units} "
-                f"on {self.num_cores} cores")
+                f"on {self.num_cores} cores"
+                + (f"; {_ifa_launch.describe(self.launch)}" if self.wave_ctas else ""))
 
 
 def _num_units(groups: int, whole_groups: int, num_splits: int) -> int:
@@ -349,7 +382,7 @@ def _choose_tail(device, *, groups, max_kv_len, granule, q_rows, head_dim, kv_dt
     wave has few groups (its pieces should cover the SMs), each of at least CUDA_TAIL_MIN_KEYS,
     and no more than the CUDA_MAX_SPLITS_LONG any 16-bit plan may have."""
     cores = device.num_cores
-    if not device.is_cuda or kv_dtype_bytes != 2 or q_rows > 16 or not CUDA_TAIL_ENABLED:
+    if not device.is_cuda or kv_dtype_bytes != 2 or q_rows > 16 or not tuning.get("ifa_tail", True):
         return None
     rem = groups % cores
     if groups // cores < CUDA_TAIL_MIN_WAVES or rem == 0:
@@ -364,12 +397,22 @@ def _choose_tail(device, *, groups, max_kv_len, granule, q_rows, head_dim, kv_dt
     return groups - rem, ceil_div(max_kv_len, split_len), split_len
 
 
-@functools.lru_cache(maxsize=1024)
 def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, head_dim: int,
                                max_kv_len: int, block_size: int = 0, kv_dtype_bytes: int = 2,
-                               q_dtype_bytes: int = 2, device: DeviceProfile) -> IfaPlan:
+                               q_dtype_bytes: int = 2, kv_dtype: int | None = None,
+                               device: DeviceProfile) -> IfaPlan:
     """Plan one IFA call. max_kv_len: S_max (contiguous) or max_blocks_per_seq * block_size
-    (paged); block_size 0 = contiguous cache."""
+    (paged); block_size 0 = contiguous cache. kv_dtype: the cache's DType code (default bf16 for
+    2-byte caches, int8 for 1-byte ones). The plan follows the tuning overrides in force."""
+    return _plan(batch=batch, s_q=s_q, h_q=h_q, h_kv=h_kv, head_dim=head_dim, max_kv_len=max_kv_len,
+                 block_size=block_size, kv_dtype_bytes=kv_dtype_bytes, q_dtype_bytes=q_dtype_bytes,
+                 kv_dtype=kv_dtype, device=device, overrides=tuning.current())
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(*, batch, s_q, h_q, h_kv, head_dim, max_kv_len, block_size, kv_dtype_bytes, q_dtype_bytes,
+          kv_dtype, device, overrides) -> IfaPlan:
+    del overrides  # (a cache key: tuning.get reads them)
     device = check_device(device)
     batch = check_int("batch", batch, min_value=1)
     s_q = check_int("s_q", s_q, min_value=1)
@@ -388,6 +431,11 @@ def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, hea
     q_dtype_bytes = check_int("q_dtype_bytes", q_dtype_bytes)
     if q_dtype_bytes != 2:
         raise ValueError(f"q_dtype_bytes must be 2 (q is fp16/bf16), got {q_dtype_bytes}")
+    if kv_dtype is None:
+        kv_dtype = _BF16 if kv_dtype_bytes == 2 else _ifa_launch.INT8
+    kv_dtype = check_int("kv_dtype", kv_dtype)
+    if (kv_dtype in _ONE_BYTE) != (kv_dtype_bytes == 1) or kv_dtype not in (*_ONE_BYTE, *_TWO_BYTE):
+        raise ValueError(f"kv_dtype code {kv_dtype} does not match kv_dtype_bytes {kv_dtype_bytes}")
 
     group = h_q // h_kv
     q_rows = group * s_q
@@ -410,9 +458,18 @@ def plan_incre_flash_attention(*, batch: int, s_q: int, h_q: int, h_kv: int, hea
         head_dim=head_dim, max_kv_len=max_kv_len, block_size=block_size, kv_tile=kv_tile,
         num_splits=num_splits, split_len=split_len, num_units=num_units,
         num_cores=min(device.num_cores, num_units), q_rows=q_rows, q_tile_rows=q_tile_rows,
-        kv_dtype_bytes=kv_dtype_bytes, whole_groups=whole_groups)
+        kv_dtype_bytes=kv_dtype_bytes, whole_groups=whole_groups, kv_dtype=kv_dtype)
+    plan = plan.relaunched(device)
     plan.pack()  # fails early, naming the field, if a value does not fit int32
     return plan
+
+
+_BF16 = 2
+_TWO_BYTE = (1, 2)                            # float16, bfloat16
+_ONE_BYTE = (_ifa_launch.INT8, _ifa_launch.FP8)
+
+
+plan_incre_flash_attention.cache_clear = _plan.cache_clear  # type: ignore[attr-defined]
 
 
 def _tensor_shape_args(q, k_cache, block_table) -> dict:
@@ -432,13 +489,14 @@ def plan_for_tensors(q, k_cache, block_table, device: DeviceProfile) -> IfaPlan:
     """The plan of one call's shapes: made once per shape and device, then one dict look-up
     (every layer of every decode step asks)."""
     shape = _tensor_shape_args(q, k_cache, block_table)
-    key = (*shape.values(), q.element_size(), device)
+    key = (*shape.values(), q.element_size(), k_cache.dtype, device, tuning.current())
     plan = _PLANS_BY_SHAPE.get(key)
     if plan is None:
         if len(_PLANS_BY_SHAPE) > 4096:
             _PLANS_BY_SHAPE.clear()
+        from ..schema import dtype_code
         plan = _PLANS_BY_SHAPE[key] = plan_incre_flash_attention(
-            **shape, q_dtype_bytes=q.element_size(), device=device)
+            **shape, q_dtype_bytes=q.element_size(), kv_dtype=dtype_code(k_cache.dtype), device=device)
     return plan
 
 
