@@ -118,6 +118,68 @@ def test_nan_in_a_split_poisons_the_row(where):
     assert bool(lse.isnan().all())
 
 
+def _poison_token(inp, pos, value, col=None):
+    """Write ``value`` into request 0's key at position ``pos`` (all of it, or column ``col``);
+    for fp8_v32 a NaN / inf goes into the token's first scale (values 0..127)."""
+    pbs = inp["kv_cache"].shape[1]
+    blk, slot = int(inp["block_table"][0, pos // pbs]), pos % pbs
+    if inp.get("kv_format", "bf16") == "fp8_v32":
+        inp["kv_cache"][blk, slot, 0, 512:516] = torch.tensor([value], dtype=torch.float32).view(torch.uint8)
+    elif col is None:
+        inp["kv_cache"][blk, slot] = value
+    else:
+        inp["kv_cache"][blk, slot, 0, col] = value
+
+
+_SPLIT_NONFINITE = {
+    # +inf in one split's attended key (a value column): rows whose score is +inf get lse +inf and
+    # out NaN, the others a NaN in that column (0 * inf) and a finite lse, through the combine
+    "inf_key": dict(lens=(600,), h_q=16, keys=((300, float("inf"), 11),)),
+    # NaN / inf in the last keys, hidden by the causal mask from the first query tokens: no effect there
+    "causal_hidden_nan": dict(lens=(600,), h_q=8, s_q=3, causal=True, keys=((599, float("nan"), None),)),
+    "causal_hidden_inf": dict(lens=(600,), h_q=8, s_q=3, causal=True, keys=((598, float("inf"), 7),)),
+    "causal_hidden_many_sq40": dict(lens=(600,), h_q=1, s_q=40, causal=True,
+                                    keys=((565, float("nan"), None), (580, float("nan"), 3), (599, float("nan"), None))),
+    "causal_hidden_fp8_v32": dict(lens=(300,), h_q=16, s_q=3, causal=True, kv_format="fp8_v32",
+                                  keys=((299, float("nan"), None),)),
+}
+
+
+@pytest.mark.parametrize("name", list(_SPLIT_NONFINITE))
+def test_nonfinite_semantics_with_split_kv(name):
+    """docs/values.md with a plan of several splits: inf / NaN positions and values match the
+    reference (+inf scores give lse +inf; keys the causal mask hides have no effect)."""
+    spec = dict(_SPLIT_NONFINITE[name])
+    keys = spec.pop("keys")
+    inp = _inputs(parity_cases._mla(name, B=1, **spec), seed=5)
+    for pos, value, col in keys:
+        _poison_token(inp, pos, value, col)
+    out, lse = _run(inp, cores=4)
+    assert _splits() > 0, "the case was meant to split the request"
+    _check(inp, out, lse)
+    if spec.get("causal"):
+        assert not out[0, 0].isnan().any(), "the first query token hides every poisoned key"
+    else:
+        assert bool(lse.isposinf().any()) and bool(out.isnan().any())
+
+
+@pytest.mark.parametrize("keys,split", [(range(0, 1), False), (range(0, 256), True), (range(0, 600), True)],
+                         ids=["one_key_request", "whole_first_split", "every_split"])
+def test_inf_values_of_keys_with_weight_zero(keys, split):
+    """-inf in a value column of keys: rows whose score is -inf there give those keys weight 0,
+    and 0 * inf is NaN in that column (the reference's p @ v), even when no key of the row, or of
+    one split, has a score above -inf; rows whose score is +inf get lse +inf and out NaN.
+    (The plan on 4 cores splits the 600 keys as [0, 256), [256, 512), [512, 600).)"""
+    n = len(keys) if not split else 600
+    inp = _inputs(parity_cases._mla("neg_inf_v", B=1, lens=(n,), h_q=16), seed=7)
+    for pos in keys:
+        _poison_token(inp, pos, float("-inf"), 5)
+    out, lse = _run(inp, cores=4)
+    assert (_splits() > 0) == split
+    _check(inp, out, lse)
+    assert bool(out[..., 5].isnan().all())
+
+
 def test_mismatched_16bit_cache_is_not_implemented():
     inp = _inputs(parity_cases._mla("mix", B=1, lens=(5,), h_q=4))
     inp["kv_cache"] = inp["kv_cache"].to(torch.float16)

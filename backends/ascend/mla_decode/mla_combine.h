@@ -2,7 +2,8 @@
 // fp32 partials) and the split-KV combine that runs after SyncAll: every row of a request with
 // several splits merges its partials with log-sum-exp weights, out = sum_s exp(lse_s - lse) o_s,
 // lse = log sum_s exp(lse_s). A split holding NaN poisons the merged row; a split that saw no key
-// (lse -inf) adds nothing; no key at all gives out 0, lse +inf.
+// (lse -inf) adds 0 times its partial (0, or NaN from a non-finite value it attends); no score
+// above -inf at all gives lse +inf and out the sum of the partials (0 unless such a NaN).
 #pragma once
 #include "ascend/mla_decode/mla_common.h"
 
@@ -147,30 +148,36 @@ class MlaCombine {
         }
         float lse = kPosInf;
         AscendC::Duplicate(acc, 0.0f, dv);
-        if (lmax != kNegInf || nan) {
-          if (lmax == kNegInf) lmax = 0.0f;
+        // No split has a score above -inf: the partials are 0 * v (0, or NaN where an attended
+        // value is not finite) and add up with weight 1; lse stays +inf.
+        const bool none = lmax == kNegInf && !nan;
+        float sum = 1.0f;
+        if (!none) {
+          // Like torch.logsumexp: an infinite max is replaced by 0, so a split with lse +inf
+          // gives lse +inf (NaN with a NaN split) and weights inf / inf = NaN.
+          if (lmax == kNegInf || lmax == kPosInf) lmax = 0.0f;
           for (int32_t s = 0; s < ns; ++s) w.SetValue(s, lb.GetValue(s * 8) - lmax);
           PipeSync<AscendC::HardEvent::S_V>(tp_);
           AscendC::Exp(w, w, ns);
           PipeSync<AscendC::HardEvent::V_S>(tp_);
-          float sum = 0.0f;
+          sum = 0.0f;
           for (int32_t s = 0; s < ns; ++s) sum += w.GetValue(s);
           AscendC::Duplicate(ob, sum, 8);
           AscendC::PipeBarrier<PIPE_V>();
           AscendC::Ln(ob, ob, 8);
           PipeSync<AscendC::HardEvent::V_S>(tp_);
           lse = lmax + ob.GetValue(0);
-          for (int32_t s = 0; s < ns; ++s) {
-            if (lb.GetValue(s * 8) == kNegInf) continue;   // saw no key: its partial is 0
-            const float ws = w.GetValue(s) / sum;
-            PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
-            AscendC::DataCopy(ob, oa[(base + static_cast<uint64_t>(s) * qr) * dv], dv);
-            PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
-            AscendC::Muls(ob, ob, ws, dv);
-            AscendC::PipeBarrier<PIPE_V>();
-            AscendC::Add(acc, acc, ob, dv);
-            AscendC::PipeBarrier<PIPE_V>();
-          }
+        }
+        // Every partial is merged, a split that saw no key too (weight 0: its 0 * NaN stays NaN).
+        for (int32_t s = 0; s < ns; ++s) {
+          const float ws = none ? 1.0f : w.GetValue(s) / sum;
+          PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
+          AscendC::DataCopy(ob, oa[(base + static_cast<uint64_t>(s) * qr) * dv], dv);
+          PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
+          AscendC::Muls(ob, ob, ws, dv);
+          AscendC::PipeBarrier<PIPE_V>();
+          AscendC::Add(acc, acc, ob, dv);
+          AscendC::PipeBarrier<PIPE_V>();
         }
         writer_->Final(acc, b, row, 1, &lse);
         PipeSync<AscendC::HardEvent::V_MTE2>(tp_);

@@ -31,7 +31,7 @@ class MlaVector {
     pipe_.InitBuffer(bits_, RoundUp(n / 8, 32));
     // m, l, corr[kSlots], exp(m_old - m_new) inputs / outputs, ln(l), divisors per row.
     pipe_.InitBuffer(stats_, (6 + kSlots) * kMaxRows * sizeof(float));
-    pipe_.InitBuffer(red_, (8 + RoundUp(2 * CeilDiv(n, 64), 8)) * sizeof(float));
+    pipe_.InitBuffer(red_, (8 + RoundUp(2 * CeilDiv(MaxI(n, dv), 64), 8)) * sizeof(float));
     writer_.Init(a, pipe_);
     if (a.h.convert) deq_.Init(a, pipe_);
     if (a.t.total_splits > a.t.batch) combine_.Init(a, pipe_, &writer_);
@@ -77,6 +77,8 @@ class MlaVector {
     }
     for (int32_t t = 0; t < ps.tiles; ++t) {
       AscendC::CrossCoreWaitFlag(kFlagTileReady);   // S of tile t, O of tile t - 1
+      // Before tile t + 1's dequantization takes tile t - 1's workspace slot.
+      if (t >= 1) DropHiddenKeys(t - 1);
       Softmax(t);
       // A dequantized cache: tile t + 1 goes with P of tile t (its slot was last read by the
       // cube's load of tile t - 1), so the cube waits once per tile.
@@ -85,6 +87,7 @@ class MlaVector {
       if (t >= 1) Update(t - 1);
     }
     AscendC::CrossCoreWaitFlag(kFlagTileReady);   // O of the last tile
+    DropHiddenKeys(ps.tiles - 1);
     Update(ps.tiles - 1);
     Finalize();
   }
@@ -120,8 +123,7 @@ class MlaVector {
         AscendC::Add(row, row, keymask_.Get<float>(), n);
         continue;
       }
-      const int32_t i = (ps_.r0 + rs_ + r) / a.t.h_q;
-      const int32_t limit = a.p.causal ? ps_.kv_len - a.t.s_q + i + 1 : ps_.kv_len;
+      const int32_t limit = a.p.causal ? RowLimit(r) : ps_.kv_len;
       const int32_t hi = MinI(nv, limit - t0);
       if (hi <= 0) {
         AscendC::Duplicate(row, kNegInf, n);
@@ -165,7 +167,9 @@ class MlaVector {
 
   // Rows of sb hold masked, scaled scores: turn them into exp(s - m_new), update m and l, keep
   // corr = exp(m_old - m_new) for this tile's slot. A row with nothing visible yet keeps
-  // m = -inf and subtracts 0 (exp gives 0, not NaN). NaN scores keep NaN in l and P.
+  // m = -inf and subtracts 0 (exp gives 0, not NaN). A row with a +inf score keeps m = +inf and
+  // subtracts 0 too, like torch.logsumexp: l becomes +inf (lse +inf) and P holds inf (out NaN,
+  // inf / inf), unless a NaN score makes l NaN. NaN scores keep NaN in l and P.
   __aicore__ inline void OnlineSoftmax(const AscendC::LocalTensor<float>& sb, int32_t cn, int32_t slot) {
     const int32_t n = a_->h.kv_tile;
     AscendC::LocalTensor<float> red = red_.Get<float>();
@@ -176,7 +180,7 @@ class MlaVector {
       const float tile_max = red.GetValue(0);
       const float m_old = m_.GetValue(r);
       const float m_new = tile_max > m_old ? tile_max : m_old;
-      const float m_safe = m_new == kNegInf ? 0.0f : m_new;
+      const float m_safe = (m_new == kNegInf || m_new == kPosInf) ? 0.0f : m_new;
       m_.SetValue(r, m_new);
       ln_.SetValue(r, m_safe);
       diff_.SetValue(r, m_old - m_safe);
@@ -199,6 +203,135 @@ class MlaVector {
       corr_.SetValue(slot * kMaxRows + r, corr);
     }
     PipeSync<AscendC::HardEvent::S_V>(tp_);
+  }
+
+  // Causal S_q > 1: the keys of tile t at or past a row's limit are hidden from that row. Their
+  // P is 0, but the cube's O = P . V would still take 0 * NaN or 0 * inf from a non-finite value
+  // of such a key, and a masked key must have no effect. So the values of the keys hidden from
+  // some of this core's rows are checked (the only cost in the common case); if one is not
+  // finite, the O rows of the rows hiding keys are recomputed here from P and the values of the
+  // keys each row sees, and replace the cube's rows in the O slot before Update reads them.
+  __aicore__ inline void DropHiddenKeys(int32_t t) {
+    const Args& a = *a_;
+    if (!a.p.causal || a.t.s_q <= 1 || a.t.sparse || re_ <= rs_) return;
+    const int32_t n = a.h.kv_tile, nv = ps_.TileKeys(n, t), t0 = ps_.k0 + t * n;
+    const int32_t first = RowLimit(0) - t0;   // the core's first row hides the most keys
+    if (first >= nv) return;
+    AscendC::PipeBarrier<PIPE_V>();
+    if (HiddenValuesFinite(t, MaxI(first, 0), nv)) {
+      PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
+      return;
+    }
+    RecomputeO(t, nv, t0);
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
+  }
+
+  // Whether the values of keys [j0, nv) of tile t are all finite (sum of v - v: 0 or NaN).
+  __aicore__ inline bool HiddenValuesFinite(int32_t t, int32_t j0, int32_t nv) {
+    const int32_t dv = a_->h.d_v;
+    AscendC::LocalTensor<float> chk = o_.Get<float>();
+    AscendC::LocalTensor<float> tmp = chk[dv];
+    AscendC::LocalTensor<float> v = s_.Get<float>();
+    AscendC::LocalTensor<float> red = red_.Get<float>();
+    AscendC::Duplicate(chk, 0.0f, dv);
+    for (int32_t j = j0; j < nv; ++j) {
+      LoadValue(t, j, v);
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Sub(tmp, v, v, dv);
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Add(chk, chk, tmp, dv);
+    }
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::ReduceSum(red, chk, red[8], dv);
+    PipeSync<AscendC::HardEvent::V_S>(tp_);
+    return red.GetValue(0) == 0.0f;
+  }
+
+  // O rows of tile t for this core's rows that hide keys: sum of p * v over the keys each sees.
+  __aicore__ inline void RecomputeO(int32_t t, int32_t nv, int32_t t0) {
+    const Args& a = *a_;
+    const int32_t n = a.h.kv_tile, dv = a.h.d_v;
+    int32_t ra = 0;   // rows [0, ra) hide some key (limits grow with the row)
+    while (ra < re_ - rs_ && RowLimit(ra) - t0 < nv) ++ra;
+    const uint64_t slot = static_cast<uint64_t>(t % kSlots), p_part = static_cast<uint64_t>(a.c.rows_p) * n;
+    AscendC::GlobalTensor<QT> pg;
+    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * kParts * p_part, kParts * p_part);
+    AscendC::GlobalTensor<float> og;
+    og.SetGlobalBuffer(a.Ws<float>(a.ws.o) + slot * a.c.rows_p * dv, static_cast<uint64_t>(a.c.rows_p) * dv);
+    AscendC::LocalTensor<QT> p_hi = p_.Get<QT>();
+    AscendC::LocalTensor<QT> p_lo = p_hi[kMaxRows * n];
+    AscendC::LocalTensor<float> p = res_.Get<float>();
+    AscendC::LocalTensor<float> v = s_.Get<float>();
+    AscendC::LocalTensor<float> w = v[2 * dv];
+    AscendC::LocalTensor<float> ob = o_.Get<float>();
+    const int32_t count = ra * n;
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
+    AscendC::DataCopy(p_hi, pg[static_cast<uint64_t>(rs_) * n], count);
+    if (a.c.p_parts == kParts) AscendC::DataCopy(p_lo, pg[p_part + static_cast<uint64_t>(rs_) * n], count);
+    PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
+    AscendC::Cast(p, p_hi, AscendC::RoundMode::CAST_NONE, count);
+    if (a.c.p_parts == kParts) {
+      AscendC::Cast(v, p_lo, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Add(p, p, v, count);
+    }
+    PipeSync<AscendC::HardEvent::V_S>(tp_);   // p is read by the scalar unit
+    for (int32_t c = 0; c < ra; c += kOutChunkRows) {
+      const int32_t k = MinI(kOutChunkRows, ra - c);
+      PipeSync<AscendC::HardEvent::MTE3_V>(tp_);   // the previous chunk's rows are out of ob
+      AscendC::Duplicate(ob, 0.0f, k * dv);
+      int32_t r0 = 0;   // rows [r0, k) of the chunk see key j
+      for (int32_t j = 0; j < nv; ++j) {
+        while (r0 < k && RowLimit(c + r0) - t0 <= j) ++r0;
+        if (r0 == k) break;
+        LoadValue(t, j, v);
+        for (int32_t r = r0; r < k; ++r) {
+          AscendC::PipeBarrier<PIPE_V>();
+          AscendC::Muls(w, v, p.GetValue((c + r) * n + j), dv);
+          AscendC::PipeBarrier<PIPE_V>();
+          AscendC::Add(ob[r * dv], ob[r * dv], w, dv);
+        }
+      }
+      PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
+      AscendC::DataCopy(og[static_cast<uint64_t>(rs_ + c) * dv], ob, k * dv);
+    }
+    PipeSync<AscendC::HardEvent::MTE3_MTE2>(tp_);   // Update reads the rows back
+    PipeSync<AscendC::HardEvent::MTE3_V>(tp_);
+  }
+
+  // The first d_v values of key j of tile t as fp32 in v[0, d_v) (v[d_v, 2 d_v) is scratch): from
+  // the cache, or the dequantized hi + lo halves in the workspace.
+  __aicore__ inline void LoadValue(int32_t t, int32_t j, const AscendC::LocalTensor<float>& v) {
+    const Args& a = *a_;
+    const int32_t d = a.h.d_qk, dv = a.h.d_v;
+    AscendC::LocalTensor<QT> hi = p_.Get<QT>();
+    AscendC::LocalTensor<QT> lo = hi[dv];
+    AscendC::GlobalTensor<QT> g;
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);   // the previous key's casts have read the staging
+    if (a.h.convert) {
+      const uint64_t part = static_cast<uint64_t>(a.h.kv_tile) * d;
+      const uint64_t at = static_cast<uint64_t>(t % kSlots) * kParts * part + static_cast<uint64_t>(j) * d;
+      g.SetGlobalBuffer(a.Ws<QT>(a.ws.k), kSlots * kParts * part);
+      AscendC::DataCopy(hi, g[at], dv);
+      AscendC::DataCopy(lo, g[at + part], dv);
+    } else {
+      int32_t pool, run;
+      const int64_t row = kmap_.Row(ps_.k0 + t * a.h.kv_tile + j, 1, pool, run);
+      g.SetGlobalBuffer(Gm<QT>(a.p.kv_cache));
+      AscendC::DataCopy(hi, g[row * d], dv);
+    }
+    PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
+    AscendC::Cast(v, hi, AscendC::RoundMode::CAST_NONE, dv);
+    if (a.h.convert) {
+      AscendC::Cast(v[dv], lo, AscendC::RoundMode::CAST_NONE, dv);
+      AscendC::PipeBarrier<PIPE_V>();
+      AscendC::Add(v, v, v[dv], dv);
+    }
+  }
+
+  // Causal limit of this core's row r: it sees the keys at positions below it.
+  __aicore__ inline int32_t RowLimit(int32_t r) const {
+    return ps_.kv_len - a_->t.s_q + (ps_.r0 + rs_ + r) / a_->t.h_q + 1;
   }
 
   // acc = acc * corr + O for tile t (acc = O for the pass's first tile).
@@ -229,7 +362,9 @@ class MlaVector {
     AscendC::PipeBarrier<PIPE_V>();
   }
 
-  // out = acc / l, lse = m + ln l; l == 0: the rows saw no key (out 0; lse +inf, or -inf as a partial).
+  // out = acc / l, lse = m + ln l. l == 0: no key the rows attend has a score above -inf; out is
+  // acc as it is (P = 0: 0, or NaN in a channel where an attended value is not finite, like the
+  // reference's 0 * inf) and lse +inf, or -inf as a partial.
   __aicore__ inline void Finalize() {
     const Args& a = *a_;
     const int32_t dv = a.h.d_v, cn = re_ - rs_;
@@ -246,8 +381,7 @@ class MlaVector {
     float lse[kMaxRows];
     for (int32_t r = 0; r < cn; ++r) {
       const float l = l_.GetValue(r);
-      if (l == 0.0f) {
-        AscendC::Duplicate(acc[r * dv], 0.0f, dv);
+      if (l == 0.0f) {   // acc = sum of 0 * v: 0, NaN where an attended value is not finite
         lse[r] = ps_.ns > 1 ? kNegInf : kPosInf;
       } else {
         AscendC::Muls(acc[r * dv], acc[r * dv], corr_now_.GetValue(r), dv);
