@@ -181,6 +181,66 @@ def test_nan_in_attended_key_and_q_propagates(fmt):
     assert torch.isnan(out[1, 0, 5]).all() and not torch.isnan(out[1, 0, 4]).any()
 
 
+def _set_key(a, b, pos, d, value):
+    """Element d of request b's token pos in the cache (FP8 formats: byte d, an e4m3 NoPE value
+    for d < 448; model1 blocks are one byte run of 576-byte token rows, then the scales)."""
+    pbs = a["kv_cache"].shape[1]
+    blk, off = int(a["block_table"][b, pos // pbs]), pos % pbs
+    if a["kv_format"] == "fp8_model1":
+        a["kv_cache"].view(a["kv_cache"].shape[0], -1)[blk, off * 576 + d] = value
+    else:
+        a["kv_cache"][blk, off, 0, d] = value
+
+
+def _split_plan(a):
+    """The host plan of `a` on an H100 profile: its long request must be split (combine kernel)."""
+    plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=a["q"].shape[2], s_q=a["q"].shape[1],
+                                    kv_format=a["kv_format"], page_block_size=a["kv_cache"].shape[1],
+                                    device=dualops.devices.profile("h100"))
+    assert plan.total_splits > plan.batch, plan
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_inf_key_like_reference_through_split_merge(dtype):
+    """A +inf in an attended key: rows scoring it +inf get lse +inf and out NaN (an infinite max
+    subtracts 0, as torch.logsumexp), rows scoring it -inf keep a finite lse (out NaN only where
+    0 * inf meets a value column); through the split merge (request 0) and without (request 1)."""
+    g = bld.generator(3, "mla_decode", f"cuda/inf_key/{dtype}")
+    a = make_inputs(g, lens=(3000, 40), h_q=16, kv_format="bf16", dtype=dtype)
+    _split_plan(a)
+    _set_key(a, 0, 1000, 11, float("inf"))    # value column: all rows' out NaN
+    _set_key(a, 1, 7, 560, float("inf"))      # RoPE column: only the +inf rows
+    out, lse = check(a, plan="host")
+    out, pos = out.cpu(), torch.isposinf(lse.cpu())
+    assert pos[0].any() and pos[1].any() and not pos.all() and not lse.isnan().any()
+    for b in range(2):
+        assert torch.isnan(out[b][pos[b].transpose(0, 1)]).all()  # +inf score: p = inf - inf
+        assert torch.isfinite(out[b][~pos[b].transpose(0, 1)][:, :11]).all()
+    assert torch.isnan(out[0, ..., 11]).all()                  # weight 0 times the inf value
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt,h_q", [("bf16", 5), ("bf16", 16), ("fp8_v32", 5), ("fp8_model1", 16)])
+def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q):
+    """Causal s_q = 3: NaN / inf in keys hidden from the early query rows (the last tile of a
+    split request and of a short one) reach only the rows that attend them: masked keys are left
+    out of P V, not multiplied by 0. h_q 5 mixes query positions inside one MMA row group."""
+    g = bld.generator(h_q, "mla_decode", f"cuda/causal_hidden/{fmt}")
+    a = make_inputs(g, lens=(3000, 70), h_q=h_q, s_q=3, kv_format=fmt, causal=True)
+    _split_plan(a)
+    bf16 = fmt == "bf16"
+    bad = float("nan") if bf16 else 0x7F                  # e4m3 NaN (e4m3 has no inf)
+    _set_key(a, 0, 2999, 5, bad)                          # seen by query 2 only
+    _set_key(a, 0, 2998, 300, float("inf") if bf16 else bad)   # seen by queries 1, 2
+    _set_key(a, 1, 69, 100, bad)                          # seen by query 2 only
+    _set_key(a, 1, 68, 400, float("-inf") if bf16 else bad)
+    out, lse = check(a, plan="host")
+    out, lse = out.cpu(), lse.cpu()
+    assert torch.isfinite(out[:, 0]).all() and torch.isfinite(lse[:, :, 0]).all()
+    assert torch.isnan(out[:, 2]).all() and torch.isnan(lse[:, :, 2]).all()
+
+
 # ----------------------------------------------------------------------------- planners, graphs
 
 

@@ -25,6 +25,113 @@ __device__ __forceinline__ void init_state(RowState& st) {
   st.l[0] = st.l[1] = 0.f;
 }
 
+// 16-bit value pairs (q's dtype): is either half NaN or inf; the pair with those halves zeroed;
+// one 16-bit value as float.
+template <typename MT>
+__device__ __forceinline__ constexpr uint32_t exp_mask() {
+  return std::is_same_v<MT, __nv_bfloat16> ? 0x7f80u : 0x7c00u;
+}
+template <typename MT>
+__device__ __forceinline__ bool nonfinite2(uint32_t w) {
+  constexpr uint32_t E = exp_mask<MT>();
+  return (w & E) == E || ((w >> 16) & E) == E;
+}
+template <typename MT>
+__device__ __forceinline__ uint32_t finite_or_zero2(uint32_t w) {
+  constexpr uint32_t E = exp_mask<MT>();
+  uint32_t r = w;
+  if ((w & E) == E) r &= 0xffff0000u;
+  if (((w >> 16) & E) == E) r &= 0x0000ffffu;
+  return r;
+}
+template <typename MT>
+__device__ __forceinline__ float to_float1(uint16_t h) {
+  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {
+    return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  } else {
+    return __half2float(__ushort_as_half(h));
+  }
+}
+
+// Does any value column (dims 0..511) of tile tokens t0 .. t1 - 1 hold a NaN or inf (this
+// thread's share of the check; the caller ORs it over the CTA).
+template <class Tr>
+__device__ __forceinline__ bool values_nonfinite(const unsigned char* kv, int t0, int t1) {
+  bool bad = false;
+  for (int i = threadIdx.x; i < (t1 - t0) * (kDv / 8); i += kThreads) {
+    const uint4 w = *reinterpret_cast<const uint4*>(kv + (t0 + i / (kDv / 8)) * Tr::kRowBytes + (i % (kDv / 8)) * 16);
+    bad |= nonfinite2<typename Tr::MT>(w.x) | nonfinite2<typename Tr::MT>(w.y) | nonfinite2<typename Tr::MT>(w.z) |
+           nonfinite2<typename Tr::MT>(w.w);
+  }
+  return bad;
+}
+
+// O += P V for 16 rows x 256 value columns over the tile's 64 tokens. kFinite: NaN / inf value
+// entries enter the MMA as 0 (their products are added exactly by add_nonfinite_values).
+template <class Tr, bool kFinite>
+__device__ __forceinline__ void pv_tile(RowState& st, uint32_t kv_base, uint32_t p_base, uint32_t lo_base,
+                                        int lo_row_bytes, int a_row, int c) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31;
+  // (the slow kFinite variant keeps its k steps rolled: fewer live registers for the fast one)
+#pragma unroll(kFinite ? 1 : kTile / 16)
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    uint32_t a[4], a_lo[4];
+    ldmatrix_x4(p_base + swz(a_row, 2 * kk + (lane >> 4), kPRowBytes), a);
+    ldmatrix_x4(lo_base + swz(a_row, 2 * kk + (lane >> 4), lo_row_bytes), a_lo);
+    // chunk c*32 + 2np + (lane >> 4) of token v_tok, swizzled: np = 4m + u gives 8m + ((2u + hi) ^ (v_tok & 7))
+    const int v_tok = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const uint32_t v_row = kv_base + v_tok * Tr::kRowBytes + c * 512;
+#pragma unroll
+    for (int np = 0; np < 16; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(v_row + (np >> 2) * 128 + ((((np & 3) * 2 + (lane >> 4)) ^ (lane & 7)) << 4), b);
+      if constexpr (kFinite) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) b[e] = finite_or_zero2<MT>(b[e]);
+      }
+      mma_16816<MT>(st.o[2 * np], a, b[0], b[1]);
+      mma_16816<MT>(st.o[2 * np + 1], a, b[2], b[3]);
+      mma_16816<MT>(st.o[2 * np], a_lo, b[0], b[1]);
+      mma_16816<MT>(st.o[2 * np + 1], a_lo, b[2], b[3]);
+    }
+  }
+}
+
+// The exact part of the slow path: for every tile token a row attends (tok < lim) and every
+// NaN / inf entry of its value, O += p * v in fp32 (p = hi + lo as the MMA saw it). Keys hidden
+// from a row add nothing to it, not even 0 * NaN.
+template <class Tr>
+__device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigned char* kv, const unsigned char* sp,
+                                                     const unsigned char* sp_lo, int lo_row_bytes, int tile0,
+                                                     const int (&lim)[2], int r0, int c) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int n = 0; n < 32; ++n) {  // o[n] needs a constant n; the token loop stays rolled
+#pragma unroll 1
+    for (int k = 0; k < kTile; ++k) {
+      const bool see0 = tile0 + k < lim[0], see1 = tile0 + k < lim[1];
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + swz(k, c * 32 + n, Tr::kRowBytes) + (lane & 3) * 4);
+      if (!(see0 || see1) || !nonfinite2<MT>(w)) continue;
+      const int pb = (k & 7) * 2;
+      const float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb)) +
+                       to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0, k >> 3, lo_row_bytes) + pb));
+      const float p1 =
+          to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0 + 8, k >> 3, kPRowBytes) + pb)) +
+          to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0 + 8, k >> 3, lo_row_bytes) + pb));
+      const float v[2] = {to_float1<MT>(static_cast<uint16_t>(w & 0xffffu)),
+                          to_float1<MT>(static_cast<uint16_t>(w >> 16))};
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (isfinite(v[e])) continue;
+        if (see0) st.o[n][e] += p0 * v[e];
+        if (see1) st.o[n][2 + e] += p1 * v[e];
+      }
+    }
+  }
+}
+
 // lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
 // sp: the P (hi) tile; sp_lo: the P lo tile, rows of lo_row_bytes (the KV tile's RoPE columns
 // for Traits::kLoInKv, whose writes wait for every warp's S).
@@ -32,7 +139,7 @@ template <class Tr>
 __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
                                             unsigned char* sp, unsigned char* sp_lo, int lo_row_bytes,
                                             float* red_max, int tile0, const int (&lim)[2], float scale_log2,
-                                            int rows_valid) {
+                                            int rows_valid, bool exact_values) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = row_group(), c = warp_half();
@@ -103,9 +210,12 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const float other = red_max[(c ^ 1) * kRows + r0 + 8 * j];
-    const float m_new = fmaxf(st.m[j], fmaxf(mx[j], other));
-    alpha[j] = m_new == -INFINITY ? 1.f : exp2f(st.m[j] - m_new);
-    m_use[j] = m_new == -INFINITY ? 0.f : m_new;
+    // An infinite max subtracts 0 (torch.logsumexp's rule): a +inf score gives p = inf, so the
+    // row's sum and lse are +inf (NaN with a NaN score) and its out NaN, as in the reference.
+    const float m_old = st.m[j];
+    const float m_new = fmaxf(m_old, fmaxf(mx[j], other));
+    m_use[j] = isinf(m_new) ? 0.f : m_new;
+    alpha[j] = m_old == -INFINITY ? (m_new == -INFINITY ? 1.f : 0.f) : exp2f((isinf(m_old) ? 0.f : m_old) - m_use[j]);
     st.m[j] = m_new;
   }
 
@@ -138,24 +248,14 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
   }
   named_barrier(1 + g, 64);
 
-  // ---- O += P V for 16 rows x 256 value columns over the 64 tokens
-#pragma unroll
-  for (int kk = 0; kk < kTile / 16; ++kk) {
-    uint32_t a[4], a_lo[4];
-    ldmatrix_x4(p_base + swz(a_row, 2 * kk + (lane >> 4), kPRowBytes), a);
-    ldmatrix_x4(lo_base + swz(a_row, 2 * kk + (lane >> 4), lo_row_bytes), a_lo);
-    // chunk c*32 + 2np + (lane >> 4) of token v_tok, swizzled: np = 4m + u gives 8m + ((2u + hi) ^ (v_tok & 7))
-    const int v_tok = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    const uint32_t v_row = kv_base + v_tok * Tr::kRowBytes + c * 512;
-#pragma unroll
-    for (int np = 0; np < 16; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(v_row + (np >> 2) * 128 + ((((np & 3) * 2 + (lane >> 4)) ^ (lane & 7)) << 4), b);
-      mma_16816<MT>(st.o[2 * np], a, b[0], b[1]);
-      mma_16816<MT>(st.o[2 * np + 1], a, b[2], b[3]);
-      mma_16816<MT>(st.o[2 * np], a_lo, b[0], b[1]);
-      mma_16816<MT>(st.o[2 * np + 1], a_lo, b[2], b[3]);
-    }
+  // ---- O += P V for 16 rows x 256 value columns over the 64 tokens. exact_values (a tile with
+  // keys hidden from some rows whose values hold NaN / inf): those entries skip the MMA and are
+  // added exactly, only to the rows that attend them.
+  if (exact_values) {
+    pv_tile<Tr, true>(st, kv_base, p_base, lo_base, lo_row_bytes, a_row, c);
+    add_nonfinite_values<Tr>(st, kv, sp, sp_lo, lo_row_bytes, tile0, lim, r0, c);
+  } else {
+    pv_tile<Tr, false>(st, kv_base, p_base, lo_base, lo_row_bytes, a_row, c);
   }
 }
 

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   const float* oa = static_cast<const float*>(p.o_accum);
   float m = -INFINITY;
   for (int s = 0; s < n; ++s) m = fmaxf(m, __ldcg(la + static_cast<int64_t>(first + s) * t.q_rows + row));
-  const float m_use = m == -INFINITY ? 0.f : m;
+  const float m_use = isinf(m) ? 0.f : m;  // an infinite max subtracts 0: a +inf split gives lse +inf, out NaN
   float acc[16];
 #pragma unroll
   for (int k = 0; k < 16; ++k) acc[k] = 0.f;

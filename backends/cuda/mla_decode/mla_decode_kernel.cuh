@@ -8,6 +8,16 @@
 
 namespace dualops::cuda::mla {
 
+// Called by the whole CTA once tile tokens tile0 .. are visible in shared memory: does a key of
+// the tile that is hidden from some q row (tokens >= hidden0, < end) hold a NaN / inf value?
+// Only tiles with such keys pay for the check (one more CTA barrier).
+template <class Tr>
+__device__ __forceinline__ bool hidden_values_nonfinite(const unsigned char* kv, int tile0, int hidden0, int end) {
+  const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
+  if (t0 >= t1) return false;  // uniform over the CTA
+  return __syncthreads_or(values_nonfinite<Tr>(kv, t0, t1)) != 0;
+}
+
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
@@ -42,6 +52,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int ntiles = end > start ? (end - start + kTile - 1) / kTile : 0;
     const int n_splits = ns[r + 1] - ns[r];
     const int slot = ns[r] + (r == begin_req ? begin_split : 0);
+    // Causal calls with s_q > 1 hide keys hidden0 .. len - 1 from some q rows (at most s_q - 1,
+    // all in the last tile(s)); a tile holding some checks their values for NaN / inf.
+    const int hidden0 = p.causal ? len - t.s_q + 1 : end;
     int lim[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -66,8 +79,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             cp_async_wait<0>();
           }
           __syncthreads();
+          const bool exact = hidden_values_nonfinite<Tr>(kvbuf(n & 1), start + n * kTile, hidden0, end);
           attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, lo_of(kvbuf(n & 1)), lo_rb, red_max, start + n * kTile, lim,
-                          scale_log2, rows_valid);
+                          scale_log2, rows_valid, exact);
           __syncthreads();
         }
       } else {
@@ -78,12 +92,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           __syncthreads();
           dequant_tile<Tr>(stage, kvbuf(0));
           __syncthreads();
+          const bool exact = hidden_values_nonfinite<Tr>(kvbuf(0), start + n * kTile, hidden0, end);
           if (n + 1 < ntiles) {
             load_kv_tile<Tr>(p, stage, r, start + (n + 1) * kTile, end);
             cp_async_commit();
           }
           attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, lim, scale_log2,
-                          rows_valid);
+                          rows_valid, exact);
           __syncthreads();
         }
       }
