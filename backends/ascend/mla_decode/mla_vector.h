@@ -211,9 +211,11 @@ class MlaVector {
   // some of this core's rows are checked (the only cost in the common case); if one is not
   // finite, the O rows of the rows hiding keys are recomputed here from P and the values of the
   // keys each row sees, and replace the cube's rows in the O slot before Update reads them.
+  // Not for dequantized (FP8) caches: their values live in a workspace slot that the other
+  // vector core refills with tile t + 2 meanwhile, and nothing orders the two vector cores here.
   __aicore__ inline void DropHiddenKeys(int32_t t) {
     const Args& a = *a_;
-    if (!a.p.causal || a.t.s_q <= 1 || a.t.sparse || re_ <= rs_) return;
+    if (!a.p.causal || a.t.s_q <= 1 || a.t.sparse || a.h.convert || re_ <= rs_) return;
     const int32_t n = a.h.kv_tile, nv = ps_.TileKeys(n, t), t0 = ps_.k0 + t * n;
     const int32_t first = RowLimit(0) - t0;   // the core's first row hides the most keys
     if (first >= nv) return;
