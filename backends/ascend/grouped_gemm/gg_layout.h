@@ -4,12 +4,18 @@
 #pragma once
 #include <cstdint>
 
+#include "../common/a2_layout.h"
+
 #ifndef __aicore__   // host builds of this header (grouped_gemm_host.cpp): a plain function
 #define __aicore__
 #endif
 
 namespace dualops {
 namespace gg {
+
+using ascend::RoundUp64;
+// A2 L0C: blockwise keeps several K blocks' partials in it.
+constexpr int64_t kL0cBytes = ascend::kL0cBytes;
 
 constexpr int32_t kTilingInts = 18;   // header fields; items [num_items, 3] follow
 constexpr int32_t kVersion = 1;
@@ -19,7 +25,6 @@ constexpr int32_t kScaleNone = 0, kScalePerTensor = 1, kScaleRowwise = 2, kScale
 constexpr int32_t kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4;
 constexpr int32_t kBlockK = 128;      // blockwise scale granularity (K and N)
 constexpr int32_t kSlots = 2;         // epilogue workspace slots per AI core (cube -> vector)
-constexpr int64_t kL0cBytes = 128 * 1024;   // A2 L0C: blockwise keeps several K blocks' partials in it
 constexpr int32_t kMaxParts = 8;            // blockwise K blocks handed to the vector cores at once
 
 struct Tiling {
@@ -28,7 +33,6 @@ struct Tiling {
 };
 static_assert(sizeof(Tiling) == kTilingInts * 4, "Tiling mirrors the plan header");
 
-__aicore__ inline constexpr int64_t RoundUp64(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // Rows of x (flattened) the kernel may touch: contiguous sum of groups, masked G * m_max.
 __aicore__ inline int64_t XRows(const Tiling& t) {

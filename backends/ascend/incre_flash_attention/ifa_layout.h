@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "../common/a2_layout.h"
+
 #if defined(__has_include)
 #if __has_include("dualops/tiling.h")
 #include "dualops/tiling.h"
@@ -20,6 +22,15 @@
 
 namespace dualops {
 namespace ifa {
+
+using ascend::CeilDiv;
+using ascend::Floor16;
+using ascend::kL0aBytes;
+using ascend::kL0bBytes;
+using ascend::kL0cBytes;
+using ascend::MaxI;
+using ascend::MinI;
+using ascend::RoundUp;
 
 // The plan header, int32 fields in the order of IfaPlan.FIELDS (the fields from kv_dtype on are
 // the CUDA launch choices: 0 in an Ascend plan, unread here).
@@ -41,9 +52,6 @@ static_assert(sizeof(::dualops::IncreFlashAttentionTiling) == sizeof(Tiling),
 enum DTypeCode : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4, kU8 = 5, kI32 = 6, kF8E5M2 = 7 };
 
 // Hardware capacities the kernel sizes its buffers for (Atlas A2 AI core).
-constexpr uint32_t kL0aBytes = 65536;
-constexpr uint32_t kL0bBytes = 65536;
-constexpr uint32_t kL0cBytes = 131072;
 // Vector-side chunk sizes (elements): scores / pse rows, mm2-result / accumulator rows,
 // antiquant rows. See docs/ascend_sim.md for the UB budget they add up to.
 constexpr uint32_t kScoreChunk = 4096;
@@ -55,11 +63,6 @@ constexpr int32_t kSlots = 2;   // kv tiles in flight between the cube and the v
 // accumulate in fp32: the result keeps ~2^-17 relative accuracy instead of q dtype's 2^-8 / 2^-11.
 constexpr int32_t kParts = 2;
 
-__aicore__ inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
-__aicore__ inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
-__aicore__ inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
-__aicore__ inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
-__aicore__ inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
 
 // Cube chunking: mm1 = Q[Rp, D] . K^T[D, N] in (kc1 of D) x (nc1 keys) pieces, mm2 =
 // P[Rp, N] . V[N, D] in (kc2 keys) x (nc2 of D) pieces, each piece within L0A / L0B / L0C.

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "../common/a2_layout.h"
+
 // Kernel code calls these helpers too: __aicore__ there, plain host functions where the AscendC
 // headers are not included (the host side).
 #ifndef __aicore__
@@ -15,6 +17,17 @@
 
 namespace dualops {
 namespace mla {
+
+using ascend::CeilDiv;
+using ascend::Floor16;
+using ascend::kL0aBytes;
+using ascend::kL0bBytes;
+using ascend::kL0cBytes;
+using ascend::kL1Bytes;
+using ascend::kUbBytes;
+using ascend::MaxI;
+using ascend::MinI;
+using ascend::RoundUp;
 
 // Ascend launch choices, computed in Python (backends/ascend_sim/mla_decode.py) from the plan,
 // the tensors and the device profile.
@@ -63,21 +76,11 @@ constexpr int32_t kModel1Bytes = 584;
 constexpr int32_t kRope = 64;
 
 // Hardware capacities the kernel sizes its buffers for (Atlas A2 AI core).
-constexpr uint32_t kL1Bytes = 524288;
-constexpr uint32_t kL0aBytes = 65536;
-constexpr uint32_t kL0bBytes = 65536;
-constexpr uint32_t kL0cBytes = 131072;
-constexpr uint32_t kUbBytes = 196608;
 constexpr int32_t kSlots = 2;        // kv tiles in flight between the cube and the vector cores
 constexpr int32_t kParts = 2;        // hi / lo halves of operands handed to the cube in q's dtype
 constexpr int32_t kOutChunkRows = 8; // mm2-result rows per vector step
 constexpr int32_t kConvRows = 4;     // cache rows per dequant step
 
-__aicore__ inline constexpr int32_t RoundUp(int32_t a, int32_t b) { return (a + b - 1) / b * b; }
-__aicore__ inline constexpr int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
-__aicore__ inline constexpr int32_t MinI(int32_t a, int32_t b) { return a < b ? a : b; }
-__aicore__ inline constexpr int32_t MaxI(int32_t a, int32_t b) { return a > b ? a : b; }
-__aicore__ inline constexpr int32_t Floor16(int64_t v) { return static_cast<int32_t>(v / 16 * 16); }
 
 // Cube chunking. mm1 = Q[Rp, d_qk] . K^T[d_qk, kv_tile]: the whole tile's keys at once, d_qk in
 // kc1 pieces. mm2 = P[Rp, kv_tile] . V[kv_tile, d_v]: keys in kc2 pieces, d_v in nc2 pieces.
