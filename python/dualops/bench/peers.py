@@ -124,14 +124,22 @@ def ifa_flashinfer(s, inputs):
     return lambda: w.run(q, (k, v))
 
 
-@_guard
-def ifa_torch_npu(s, inputs):
+def _npu_ifa_inputs(s, inputs):
+    """torch_npu and the call's q, k, v (contiguous caches of q's dtype), or why not."""
     tnpu = _module("torch_npu")
     if isinstance(tnpu, str):
         return tnpu
     if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
         return "driven with contiguous caches of q's dtype only"
-    q, k, v = inputs["q"], inputs["k_cache"], inputs["v_cache"]
+    return tnpu, inputs["q"], inputs["k_cache"], inputs["v_cache"]
+
+
+@_guard
+def ifa_torch_npu(s, inputs):
+    got = _npu_ifa_inputs(s, inputs)
+    if isinstance(got, str):
+        return got
+    tnpu, q, k, v = got
     B, _, H_q, D = q.shape
     return lambda: tnpu.npu_incre_flash_attention(
         q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
@@ -140,12 +148,10 @@ def ifa_torch_npu(s, inputs):
 
 @_guard
 def ifa_torch_npu_fias(s, inputs):
-    tnpu = _module("torch_npu")
-    if isinstance(tnpu, str):
-        return tnpu
-    if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
-        return "driven with contiguous caches of q's dtype only"
-    q, k, v = inputs["q"], inputs["k_cache"], inputs["v_cache"]
+    got = _npu_ifa_inputs(s, inputs)
+    if isinstance(got, str):
+        return got
+    tnpu, q, k, v = got
     B, _, H_q, D = q.shape
     return lambda: tnpu.npu_fused_infer_attention_score(
         q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
