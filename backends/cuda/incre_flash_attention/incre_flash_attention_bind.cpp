@@ -25,7 +25,7 @@ void register_cuda_incre_flash_attention(py::module_& m) {
         const char* err = nullptr;
         {
           py::gil_scoped_release nogil;
-          err = cuda::incre_flash_attention(p, t, reinterpret_cast<cudaStream_t>(stream));
+          err = cuda::incre_flash_attention_launch(p, t, reinterpret_cast<cudaStream_t>(stream));  // checked above
         }
         if (err) throw std::runtime_error(err);
       },

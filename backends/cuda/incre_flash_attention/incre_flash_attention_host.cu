@@ -113,6 +113,11 @@ const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, cons
 const char* incre_flash_attention(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
                                   cudaStream_t stream) {
   if (const char* err = incre_flash_attention_check(p, t)) return err;
+  return incre_flash_attention_launch(p, t, stream);
+}
+
+const char* incre_flash_attention_launch(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+                                         cudaStream_t stream) {
   const cudaError_t err = family_of(p.q_dtype, p.kv_dtype).launch(p, t, stream);
   if (err != cudaSuccess) {
     g_message = std::string("incre_flash_attention (cuda): CUDA error: ") + cudaGetErrorString(err);
