@@ -61,6 +61,16 @@ class IfaConvert {
     PipeSync<AscendC::HardEvent::MTE2_V>();
   }
 
+  // The value row of key j of kv tile t, dequantized to fp32, into dst (D floats). Read from the
+  // cache itself, not from the workspace slot, which the other vector core may be refilling.
+  __aicore__ inline void ValueRow(int32_t t, int32_t j, const AscendC::LocalTensor<float>& dst) {
+    PipeSync<AscendC::HardEvent::V_MTE2>();   // the last vector ops have read the staging
+    LoadRows(true, t, j, 1);
+    VecBarrier();
+    AscendC::Muls(dst, f32_.Get<float>(), 1.0f, a_->t.head_dim);
+    VecBarrier();
+  }
+
   // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(int32_t t) {
     const Args& a = *a_;
@@ -88,13 +98,13 @@ class IfaConvert {
     AscendC::DataCopy(dst, g[static_cast<uint64_t>(kvh) * d], d);
   }
 
-  __aicore__ inline void ConvertRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+  // Rows [c, c + cn) of kv tile t's K or V, dequantized to fp32 in f32_ (D floats per row).
+  __aicore__ inline void LoadRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim;
     const uint32_t count = static_cast<uint32_t>(cn * d);
     AscendC::LocalTensor<KT> raw = raw_.Get<KT>();
     AscendC::LocalTensor<float> f = f32_.Get<float>();
-    AscendC::LocalTensor<QT> out = out_.Get<QT>();
     // Rows of the cache (each block's run in one strided copy) -> UB, D elements per row.
     AscendC::GlobalTensor<KT> cache;
     cache.SetGlobalBuffer(ascend::GmPtr<KT>(is_v ? a.g.v : a.g.k));
@@ -154,6 +164,15 @@ class IfaConvert {
         AscendC::Mul(f[r * d], f[r * d], scale, d);
       }
     }
+  }
+
+  __aicore__ inline void ConvertRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+    const Args& a = *a_;
+    const int32_t d = a.t.head_dim;
+    const uint32_t count = static_cast<uint32_t>(cn * d);
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    AscendC::LocalTensor<QT> out = out_.Get<QT>();
+    LoadRows(is_v, t, c, cn);
     AscendC::LocalTensor<QT> lo = out[rows_ * d];
     AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
     VecBarrier();
