@@ -88,7 +88,10 @@ class IfaVector {
 
   __aicore__ inline void RunPass(int32_t r0, int32_t mr) {
     const Args& a = *a_;
-    const int32_t half_rows = (mr + 1) / 2;
+    // Vector core 0 takes the rows below half of a full q tile, core 1 the rest, in every pass:
+    // a core's rows of the P / O slots never overlap the other core's rows of the next pass
+    // (the hidden-key fix-up reads P back while the other core may be in the next pass).
+    const int32_t half_rows = MinI((a.t.q_tile_rows + 1) / 2, mr);
     rs_ = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
     re_ = AscendC::GetSubBlockIdx() == 0 ? half_rows : mr;
     r0_ = r0;
