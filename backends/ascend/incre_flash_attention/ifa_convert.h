@@ -28,11 +28,13 @@ class IfaConvert {
     a_ = &a;
     const int32_t d = a.t.head_dim;
     rows_ = MaxI(1, static_cast<int32_t>(kDequantChunk) / d);
-    const uint32_t elems = static_cast<uint32_t>(rows_ * d);
+    // (whole 256-B repeats for the hi / lo split's Compare: chunks are rounded up to 64 floats)
+    const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
     pipe.InitBuffer(raw_, elems * sizeof(KT));
     pipe.InitBuffer(f32_, elems * sizeof(float));
     pipe.InitBuffer(hi32_, elems * sizeof(float));
     pipe.InitBuffer(out_, kParts * elems * sizeof(QT));
+    pipe.InitBuffer(bits_, RoundUp(static_cast<int32_t>(elems) / 8, 32));
     if (!k16) pipe.InitBuffer(h16_, elems * sizeof(half));
     if (kFp8) {
       pipe.InitBuffer(idx_, elems * sizeof(int32_t));
@@ -173,10 +175,10 @@ class IfaConvert {
     AscendC::LocalTensor<float> f = f32_.Get<float>();
     AscendC::LocalTensor<QT> out = out_.Get<QT>();
     LoadRows(is_v, t, c, cn);
-    AscendC::LocalTensor<QT> lo = out[rows_ * d];
+    AscendC::LocalTensor<QT> lo = out[RoundUp(rows_ * d, 64)];
     AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
     VecBarrier();
-    ascend::SplitHiLo(out, lo, f, hi32, AscendC::LocalTensor<uint8_t>(), count, false);
+    ascend::SplitHiLo(out, lo, f, hi32, bits_.Get<uint8_t>(), static_cast<uint32_t>(RoundUp(cn * d, 64)), false, true);
     PipeSync<AscendC::HardEvent::V_MTE3>();
     AscendC::GlobalTensor<QT> w;
     w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * kParts * a.t.kv_tile * d);
@@ -192,7 +194,7 @@ class IfaConvert {
   KeyLocator kloc_;
   int32_t rows_ = 1;
   bool has_k_off_ = false, has_v_off_ = false;
-  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, hi32_, idx_, out_, lut_, vec_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, hi32_, idx_, out_, lut_, vec_, bits_;
 };
 
 }  // namespace ifa
