@@ -24,7 +24,8 @@ class IfaConvert {
   static constexpr bool kFp8 = IsSame<KT, uint8_t>::value;
   static constexpr bool k16 = !kInt8 && !kFp8;
 
-  __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
+  // The loader only (ValueRows; a cache of q's dtype that needs no conversion).
+  __aicore__ inline void InitLoader(const Args& a, AscendC::TPipe& pipe) {
     a_ = &a;
     const int32_t d = a.t.head_dim;
     rows_ = MaxI(1, static_cast<int32_t>(kDequantChunk) / d);
@@ -32,6 +33,12 @@ class IfaConvert {
     const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
     pipe.InitBuffer(raw_, elems * sizeof(KT));
     pipe.InitBuffer(f32_, elems * sizeof(float));
+  }
+
+  __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
+    InitLoader(a, pipe);
+    const int32_t d = a.t.head_dim;
+    const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
     pipe.InitBuffer(hi32_, elems * sizeof(float));
     pipe.InitBuffer(out_, kParts * elems * sizeof(QT));
     pipe.InitBuffer(bits_, RoundUp(static_cast<int32_t>(elems) / 8, 32));
@@ -63,15 +70,16 @@ class IfaConvert {
     PipeSync<AscendC::HardEvent::MTE2_V>();
   }
 
-  // The value row of key j of kv tile t, dequantized to fp32, into dst (D floats). Read from the
-  // cache itself, not from the workspace slot, which the other vector core may be refilling.
-  __aicore__ inline void ValueRow(int32_t t, int32_t j, const AscendC::LocalTensor<float>& dst) {
+  // Value rows [c, c + cn) of kv tile t (cn <= ChunkRows()), dequantized to fp32 (D floats a
+  // row), valid until the next call. Read from the cache itself, not from the workspace slot,
+  // which the other vector core may be refilling.
+  __aicore__ inline AscendC::LocalTensor<float> ValueRows(int32_t t, int32_t c, int32_t cn) {
     PipeSync<AscendC::HardEvent::V_MTE2>();   // the last vector ops have read the staging
-    LoadRows(true, t, j, 1);
+    LoadRows(true, t, c, cn);
     VecBarrier();
-    AscendC::Muls(dst, f32_.Get<float>(), 1.0f, a_->t.head_dim);
-    VecBarrier();
+    return f32_.Get<float>();
   }
+  __aicore__ inline int32_t ChunkRows() const { return rows_; }
 
   // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(int32_t t) {

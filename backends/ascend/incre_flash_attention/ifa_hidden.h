@@ -4,12 +4,15 @@
 //   1. only when some key of the tile is hidden from some row of this core (causal S_q > 1 and
 //      the tile reaches past a row's limit, or an atten_mask: calls without either do nothing),
 //      the keys hidden from any of the core's rows are found (the mask applied to rows of zeros);
-//   2. their values are checked (the sum of v - v is 0 or NaN); finite: done (the common case);
+//   2. their values are checked (the sum of v - v is 0 or NaN): up to kPerKeyMax keys one by one,
+//      more (a mask hiding many keys) as the whole tile's values in chunks, where a non-finite
+//      value of an attended key also leads to step 3 (which is then exact but not needed);
+//      finite: done (the common case);
 //   3. otherwise this core's O rows of the tile are recomputed from P (hi + lo, as the cube took
 //      it) and the values of the keys each row sees, in fp32, and replace the cube's rows in the
 //      O slot before the accumulate reads them.
-// Values come from the cache (dequantized by IfaConvert for converted caches), never from the
-// workspace tile the other vector core refills meanwhile; a core reads only its own rows of P
+// Values come from the cache through IfaConvert::ValueRows (dequantized for converted caches),
+// never from the workspace tile the other vector core refills meanwhile; a core reads only its own rows of P
 // and O, so nothing here needs the other vector core.
 #pragma once
 #include "ascend/incre_flash_attention/ifa_convert.h"
@@ -23,33 +26,39 @@ template <typename QT>
 struct HiddenScratch {
   AscendC::LocalTensor<float> vis;    // rows * np: 0 where the row sees the key, -inf where not
   AscendC::LocalTensor<float> p;      // rows * np: P of the rows in fp32
-  AscendC::LocalTensor<float> tmp;    // max(rows * np, np) floats: P's lo part, the union, p * v
-  AscendC::LocalTensor<float> out;    // max(rows, 2) * D floats: recomputed O rows, the check
-  AscendC::LocalTensor<float> val;    // D floats: one value row
+  AscendC::LocalTensor<float> tmp;    // out_rows * D >= max(rows * np, np) floats: P's lo part, the
+                                      // union, p * v, v - v of a chunk
+  AscendC::LocalTensor<float> out;    // out_rows * D >= max(rows, 2) * D floats: O rows, the check
   AscendC::LocalTensor<float> red;    // 8 floats + reduce scratch for D
   AscendC::LocalTensor<QT> stage;     // kParts * rows * np: P hi / lo as read
-  AscendC::LocalTensor<QT> vstage;    // D: one value row as read (q-dtype cache)
 };
 
 template <typename QT, typename KT>
 class IfaHidden {
  public:
-  // rows: O rows recomputed per step; np: score row pitch.
+  static constexpr int32_t kPerKeyMax = 16;   // hidden keys checked one by one; more: whole tile
+
+  // Whether a call can hide keys from rows at all (else Run returns at once).
+  __aicore__ static inline bool Needed(const Args& a) {
+    return (a.p.causal && a.t.s_q > 1) || a.g.atten_mask != 0;
+  }
+
+  // rows: O rows recomputed per step; np: score row pitch; out_rows: D-float rows of s.out / s.tmp.
   __aicore__ inline void Init(const Args& a, IfaMask* mask, IfaConvert<QT, KT>* conv, const HiddenScratch<QT>& s,
-                              int32_t rows, int32_t np) {
+                              int32_t rows, int32_t np, int32_t out_rows) {
     a_ = &a;
     mask_ = mask;
     conv_ = conv;
     s_ = s;
     rows_ = rows;
     np_ = np;
+    out_rows_ = out_rows;
   }
 
   // Tile t of unit u, pass rows from r0, this core's pass rows [rs, re).
-  __aicore__ inline void Run(const Unit& u, const KeyLocator& kloc, int32_t r0, int32_t rs, int32_t re, int32_t t) {
+  __aicore__ inline void Run(const Unit& u, int32_t r0, int32_t rs, int32_t re, int32_t t) {
     const Args& a = *a_;
-    const bool causal = a.p.causal && a.t.s_q > 1;
-    if (re <= rs || (!causal && a.g.atten_mask == 0)) return;
+    if (re <= rs || !Needed(a)) return;
     const int32_t nv = u.TileKeys(a, t), t0 = u.k0 + t * a.t.kv_tile;
     if (a.g.atten_mask == 0) {   // causal only: the smallest limit of the core's rows
       int32_t lim = u.kv_len;
@@ -61,7 +70,6 @@ class IfaHidden {
       if (lim - t0 >= nv) return;
     }
     u_ = &u;
-    kloc_ = &kloc;
     r0_ = r0;
     t_ = t;
     if (HiddenValuesFinite(rs, re, nv, t0)) return;
@@ -87,19 +95,40 @@ class IfaHidden {
         VecBarrier();
       }
     }
-    AscendC::Duplicate(chk, 0.0f, d);
     PipeSync<AscendC::HardEvent::V_S>();
-    bool any = false;
+    int32_t keys[kPerKeyMax];
+    int32_t count = 0;
     for (int32_t j = 0; j < nv; ++j) {
       if (uni.GetValue(j) != kNegInf) continue;
-      any = true;
-      LoadValue(j);
-      AscendC::Sub(diff, s_.val, s_.val, d);
-      VecBarrier();
-      AscendC::Add(chk, chk, diff, d);
-      VecBarrier();
+      if (count < kPerKeyMax) keys[count] = j;
+      ++count;
     }
-    if (!any) return true;
+    if (count == 0) return true;
+    if (count <= kPerKeyMax) {
+      AscendC::Duplicate(chk, 0.0f, d);
+      for (int32_t k = 0; k < count; ++k) {
+        const AscendC::LocalTensor<float> v = conv_->ValueRows(t_, keys[k], 1);
+        AscendC::Sub(diff, v, v, d);
+        VecBarrier();
+        AscendC::Add(chk, chk, diff, d);
+        VecBarrier();
+      }
+    } else {   // every value of the tile, in chunks summed into chk rows, then folded
+      const int32_t cr = MinI(conv_->ChunkRows(), out_rows_);
+      AscendC::Duplicate(chk, 0.0f, cr * d);
+      for (int32_t c = 0; c < nv; c += cr) {
+        const int32_t cn = MinI(cr, nv - c);
+        const AscendC::LocalTensor<float> v = conv_->ValueRows(t_, c, cn);
+        AscendC::Sub(s_.tmp, v, v, cn * d);
+        VecBarrier();
+        AscendC::Add(chk, chk, s_.tmp, cn * d);
+        VecBarrier();
+      }
+      for (int32_t r = 1; r < cr; ++r) {
+        AscendC::Add(chk, chk, chk[r * d], d);
+        VecBarrier();
+      }
+    }
     AscendC::ReduceSum(s_.red, chk, s_.red[8], d);
     PipeSync<AscendC::HardEvent::V_S>();
     const bool finite = s_.red.GetValue(0) == 0.0f;
@@ -142,10 +171,10 @@ class IfaHidden {
         int32_t seen = 0;
         for (int32_t r = 0; r < cn; ++r) seen += s_.vis.GetValue(r * np_ + j) == 0.0f ? 1 : 0;
         if (seen == 0) continue;
-        LoadValue(j);
+        const AscendC::LocalTensor<float> v = conv_->ValueRows(t_, j, 1);
         for (int32_t r = 0; r < cn; ++r) {
           if (s_.vis.GetValue(r * np_ + j) != 0.0f) continue;
-          AscendC::Muls(s_.tmp, s_.val, s_.p.GetValue(r * np_ + j), d);
+          AscendC::Muls(s_.tmp, v, s_.p.GetValue(r * np_ + j), d);
           VecBarrier();
           AscendC::Add(s_.out[r * d], s_.out[r * d], s_.tmp, d);
           VecBarrier();
@@ -158,34 +187,12 @@ class IfaHidden {
     PipeSync<AscendC::HardEvent::MTE3_V>();
   }
 
-  // Value row of key j of the tile as fp32 in s_.val.
-  __aicore__ inline void LoadValue(int32_t j) {
-    const Args& a = *a_;
-    const int32_t d = a.t.head_dim;
-    if (a.convert_kv) {
-      conv_->ValueRow(t_, j, s_.val);
-      return;
-    }
-    AscendC::GlobalTensor<QT> cache;
-    cache.SetGlobalBuffer(ascend::GmPtr<QT>(a.g.v));
-    int32_t run;
-    const int64_t off = kloc_->Offset(u_->k0 + t_ * a.t.kv_tile + j, 1, a.p.v_stride_0, a.p.v_stride_1,
-                                      a.p.v_stride_2, run);
-    PipeSync<AscendC::HardEvent::V_MTE2>();   // the last cast has read the staging
-    AscendC::DataCopyPad(s_.vstage, cache[off], AscendC::DataCopyExtParams(1, d * sizeof(QT), 0, 0, 0),
-                         AscendC::DataCopyPadExtParams<QT>(false, 0, 0, QT(0)));
-    PipeSync<AscendC::HardEvent::MTE2_V>();
-    AscendC::Cast(s_.val, s_.vstage, AscendC::RoundMode::CAST_NONE, d);
-    VecBarrier();
-  }
-
   const Args* a_ = nullptr;
   IfaMask* mask_ = nullptr;
   IfaConvert<QT, KT>* conv_ = nullptr;
   HiddenScratch<QT> s_;
   const Unit* u_ = nullptr;
-  const KeyLocator* kloc_ = nullptr;
-  int32_t rows_ = 1, np_ = 64, r0_ = 0, t_ = 0;
+  int32_t rows_ = 1, np_ = 64, out_rows_ = 2, r0_ = 0, t_ = 0;
 };
 
 }  // namespace ifa

@@ -41,7 +41,11 @@ class IfaVector {
     pipe_.InitBuffer(outc_, out_elems * sizeof(QT));
     pipe_.InitBuffer(div_, d * sizeof(float));
     pipe_.InitBuffer(stage_, 8 * sizeof(float));
-    if (a.convert_kv) conv_.Init(a, pipe_);
+    if (a.convert_kv) {
+      conv_.Init(a, pipe_);
+    } else if (IfaHidden<QT, KT>::Needed(a)) {
+      conv_.InitLoader(a, pipe_);   // the hidden-key fix-up reads value rows through it
+    }
     if (a.t.num_splits > 1) combine_.Init(a, pipe_);
     stats_m_ = stats_.Get<float>();
     stats_l_ = stats_m_[rows_aiv_];
@@ -55,13 +59,11 @@ class IfaVector {
     hs.p = res_.Get<float>();
     hs.tmp = acc_.Get<float>();
     hs.out = o_.Get<float>();
-    hs.val = div_.Get<float>();
     hs.red = red_.Get<float>();
     hs.stage = p_.Get<QT>();
-    hs.vstage = outc_.Get<QT>();
     // O rows per fix-up step: P of the rows fits in acc_ (lo part), their O rows in o_.
-    const int32_t hidden_rows = MaxI(1, MinI(rc_, MinI(rc2_ - 1, static_cast<int32_t>(out_elems) / np_)));
-    hidden_.Init(a, &mask_, &conv_, hs, hidden_rows, np_);
+    const int32_t hidden_rows = MaxI(1, MinI(rc_, MinI(rc2_, static_cast<int32_t>(out_elems) / np_)));
+    hidden_.Init(a, &mask_, &conv_, hs, hidden_rows, np_, rc2_);
     VecBarrier();
   }
 
@@ -72,7 +74,7 @@ class IfaVector {
       for (int32_t u = core; u < a.t.num_units; u += a.t.num_cores) {
         unit_.Decode(a, u);
         kloc_.Init(a, unit_.b, unit_.kvh);
-        if (a.convert_kv && unit_.tiles > 0) conv_.StartUnit(unit_);
+        if ((a.convert_kv || IfaHidden<QT, KT>::Needed(a)) && unit_.tiles > 0) conv_.StartUnit(unit_);
         for (int32_t r0 = 0; r0 < a.t.q_rows; r0 += a.t.q_tile_rows) {
           RunPass(r0, MinI(a.t.q_tile_rows, a.t.q_rows - r0));
         }
@@ -112,7 +114,7 @@ class IfaVector {
       AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kFlagProbsReady);
       if (t >= 1) {
         AscendC::CrossCoreWaitFlag(kFlagOutReady);
-        hidden_.Run(unit_, kloc_, r0_, rs_, re_, t - 1);
+        hidden_.Run(unit_, r0_, rs_, re_, t - 1);
         Update(t - 1, false);
       }
       if (a.convert_kv && t + 1 < unit_.tiles) {
@@ -121,7 +123,7 @@ class IfaVector {
       }
     }
     AscendC::CrossCoreWaitFlag(kFlagOutReady);
-    hidden_.Run(unit_, kloc_, r0_, rs_, re_, unit_.tiles - 1);
+    hidden_.Run(unit_, r0_, rs_, re_, unit_.tiles - 1);
     Update(unit_.tiles - 1, true);
   }
 
