@@ -80,6 +80,12 @@ class IfaConvert {
     return f32_.Get<float>();
   }
   __aicore__ inline int32_t ChunkRows() const { return rows_; }
+  // The same rows as they are in the cache (a 16-bit cache: KT elements), valid until the next call.
+  __aicore__ inline AscendC::LocalTensor<KT> RawValueRows(int32_t t, int32_t c, int32_t cn) {
+    PipeSync<AscendC::HardEvent::V_MTE2>();
+    LoadRaw(true, t, c, cn);
+    return raw_.Get<KT>();
+  }
 
   // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(int32_t t) {
@@ -108,13 +114,11 @@ class IfaConvert {
     AscendC::DataCopy(dst, g[static_cast<uint64_t>(kvh) * d], d);
   }
 
-  // Rows [c, c + cn) of kv tile t's K or V, dequantized to fp32 in f32_ (D floats per row).
-  __aicore__ inline void LoadRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+  // Rows [c, c + cn) of kv tile t's K or V as they are in the cache into raw_ (D per row).
+  __aicore__ inline void LoadRaw(bool is_v, int32_t t, int32_t c, int32_t cn) {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim;
-    const uint32_t count = static_cast<uint32_t>(cn * d);
     AscendC::LocalTensor<KT> raw = raw_.Get<KT>();
-    AscendC::LocalTensor<float> f = f32_.Get<float>();
     // Rows of the cache (each block's run in one strided copy) -> UB, D elements per row.
     AscendC::GlobalTensor<KT> cache;
     cache.SetGlobalBuffer(ascend::GmPtr<KT>(is_v ? a.g.v : a.g.k));
@@ -140,6 +144,15 @@ class IfaConvert {
       r += run;
     }
     PipeSync<AscendC::HardEvent::MTE2_V>();
+  }
+
+  // Rows [c, c + cn) of kv tile t's K or V, dequantized to fp32 in f32_ (D floats per row).
+  __aicore__ inline void LoadRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+    const int32_t d = a_->t.head_dim;
+    const uint32_t count = static_cast<uint32_t>(cn * d);
+    AscendC::LocalTensor<KT> raw = raw_.Get<KT>();
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    LoadRaw(is_v, t, c, cn);
     if constexpr (kInt8) {
       AscendC::LocalTensor<half> h = h16_.Get<half>();
       AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);

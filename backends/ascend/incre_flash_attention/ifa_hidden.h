@@ -113,8 +113,50 @@ class IfaHidden {
         AscendC::Add(chk, chk, diff, d);
         VecBarrier();
       }
-    } else {   // every value of the tile, in chunks summed into chk rows, then folded
-      const int32_t cr = MinI(conv_->ChunkRows(), out_rows_);
+    } else {
+      return TileValuesFinite(nv);
+    }
+    AscendC::ReduceSum(s_.red, chk, s_.red[8], d);
+    PipeSync<AscendC::HardEvent::V_S>();
+    const bool finite = s_.red.GetValue(0) == 0.0f;
+    PipeSync<AscendC::HardEvent::S_V>();
+    return finite;
+  }
+
+  // Whether every value of tile t_'s nv keys is finite, in chunks of rows.
+  __aicore__ inline bool TileValuesFinite(int32_t nv) {
+    const int32_t d = a_->t.head_dim;
+    const int32_t cr = MinI(conv_->ChunkRows(), out_rows_);
+    if constexpr (IfaConvert<QT, KT>::k16) {
+      // 16-bit cache: the running max of (bits & exponent mask) is the exponent mask (the bits
+      // of +inf) iff some value is inf or NaN; two 16-bit ops per value.
+      AscendC::LocalTensor<int16_t> acc = s_.out.template ReinterpretCast<int16_t>();
+      AscendC::LocalTensor<int16_t> em = s_.tmp.template ReinterpretCast<int16_t>();
+      AscendC::LocalTensor<int16_t> bits = em[cr * d];
+      const int16_t exp_mask = IsSame<KT, half>::value ? 0x7C00 : 0x7F80;
+      AscendC::Duplicate(acc, static_cast<int16_t>(0), cr * d);
+      AscendC::Duplicate(em, exp_mask, cr * d);
+      for (int32_t c = 0; c < nv; c += cr) {
+        const int32_t cn = MinI(cr, nv - c);
+        const AscendC::LocalTensor<KT> raw = conv_->RawValueRows(t_, c, cn);
+        AscendC::And(bits, raw.template ReinterpretCast<int16_t>(), em, cn * d);
+        VecBarrier();
+        AscendC::Max(acc, acc, bits, cn * d);
+        VecBarrier();
+      }
+      for (int32_t r = 1; r < cr; ++r) {
+        AscendC::Max(acc, acc, acc[r * d], d);
+        VecBarrier();
+      }
+      AscendC::Cast(s_.tmp, acc.template ReinterpretCast<KT>(), AscendC::RoundMode::CAST_NONE, d);
+      VecBarrier();
+      AscendC::ReduceMax(s_.red, s_.tmp, s_.red[8], d, false);
+      PipeSync<AscendC::HardEvent::V_S>();
+      const bool finite = s_.red.GetValue(0) != kPosInf;
+      PipeSync<AscendC::HardEvent::S_V>();
+      return finite;
+    } else {   // dequantized values: sums of v - v (0 or NaN)
+      AscendC::LocalTensor<float> chk = s_.out;
       AscendC::Duplicate(chk, 0.0f, cr * d);
       for (int32_t c = 0; c < nv; c += cr) {
         const int32_t cn = MinI(cr, nv - c);
@@ -128,12 +170,12 @@ class IfaHidden {
         AscendC::Add(chk, chk, chk[r * d], d);
         VecBarrier();
       }
+      AscendC::ReduceSum(s_.red, chk, s_.red[8], d);
+      PipeSync<AscendC::HardEvent::V_S>();
+      const bool finite = s_.red.GetValue(0) == 0.0f;
+      PipeSync<AscendC::HardEvent::S_V>();
+      return finite;
     }
-    AscendC::ReduceSum(s_.red, chk, s_.red[8], d);
-    PipeSync<AscendC::HardEvent::V_S>();
-    const bool finite = s_.red.GetValue(0) == 0.0f;
-    PipeSync<AscendC::HardEvent::S_V>();
-    return finite;
   }
 
   // Step 3: O rows [rs, re) of the tile = sum over the keys each row sees of p * v.
