@@ -4,10 +4,10 @@
 //   1. only when some key of the tile is hidden from some row of this core (causal S_q > 1 and
 //      the tile reaches past a row's limit, or an atten_mask: calls without either do nothing),
 //      the keys hidden from any of the core's rows are found (the mask applied to rows of zeros);
-//   2. their values are checked (the sum of v - v is 0 or NaN): up to kPerKeyMax keys one by one,
-//      more (a mask hiding many keys) as the whole tile's values in chunks, where a non-finite
-//      value of an attended key also leads to step 3 (which is then exact but not needed);
-//      finite: done (the common case);
+//   2. their values are checked: up to kPerKeyMax keys one by one (the sum of v - v is 0 or NaN),
+//      more (a mask hiding many keys) as the whole tile's values in chunks (16-bit caches by the
+//      exponent bits), where a non-finite value of an attended key also leads to step 3 (exact
+//      either way); finite: done (the common case);
 //   3. otherwise this core's O rows of the tile are recomputed from P (hi + lo, as the cube took
 //      it) and the values of the keys each row sees, in fp32, and replace the cube's rows in the
 //      O slot before the accumulate reads them.
