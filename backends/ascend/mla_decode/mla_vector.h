@@ -59,11 +59,12 @@ class MlaVector {
   __aicore__ inline void OnPass(const Pass& ps) {
     const Args& a = *a_;
     ps_ = ps;
-    // Dense passes: vector core 0 takes the rows below half of a full m block, core 1 the rest, in
-    // every pass, so a core's rows of the P / O slots never overlap the other core's rows of its
-    // next pass (DropHiddenKeys reads P back while the other core may be there already).
+    // Dense passes: vector core 0 takes the rows below half of the first m block, core 1 the
+    // rest, in every pass (only a shorter last block splits unevenly), so a core's rows of the
+    // P / O slots never overlap the other core's rows of its next pass (DropHiddenKeys reads P
+    // back while the other core may be there already).
     const int32_t mr = ps.r1 - ps.r0;
-    const int32_t half_rows = a.t.sparse ? (mr + 1) / 2 : MinI((a.h.m_rows + 1) / 2, mr);
+    const int32_t half_rows = a.t.sparse ? (mr + 1) / 2 : MinI((MinI(a.h.m_rows, a.t.q_rows) + 1) / 2, mr);
     rs_ = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
     re_ = AscendC::GetSubBlockIdx() == 0 ? half_rows : mr;
     if (ps.tiles == 0) {
