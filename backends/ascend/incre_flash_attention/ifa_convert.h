@@ -90,6 +90,7 @@ class IfaConvert {
   // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(int32_t t) {
     const Args& a = *a_;
+    PipeSync<AscendC::HardEvent::V_MTE2>();   // the hidden-key fix-up may have read the staging
     const int32_t nv = unit_->TileKeys(a, t);
     const int32_t half_rows = (nv + 1) / 2;
     const int32_t r_begin = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;

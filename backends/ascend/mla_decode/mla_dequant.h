@@ -62,6 +62,8 @@ class MlaDequant {
   // This vector core's share of tile t's rows -> workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(const Pass& ps, const KeyMap& km, int32_t t) {
     const int32_t n = a_->h.kv_tile;
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);   // ValueRow (the hidden-key check) may have read
+    PipeSync<AscendC::HardEvent::S_MTE2>(tp_);   // the staging and its scales
     const int32_t half_rows = n / 2;
     const int32_t begin = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
     const int32_t nv = ps.TileKeys(n, t);
