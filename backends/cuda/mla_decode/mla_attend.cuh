@@ -59,11 +59,37 @@ template <class Tr>
 __device__ __forceinline__ bool values_nonfinite(const unsigned char* kv, int t0, int t1) {
   bool bad = false;
   for (int i = threadIdx.x; i < (t1 - t0) * (kDv / 8); i += kThreads) {
-    const uint4 w = *reinterpret_cast<const uint4*>(kv + (t0 + i / (kDv / 8)) * Tr::kRowBytes + (i % (kDv / 8)) * 16);
+    const uint4 w = *reinterpret_cast<const uint4*>(kv + Tr::off(t0 + i / (kDv / 8), i % (kDv / 8)));
     bad |= nonfinite2<typename Tr::MT>(w.x) | nonfinite2<typename Tr::MT>(w.y) | nonfinite2<typename Tr::MT>(w.z) |
            nonfinite2<typename Tr::MT>(w.w);
   }
   return bad;
+}
+
+// Called by the whole CTA once tile tokens tile0 .. are visible in shared memory: does a key of
+// the tile that is hidden from some q row (tokens >= hidden0, < end) hold a NaN / inf value?
+// Only tiles with such keys pay for the check (one more CTA barrier).
+template <class Tr>
+__device__ __forceinline__ bool hidden_values_nonfinite(const unsigned char* kv, int tile0, int hidden0, int end) {
+  const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
+  if (t0 >= t1) return false;  // uniform over the CTA
+  return __syncthreads_or(values_nonfinite<Tr>(kv, t0, t1)) != 0;
+}
+
+// NaN / inf entries of the value columns of all tile tokens set to 0, in shared memory (the
+// wgmma kernel's form of pv_tile<kFinite>: its MMA reads V from shared memory). Whole CTA.
+template <class Tr>
+__device__ __forceinline__ void zero_nonfinite_values(unsigned char* kv) {
+  using MT = typename Tr::MT;
+  for (int i = threadIdx.x; i < kTile * (kDv / 8); i += kThreads) {
+    uint4* w = reinterpret_cast<uint4*>(kv + Tr::off(i / (kDv / 8), i % (kDv / 8)));
+    uint4 v = *w;
+    v.x = finite_or_zero2<MT>(v.x);
+    v.y = finite_or_zero2<MT>(v.y);
+    v.z = finite_or_zero2<MT>(v.z);
+    v.w = finite_or_zero2<MT>(v.w);
+    *w = v;
+  }
 }
 
 // O += P V for 16 rows x 256 value columns over the tile's 64 tokens. kFinite: NaN / inf value
@@ -112,7 +138,7 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
 #pragma unroll 1
     for (int k = 0; k < kTile; ++k) {
       const bool see0 = tile0 + k < lim[0], see1 = tile0 + k < lim[1];
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + swz(k, c * 32 + n, Tr::kRowBytes) + (lane & 3) * 4);
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + Tr::off(k, c * 32 + n) + (lane & 3) * 4);
       if (!(see0 || see1) || !nonfinite2<MT>(w)) continue;
       const int pb = (k & 7) * 2;
       const float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb)) +
@@ -132,58 +158,16 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
   }
 }
 
-// lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
-// sp: the P (hi) tile; sp_lo: the P lo tile, rows of lo_row_bytes (the KV tile's RoPE columns
-// for Traits::kLoInKv, whose writes wait for every warp's S).
+// Scores of one tile -> probabilities: scale, mask (tokens >= lim[j] of row j get -inf), row
+// maxima across the two halves (red_max + named barrier 1 + g: the two warps of row group g),
+// P = exp2(s - m) to shared memory as hi + lo 16-bit parts, running sums, O rescaled. s: this
+// thread's scores of rows r0, r0 + 8 (r0 = 16g + lane / 4) and tokens 32c + 8n + 2 (lane % 4) + e.
 template <class Tr>
-__device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
-                                            unsigned char* sp, unsigned char* sp_lo, int lo_row_bytes,
-                                            float* red_max, int tile0, const int (&lim)[2], float scale_log2,
-                                            int rows_valid, bool exact_values) {
+__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[4][4], unsigned char* sp, unsigned char* sp_lo,
+                                             int lo_row_bytes, float* red_max, int tile0, const int (&lim)[2],
+                                             float scale_log2, int g, int c) {
   using MT = typename Tr::MT;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = row_group(), c = warp_half();
-  (void)warp;
-  const uint32_t q_base = smem_addr(sq), kv_base = smem_addr(kv), p_base = smem_addr(sp);
-  const uint32_t lo_base = smem_addr(sp_lo);
-
-  // A row group with no valid q row (small h_q) skips its math; the CTA barrier below stays.
-  const bool active = g * 16 < rows_valid;
-  if (!active) {
-    if constexpr (Tr::kLoInKv) __syncthreads();
-    return;
-  }
-
-  // ---- S = Q K^T for 16 rows x 32 tokens
-  float s[4][4];
-#pragma unroll
-  for (int n = 0; n < 4; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-  // Rows a_row (Q) and b_tok, b_tok + 16 (K) all have row % 8 == lane % 8, so the swizzled chunk
-  // 2k + h of step k = 4m + u is 8m + ((2u + h) ^ (lane % 8)).
-  const int a_row = g * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int b_tok = c * 32 + (lane & 7) + (lane >> 4) * 8;
-  const uint32_t a_base = q_base + a_row * Tr::kRowBytes, b_base = kv_base + b_tok * Tr::kRowBytes;
-  const int ha = lane >> 4, hb = (lane >> 3) & 1, x = lane & 7;
-#pragma unroll 1
-  for (int m = 0; m < Tr::D / 64; m += 2) {  // groups of 4 steps (64 dims), two per trip
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int grp = m + (k >> 2), u = k & 3;
-      if (grp * 64 >= Tr::D) break;
-      uint32_t a[4], b0[4], b1[4];
-      ldmatrix_x4(a_base + grp * 128 + (((2 * u + ha) ^ x) << 4), a);
-      const uint32_t bo = grp * 128 + (((2 * u + hb) ^ x) << 4);
-      ldmatrix_x4(b_base + bo, b0);
-      ldmatrix_x4(b_base + 16 * Tr::kRowBytes + bo, b1);
-      mma_16816<MT>(s[0], a, b0[0], b0[1]);
-      mma_16816<MT>(s[1], a, b0[2], b0[3]);
-      mma_16816<MT>(s[2], a, b1[0], b1[1]);
-      mma_16816<MT>(s[3], a, b1[2], b1[3]);
-    }
-  }
-
+  const int lane = threadIdx.x & 31;
   // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -246,7 +230,63 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
     st.o[n][2] *= alpha[1];
     st.o[n][3] *= alpha[1];
   }
+}
+
+// lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
+// sp: the P (hi) tile; sp_lo: the P lo tile, rows of lo_row_bytes (the KV tile's RoPE columns
+// for Traits::kLoInKv, whose writes wait for every warp's S).
+template <class Tr>
+__device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
+                                            unsigned char* sp, unsigned char* sp_lo, int lo_row_bytes,
+                                            float* red_max, int tile0, const int (&lim)[2], float scale_log2,
+                                            int rows_valid, bool exact_values) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = row_group(), c = warp_half();
+  (void)warp;
+  const uint32_t q_base = smem_addr(sq), kv_base = smem_addr(kv), p_base = smem_addr(sp);
+  const uint32_t lo_base = smem_addr(sp_lo);
+
+  // A row group with no valid q row (small h_q) skips its math; the CTA barrier below stays.
+  const bool active = g * 16 < rows_valid;
+  if (!active) {
+    if constexpr (Tr::kLoInKv) __syncthreads();
+    return;
+  }
+
+  // ---- S = Q K^T for 16 rows x 32 tokens
+  float s[4][4];
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+  // Rows a_row (Q) and b_tok, b_tok + 16 (K) all have row % 8 == lane % 8, so the swizzled chunk
+  // 2k + h of step k = 4m + u is 8m + ((2u + h) ^ (lane % 8)).
+  const int a_row = g * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int b_tok = c * 32 + (lane & 7) + (lane >> 4) * 8;
+  const uint32_t a_base = q_base + a_row * Tr::kRowBytes, b_base = kv_base + b_tok * Tr::kRowBytes;
+  const int ha = lane >> 4, hb = (lane >> 3) & 1, x = lane & 7;
+#pragma unroll 1
+  for (int m = 0; m < Tr::D / 64; m += 2) {  // groups of 4 steps (64 dims), two per trip
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int grp = m + (k >> 2), u = k & 3;
+      if (grp * 64 >= Tr::D) break;
+      uint32_t a[4], b0[4], b1[4];
+      ldmatrix_x4(a_base + grp * 128 + (((2 * u + ha) ^ x) << 4), a);
+      const uint32_t bo = grp * 128 + (((2 * u + hb) ^ x) << 4);
+      ldmatrix_x4(b_base + bo, b0);
+      ldmatrix_x4(b_base + 16 * Tr::kRowBytes + bo, b1);
+      mma_16816<MT>(s[0], a, b0[0], b0[1]);
+      mma_16816<MT>(s[1], a, b0[2], b0[3]);
+      mma_16816<MT>(s[2], a, b1[0], b1[1]);
+      mma_16816<MT>(s[3], a, b1[2], b1[3]);
+    }
+  }
+
+  softmax_tile<Tr>(st, s, sp, sp_lo, lo_row_bytes, red_max, tile0, lim, scale_log2, g, c);
   named_barrier(1 + g, 64);
+  const int r0 = g * 16 + (lane >> 2);
 
   // ---- O += P V for 16 rows x 256 value columns over the 64 tokens. exact_values (a tile with
   // keys hidden from some rows whose values hold NaN / inf): those entries skip the MMA and are

@@ -20,7 +20,7 @@ __device__ __forceinline__ void load_q(const MlaDecodeParams& p, const MlaDecode
     const bool ok = gr < t.q_rows;
     const int i = ok ? gr / t.h_q : 0, h = ok ? gr - i * t.h_q : 0;
     const MT* src = q + b * p.q_stride_b + i * p.q_stride_s + h * p.q_stride_h + chunk * 8;
-    cp_async_16(base + swz(row, chunk, Tr::kRowBytes), ok ? src : q, ok ? 16u : 0u);
+    cp_async_16(base + Tr::off(row, chunk), ok ? src : q, ok ? 16u : 0u);
   }
 }
 
@@ -53,7 +53,7 @@ __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned 
     if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
 #pragma unroll
     for (int chunk = sub; chunk < Tr::kChunks; chunk += 4)
-      cp_async_16(base + swz(token, chunk, Tr::kRowBytes), src + (n ? chunk * 16 : 0), n);
+      cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
   } else if constexpr (Tr::kFmt == kFmtV32) {
     const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 656, off);
     const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : nullptr;
@@ -134,7 +134,7 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* stage, unsigne
         v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 448 + (chunk - 56) * 16));
       }
     }
-    *reinterpret_cast<uint4*>(kv + swz(token, chunk, Tr::kRowBytes)) = v;
+    *reinterpret_cast<uint4*>(kv + Tr::off(token, chunk)) = v;
   }
 }
 

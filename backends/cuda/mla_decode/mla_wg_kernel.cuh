@@ -1,0 +1,78 @@
+// The wgmma MLA decode split kernel (16-bit caches of q's dtype): the same grid, plan walk,
+// loads (cp.async into the blocked 128-byte-swizzled layout, two KV buffers), NaN rules and
+// epilogue as mla_split_kernel; the tile math is mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+#pragma once
+#include "mla_epilogue.cuh"
+#include "mla_load.cuh"
+#include "mla_wg_attend.cuh"
+
+namespace dualops::cuda::mla {
+
+template <class Tr>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_wg_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+  static_assert(Tr::kWg && Tr::kNumKvBufs == 2, "wgmma layout, two KV buffers");
+  extern __shared__ __align__(1024) unsigned char smem_wg[];
+  unsigned char* sq = smem_wg;
+  unsigned char* sp = smem_wg + Tr::kOffP;
+  float* red_max = reinterpret_cast<float*>(smem_wg + Tr::kOffRed);
+  float* red_sum = red_max + 2 * kRows;
+  auto kvbuf = [&](int i) { return smem_wg + Tr::kOffKv + i * Tr::kTileBytes; };
+  auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + Tr::kLoInKvOff : smem_wg + Tr::kOffPLo; };
+
+  pdl_launch_dependents();
+  const int* plan = static_cast<const int*>(p.plan);
+  const int* rec = plan + kHeaderInts + blockIdx.z * t.part_stride;
+  const int* ns = plan + kHeaderInts + t.num_sm_parts * t.part_stride;
+  const int* seqlens = static_cast<const int*>(p.cache_seqlens);
+  const int begin_req = rec[0], end_req = min(rec[1], t.batch - 1), begin_tok = rec[2], end_tok = rec[3];
+  const int begin_split = rec[4];
+  const int row0 = blockIdx.x * kRows;
+  const int lane = threadIdx.x & 31;
+  const int c = threadIdx.x >> 7, g = (threadIdx.x >> 5) & 3;  // warpgroup, warp in it (= row group)
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const uint32_t q_base = smem_addr(sq);
+
+  for (int r = max(begin_req, 0); r <= end_req; ++r) {
+    const int len = max(seqlens[r], 0);
+    const int end = r == end_req ? min(end_tok, len) : len;
+    const int start = r == begin_req ? begin_tok : 0;
+    const int ntiles = end > start ? (end - start + kTile - 1) / kTile : 0;
+    const int n_splits = ns[r + 1] - ns[r];
+    const int slot = ns[r] + (r == begin_req ? begin_split : 0);
+    const int hidden0 = p.causal ? len - t.s_q + 1 : end;
+    int lim[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int gr = row0 + g * 16 + (lane >> 2) + 8 * j;
+      const int i = gr < t.q_rows ? gr / t.h_q : 0;
+      lim[j] = p.causal ? min(end, len - t.s_q + i + 1) : end;
+    }
+    RowState st;
+    init_state(st);
+    __syncthreads();  // the previous request's readers of Q / KV / P are done
+    if (ntiles > 0) {
+      load_q<Tr>(p, t, sq, r, row0);
+      load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+      cp_async_commit();
+      for (int n = 0; n < ntiles; ++n) {
+        if (n + 1 < ntiles) {
+          load_kv_tile<Tr>(p, kvbuf((n + 1) & 1), r, start + (n + 1) * kTile, end);
+          cp_async_commit();
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        fence_proxy_async_smem();  // this thread's copies, visible to the wgmma (async proxy)
+        __syncthreads();
+        unsigned char* kv = kvbuf(n & 1);
+        const bool exact = hidden_values_nonfinite<Tr>(kv, start + n * kTile, hidden0, end);
+        wg_attend_tile<Tr>(st, q_base, kv, sp, lo_of(kv), red_max, start + n * kTile, lim, scale_log2, exact, g, c);
+        __syncthreads();
+      }
+    }
+    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, c);
+  }
+}
+
+}  // namespace dualops::cuda::mla
