@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = threadIdx.x >> 7, g = (threadIdx.x >> 5) & 3;  // warpgroup, warp in it (= row group)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q_base = smem_addr(sq);
+  if (q_base & 1023u) __trap();  // the 128-byte swizzle needs 1024-byte aligned tiles
 
   for (int r = max(begin_req, 0); r <= end_req; ++r) {
     const int len = max(seqlens[r], 0);
