@@ -25,6 +25,16 @@ __device__ __forceinline__ void init_state(RowState& st) {
   st.l[0] = st.l[1] = 0.f;
 }
 
+__device__ __forceinline__ void rescale_o(RowState& st, const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < 32; ++n) {
+    st.o[n][0] *= alpha[0];
+    st.o[n][1] *= alpha[0];
+    st.o[n][2] *= alpha[1];
+    st.o[n][3] *= alpha[1];
+  }
+}
+
 // 16-bit value pairs (q's dtype): is either half NaN or inf; the pair with those halves zeroed;
 // one 16-bit value as float.
 template <typename MT>
@@ -159,22 +169,27 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
 }
 
 // Scores of one tile -> probabilities: scale, mask (tokens >= lim[j] of row j get -inf), row
-// maxima across the two halves (red_max + named barrier 1 + g: the two warps of row group g),
-// P = exp2(s - m) to shared memory as hi + lo 16-bit parts, running sums, O rescaled. s: this
-// thread's scores of rows r0, r0 + 8 (r0 = 16g + lane / 4) and tokens 32c + 8n + 2 (lane % 4) + e.
-template <class Tr>
-__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[4][4], unsigned char* sp, unsigned char* sp_lo,
+// maxima, P = exp2(s - m) to shared memory as hi + lo 16-bit parts, running sums, O rescaled
+// (alpha: the rescale factors of rows r0, r0 + 8, for a caller sharing them). s: this thread's
+// scores of rows r0, r0 + 8 (r0 = 16g + lane / 4) and tokens tb + 8n + 2 (lane % 4) + e.
+// kPair (NB = 4): the thread's half c of the tile holds tokens tb = 32c ..; the row maxima are
+// exchanged with the other half (red_max, named barrier 1 + g: the two warps of row group g).
+// Otherwise (NB = 8) the warp holds all 64 tokens (tb = 0).
+template <class Tr, int NB, bool kPair>
+__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], unsigned char* sp, unsigned char* sp_lo,
                                              int lo_row_bytes, float* red_max, int tile0, const int (&lim)[2],
-                                             float scale_log2, int g, int c) {
+                                             float scale_log2, int g, int c, float (&alpha)[2]) {
+  static_assert(NB * 8 * (kPair ? 2 : 1) == kTile, "the tile's tokens");
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
+  const int tb = kPair ? c * 32 : 0;
   // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int n = 0; n < 4; ++n)
+  for (int n = 0; n < NB; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int tok = tile0 + c * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
+      const int tok = tile0 + tb + n * 8 + (lane & 3) * 2 + (e & 1);
       const float v = tok < lim[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
       s[n][e] = v;
       mx[e >> 1] = fmaxf(mx[e >> 1], v);
@@ -185,15 +200,17 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[4][4], uns
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 1));
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 2));
   }
-  if ((lane & 3) == 0) {
-    red_max[c * kRows + r0] = mx[0];
-    red_max[c * kRows + r0 + 8] = mx[1];
+  if constexpr (kPair) {
+    if ((lane & 3) == 0) {
+      red_max[c * kRows + r0] = mx[0];
+      red_max[c * kRows + r0 + 8] = mx[1];
+    }
+    named_barrier(1 + g, 64);
   }
-  named_barrier(1 + g, 64);
-  float alpha[2], m_use[2];
+  float m_use[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const float other = red_max[(c ^ 1) * kRows + r0 + 8 * j];
+    const float other = kPair ? red_max[(c ^ 1) * kRows + r0 + 8 * j] : -INFINITY;
     // An infinite max subtracts 0 (torch.logsumexp's rule): a +inf score gives p = inf, so the
     // row's sum and lse are +inf (NaN with a NaN score) and its out NaN, as in the reference.
     const float m_old = st.m[j];
@@ -204,15 +221,15 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[4][4], uns
   }
 
   // ---- P = exp2(S - m) to shared memory (16-bit hi + lo), running sums, rescale O
-  if constexpr (Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
+  if constexpr (kPair && Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
   float sum[2] = {0.f, 0.f};
 #pragma unroll
-  for (int n = 0; n < 4; ++n) {
+  for (int n = 0; n < NB; ++n) {
     const float p0 = exp2f(s[n][0] - m_use[0]), p1 = exp2f(s[n][1] - m_use[0]);
     const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
     sum[0] += p0 + p1;
     sum[1] += p2 + p3;
-    const int chunk = c * 4 + n, byte = (lane & 3) * 4;
+    const int chunk = tb / 8 + n, byte = (lane & 3) * 4;
     uint32_t h01, l01, h23, l23;
     split2<MT>(p0, p1, h01, l01);
     split2<MT>(p2, p3, h23, l23);
@@ -223,13 +240,7 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[4][4], uns
   }
 #pragma unroll
   for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
-#pragma unroll
-  for (int n = 0; n < 32; ++n) {
-    st.o[n][0] *= alpha[0];
-    st.o[n][1] *= alpha[0];
-    st.o[n][2] *= alpha[1];
-    st.o[n][3] *= alpha[1];
-  }
+  rescale_o(st, alpha);
 }
 
 // lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
@@ -284,7 +295,8 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
     }
   }
 
-  softmax_tile<Tr>(st, s, sp, sp_lo, lo_row_bytes, red_max, tile0, lim, scale_log2, g, c);
+  float alpha[2];
+  softmax_tile<Tr, 4, true>(st, s, sp, sp_lo, lo_row_bytes, red_max, tile0, lim, scale_log2, g, c, alpha);
   named_barrier(1 + g, 64);
   const int r0 = g * 16 + (lane >> 2);
 

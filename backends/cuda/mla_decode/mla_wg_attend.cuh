@@ -1,10 +1,10 @@
-// One 64-token tile of the wgmma MLA kernel for a CTA's 64 q rows. Warpgroup c (threads
-// 128c .. 128c + 127; warp g of it holds q rows 16g .. 16g + 15 of every fragment):
-//   S = Q K^T for tokens 32c .. 32c + 31 (wgmma m64n32k16, d_qk / 16 k-steps, Q and K read from
-//   the swizzled shared tiles), the shared softmax stage (row maxima exchanged with warp g of
-//   the other warpgroup), P (hi + lo) to shared memory, then O += P V for value columns
-//   256c .. 256c + 255 over all 64 tokens (wgmma m64n256k16: A = P, B = the same KV tile read
-//   as an MN-major operand, hi and lo passes).
+// Tile stages of the wgmma MLA kernel for a CTA's 64 q rows. Warpgroup 0 (threads 0 .. 127)
+// computes S = Q K^T for all 64 tokens (wgmma m64n64k16, d_qk / 16 k-steps, Q and K read from
+// the swizzled shared tiles) and the softmax (P as hi + lo to shared memory, the rows' rescale
+// factors and maxima for warpgroup 1), while warpgroup 1 loads the next KV tile. Then each
+// warpgroup c adds P V for value columns 256c .. 256c + 255 (wgmma m64n256k16: A = P, B = the
+// same KV tile read as an MN-major operand; hi and lo passes). Warp g of either warpgroup holds
+// q rows 16g .. 16g + 15 of every fragment.
 #pragma once
 #include "../common/wgmma.cuh"
 #include "mla_attend.cuh"
@@ -21,26 +21,53 @@ using common::wgmma_wait;
 // K-major operand rows are 128 bytes: 8-row groups 1024 bytes apart (lbo unused: 16).
 __device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }
 
-// S (this warpgroup's 64 rows x 32 tokens) = Q K^T over all d_qk dims.
+// S (64 rows x 64 tokens) = Q K^T over all d_qk dims: issued and committed, not waited for.
 template <class Tr>
-__device__ __forceinline__ void wg_scores(float (&s)[4][4], uint32_t q_base, uint32_t kv_base, int c) {
+__device__ __forceinline__ void wg_scores_issue(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
   using MT = typename Tr::MT;
-  float(&sf)[16] = reinterpret_cast<float(&)[16]>(s);
+  float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < Tr::D / 16; ++ks) {
     const uint32_t off = (ks >> 2) * Tr::kBlockBytes + (ks & 3) * 32;  // block of 64 dims, 16-dim step
-    common::wgmma_m64n32k16<MT, 0>(sf, kmajor_desc(q_base + off), kmajor_desc(kv_base + c * 32 * 128 + off),
-                                   ks > 0);
+    common::wgmma_m64n64k16<MT, 0>(sf, kmajor_desc(q_base + off), kmajor_desc(kv_base + off), ks > 0);
   }
   wgmma_commit();
   wgmma_fence_regs(sf);
+}
+
+// Warpgroup 0, after wg_scores_issue: wait for S, then the softmax stage; the rows' rescale
+// factors and running maxima go to red[r] and red[kRows + r] for warpgroup 1.
+template <class Tr>
+__device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsigned char* sp, unsigned char* sp_lo,
+                                           float* red, int tile0, const int (&lim)[2], float scale_log2, int g) {
+  float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
   wgmma_wait<0>();
   wgmma_fence_regs(sf);
+  float alpha[2];
+  softmax_tile<Tr, 8, false>(st, s, sp, sp_lo, Tr::kLoRowBytes, nullptr, tile0, lim, scale_log2, g, 0, alpha);
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  if ((lane & 3) == 0) {
+    red[r0] = alpha[0];
+    red[r0 + 8] = alpha[1];
+    red[kRows + r0] = st.m[0];
+    red[kRows + r0 + 8] = st.m[1];
+  }
+}
+
+// Warpgroup 1, once warpgroup 0's softmax is visible: O rescaled like warpgroup 0's rows, the
+// running maxima taken over (its running sums stay 0: warpgroup 0 keeps the rows' sums).
+__device__ __forceinline__ void wg_follow_softmax(RowState& st, const float* red, int g) {
+  const int r0 = g * 16 + ((threadIdx.x & 31) >> 2);
+  const float alpha[2] = {red[r0], red[r0 + 8]};
+  st.m[0] = red[kRows + r0];
+  st.m[1] = red[kRows + r0 + 8];
+  rescale_o(st, alpha);
 }
 
 // O (64 rows x value columns 256c ..) += P V: A = the P tile (K-major, 64 tokens), B = value
-// blocks 4c .. 4c + 3 of the KV tile (MN-major: 64-column blocks 8 KB apart, 8-token groups 1 KB apart).
+// blocks 4c .. 4c + 3 of the KV tile (MN-major: 64-column blocks 8 KB apart, 8-token groups
+// 1 KB apart). Waits for completion.
 template <class Tr>
 __device__ __forceinline__ void wg_pv(RowState& st, uint32_t p_base, uint32_t lo_base, uint32_t kv_base, int c) {
   using MT = typename Tr::MT;
@@ -60,31 +87,6 @@ __device__ __forceinline__ void wg_pv(RowState& st, uint32_t p_base, uint32_t lo
   wgmma_fence_regs(of);
   wgmma_wait<0>();
   wgmma_fence_regs(of);
-}
-
-// The whole tile (all 256 threads; ends with every wgmma of the tile complete). lim, tile0,
-// scale_log2 as in attend_tile; exact_values: a tile whose keys hidden from some rows hold NaN /
-// inf values (those entries are added exactly to the rows that attend them, then zeroed in
-// shared memory for the MMA).
-template <class Tr>
-__device__ __forceinline__ void wg_attend_tile(RowState& st, uint32_t q_base, unsigned char* kv, unsigned char* sp,
-                                               unsigned char* sp_lo, float* red_max, int tile0, const int (&lim)[2],
-                                               float scale_log2, bool exact_values, int g, int c) {
-  const uint32_t kv_base = smem_addr(kv);
-  float s[4][4];
-  wg_scores<Tr>(s, q_base, kv_base, c);
-  // (softmax_tile's CTA barrier before the lo writes covers the other warpgroup's S reads of the
-  // RoPE block when the lo tile lives there)
-  softmax_tile<Tr>(st, s, sp, sp_lo, Tr::kLoRowBytes, red_max, tile0, lim, scale_log2, g, c);
-  if (exact_values) {
-    __syncthreads();  // P visible
-    add_nonfinite_values<Tr>(st, kv, sp, sp_lo, Tr::kLoRowBytes, tile0, lim, g * 16 + ((threadIdx.x & 31) >> 2), c);
-    __syncthreads();  // every thread has read the values
-    zero_nonfinite_values<Tr>(kv);
-  }
-  fence_proxy_async_smem();
-  __syncthreads();  // P (and zeroed values) visible to both warpgroups' wgmma
-  wg_pv<Tr>(st, smem_addr(sp), smem_addr(sp_lo), kv_base, c);
 }
 
 }  // namespace dualops::cuda::mla

@@ -1,6 +1,6 @@
 // The wgmma MLA decode split kernel (16-bit caches of q's dtype): the same grid, plan walk,
 // loads (cp.async into the blocked 128-byte-swizzled layout, two KV buffers), NaN rules and
-// epilogue as mla_split_kernel; the tile math is mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+// epilogue as mla_split_kernel; the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"
@@ -15,8 +15,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_wg[];
   unsigned char* sq = smem_wg;
   unsigned char* sp = smem_wg + Tr::kOffP;
-  float* red_max = reinterpret_cast<float*>(smem_wg + Tr::kOffRed);
-  float* red_sum = red_max + 2 * kRows;
+  float* red = reinterpret_cast<float*>(smem_wg + Tr::kOffRed);  // [alpha | m] (softmax), then row sums
+  float* red_sum = red + 2 * kRows;
   auto kvbuf = [&](int i) { return smem_wg + Tr::kOffKv + i * Tr::kTileBytes; };
   auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + Tr::kLoInKvOff : smem_wg + Tr::kOffPLo; };
 
@@ -57,19 +57,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
       cp_async_commit();
       for (int n = 0; n < ntiles; ++n) {
-        if (n + 1 < ntiles) {
-          load_kv_tile<Tr>(p, kvbuf((n + 1) & 1), r, start + (n + 1) * kTile, end);
-          cp_async_commit();
-          cp_async_wait<1>();
-        } else {
-          cp_async_wait<0>();
-        }
-        fence_proxy_async_smem();  // this thread's copies, visible to the wgmma (async proxy)
-        __syncthreads();
+        const int tile0 = start + n * kTile;
         unsigned char* kv = kvbuf(n & 1);
-        const bool exact = hidden_values_nonfinite<Tr>(kv, start + n * kTile, hidden0, end);
-        wg_attend_tile<Tr>(st, q_base, kv, sp, lo_of(kv), red_max, start + n * kTile, lim, scale_log2, exact, g, c);
+        // Tile n (this thread's copies) visible to the wgmma (async proxy); every reader of the
+        // other buffer, the P tiles and red (tile n - 1) is done.
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
         __syncthreads();
+        const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, hidden0, end);
+        float s[8][4];
+        if (c == 0) {
+          wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
+          wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, lim, scale_log2, g);
+        } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
+          load_kv_tile<Tr, kThreads / 2>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kThreads / 2);
+          cp_async_commit();
+        }
+        fence_proxy_async_smem();
+        __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
+        if (c == 1) wg_follow_softmax(st, red, g);
+        if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
+          add_nonfinite_values<Tr>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, lim, g * 16 + (lane >> 2), c);
+          __syncthreads();  // every thread has read the values
+          zero_nonfinite_values<Tr>(kv);
+          fence_proxy_async_smem();
+          __syncthreads();
+        }
+        wg_pv<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
       }
     }
     write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, c);
