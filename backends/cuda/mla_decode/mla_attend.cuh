@@ -63,13 +63,14 @@ __device__ __forceinline__ float to_float1(uint16_t h) {
   }
 }
 
-// Does any value column (dims 0..511) of tile tokens t0 .. t1 - 1 hold a NaN or inf (this
-// thread's share of the check; the caller ORs it over the CTA).
-template <class Tr>
-__device__ __forceinline__ bool values_nonfinite(const unsigned char* kv, int t0, int t1) {
+// Does any of value chunks chunk0 .. chunk0 + kNc - 1 (8 dims each) of tile tokens t0 .. t1 - 1
+// hold a NaN or inf: the share of thread tid of kN threads (the caller ORs it over them).
+template <class Tr, int kNc = kDv / 8, int kN = kThreads>
+__device__ __forceinline__ bool values_nonfinite(const unsigned char* kv, int t0, int t1, int chunk0 = 0,
+                                                 int tid = threadIdx.x) {
   bool bad = false;
-  for (int i = threadIdx.x; i < (t1 - t0) * (kDv / 8); i += kThreads) {
-    const uint4 w = *reinterpret_cast<const uint4*>(kv + Tr::off(t0 + i / (kDv / 8), i % (kDv / 8)));
+  for (int i = tid; i < (t1 - t0) * kNc; i += kN) {
+    const uint4 w = *reinterpret_cast<const uint4*>(kv + Tr::off(t0 + i / kNc, chunk0 + i % kNc));
     bad |= nonfinite2<typename Tr::MT>(w.x) | nonfinite2<typename Tr::MT>(w.y) | nonfinite2<typename Tr::MT>(w.z) |
            nonfinite2<typename Tr::MT>(w.w);
   }
@@ -86,13 +87,14 @@ __device__ __forceinline__ bool hidden_values_nonfinite(const unsigned char* kv,
   return __syncthreads_or(values_nonfinite<Tr>(kv, t0, t1)) != 0;
 }
 
-// NaN / inf entries of the value columns of all tile tokens set to 0, in shared memory (the
-// wgmma kernel's form of pv_tile<kFinite>: its MMA reads V from shared memory). Whole CTA.
-template <class Tr>
-__device__ __forceinline__ void zero_nonfinite_values(unsigned char* kv) {
+// NaN / inf entries of value chunks chunk0 .. chunk0 + kNc - 1 of all tile tokens set to 0 in
+// shared memory, by kN threads (the wgmma kernel's form of pv_tile<kFinite>: its MMA reads V
+// from shared memory).
+template <class Tr, int kNc = kDv / 8, int kN = kThreads>
+__device__ __forceinline__ void zero_nonfinite_values(unsigned char* kv, int chunk0 = 0, int tid = threadIdx.x) {
   using MT = typename Tr::MT;
-  for (int i = threadIdx.x; i < kTile * (kDv / 8); i += kThreads) {
-    uint4* w = reinterpret_cast<uint4*>(kv + Tr::off(i / (kDv / 8), i % (kDv / 8)));
+  for (int i = tid; i < kTile * kNc; i += kN) {
+    uint4* w = reinterpret_cast<uint4*>(kv + Tr::off(i / kNc, chunk0 + i % kNc));
     uint4 v = *w;
     v.x = finite_or_zero2<MT>(v.x);
     v.y = finite_or_zero2<MT>(v.y);
