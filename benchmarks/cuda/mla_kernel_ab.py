@@ -10,6 +10,7 @@ import dualops
 from dualops.backends.cuda import mla_decode as cuda_mla
 
 PLANNED = cuda_mla.cuda_mla_kernel
+KERNELS = [k for k in cuda_mla.MLA_CUDA_KERNELS]
 
 
 def ev_time(fn, n=10):
@@ -27,7 +28,7 @@ def ev_time(fn, n=10):
 
 
 def run(b, h, sq, sk, pbs, kernel):
-    cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, kv_format: kernel)
+    cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, **kw: kernel)
     d = 576
     per = -(-sk // pbs)
     q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
@@ -53,6 +54,6 @@ shapes = [tuple(int(x) for x in a.split(",")) for a in sys.argv[1:]] or [
     (64, 16, 2, 4096, 64), (64, 8, 1, 4096, 64)]
 print(torch.cuda.get_device_name())
 for b, h, sq, sk, pbs in shapes:
-    res = {k: run(b, h, sq, sk, pbs, k) for k in ("mma", "wgmma")}
+    res = {k: run(b, h, sq, sk, pbs, k) for k in KERNELS}
     print(f"b{b} h{h} s_q{sq} s_k{sk} page{pbs}: " + "  ".join(
-        f"{k} {us:7.1f} us {tf:5.0f} TFLOPS {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()))
+        f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()))

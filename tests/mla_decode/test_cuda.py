@@ -54,24 +54,24 @@ def test_device_plan_numel_bound():
 
 def test_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
-    assert cuda_mla_kernel(h100, kv_format="bf16") == "wgmma"
-    assert cuda_mla_kernel(h100, kv_format="fp8_v32") == "mma"
-    assert cuda_mla_kernel(h100, kv_format="fp8_model1") == "mma"
+    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=128) == "wgmma"
+    assert cuda_mla_kernel(h100, kv_format="fp8_v32", q_rows=128) == "mma"
+    assert cuda_mla_kernel(h100, kv_format="fp8_model1", q_rows=16) == "mma"
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
-    assert cuda_mla_kernel(small, kv_format="bf16") == "mma"
+    assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
 
 
-@pytest.fixture(params=["planned", "mma"])
+@pytest.fixture(params=["planned", "mma", "wgmma_sync"])
 def kernel(request, monkeypatch):
-    """Runs a test with the planned kernel, and again with the mma.sync kernel forced (both CUDA
-    kernels of the 16-bit caches stay tested)."""
-    if request.param == "mma":
-        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, kv_format: "mma")
+    """Runs a test with the planned kernel, and again with each other CUDA kernel of the 16-bit
+    caches forced (all of them stay tested)."""
+    if request.param != "planned":
+        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: request.param)
     return request.param
 
 
 def _skip_duplicate(kernel, fmt):
-    if kernel == "mma" and fmt != "bf16":
+    if kernel != "planned" and fmt != "bf16":
         pytest.skip("FP8 caches always run the mma.sync kernel")
 
 

@@ -42,10 +42,10 @@ __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParam
 // 4 per token for the whole CTA).
 template <class Tr, int kLoaders = kThreads>
 __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
-                                             int end, int tid = threadIdx.x) {
+                                             int end, unsigned tid = threadIdx.x) {
   constexpr int kPer = kLoaders / kTile;  // threads per token
   static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");
-  const int token = tid >> (kPer == 4 ? 2 : 1), sub = tid & (kPer - 1);
+  const int token = static_cast<int>(tid >> (kPer == 4 ? 2 : 1)), sub = static_cast<int>(tid & (kPer - 1));
   const uint32_t base = smem_addr(dst);
   int off;
   if constexpr (Tr::kDirect) {

@@ -151,14 +151,14 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
 
 # The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16 (every cache format) and
 # Hopper wgmma (16-bit caches of q's dtype; docs/mla_decode_cuda.md).
-MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1}
-MLA_CUDA_WGMMA_SMEM_BYTES = 230400  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions
+MLA_CUDA_KERNELS = {"mma": 0, "wgmma_sync": 1, "wgmma": 2}
+MLA_CUDA_WGMMA_SMEM_BYTES = 230416  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, mbarriers
 
 
-def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str) -> str:
+def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int) -> str:
     """The CUDA split kernel of a dense call: wgmma for the 16-bit caches where the GPU lets one
-    block opt into the kernel's shared memory (Q tile, two KV tiles, P: 225 KiB), mma.sync
-    otherwise (the FP8 formats)."""
+    block opt into the kernel's shared memory, mma.sync otherwise (the FP8 formats). `q_rows`:
+    s_q * h_q of the call."""
     fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
     return "wgmma" if kv_format == "bf16" and fits else "mma"
 

@@ -209,6 +209,7 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
         softmax_scale=float(softmax_scale), causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format],
         q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs,
         max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr(),
-        kernel=MLA_CUDA_KERNELS[cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format)])
+        kernel=MLA_CUDA_KERNELS[cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format,
+                                                 q_rows=S_q * H_q)])
     native.require().cuda_mla_decode(params, header, current_stream(q.get_device()))
     return out, lse
