@@ -55,13 +55,15 @@ def test_device_plan_numel_bound():
 def test_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
     assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=128) == "wgmma"
+    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=33) == "wgmma"
+    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=32) == "mma"
     assert cuda_mla_kernel(h100, kv_format="fp8_v32", q_rows=128) == "mma"
     assert cuda_mla_kernel(h100, kv_format="fp8_model1", q_rows=16) == "mma"
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
     assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
 
 
-@pytest.fixture(params=["planned", "mma", "wgmma_sync"])
+@pytest.fixture(params=["planned", "mma", "wgmma"])
 def kernel(request, monkeypatch):
     """Runs a test with the planned kernel, and again with each other CUDA kernel of the 16-bit
     caches forced (all of them stay tested)."""

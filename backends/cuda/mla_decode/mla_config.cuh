@@ -11,7 +11,7 @@ namespace dualops::cuda::mla {
 enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
 // The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync
 // (every format) or wgmma (16-bit caches).
-enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1, kKernelWgmmaPipe = 2 };  // MLA_CUDA_KERNELS
+enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
 
 constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
 constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)
@@ -58,8 +58,7 @@ struct Traits {
   static constexpr int kLoRowBytes = !kLoInKv ? kPRowBytes : kWg ? 128 : kRowBytes;
   static constexpr int kOffPLo = kOffP + kRows * kPRowBytes;
   static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes);
-  static constexpr int kOffBar = kOffRed + 4 * kRows * 4;  // wgmma: the two KV buffers' mbarriers
-  static constexpr int kSmemBytes = kOffBar + (kWg ? 16 : 0);
+  static constexpr int kSmemBytes = kOffRed + 4 * kRows * 4;
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
   static_assert(!kWg || kDirect, "the wgmma kernel reads 16-bit caches of q's dtype");
 

@@ -8,7 +8,6 @@
 #include "mla_combine_kernel.cuh"
 #include "mla_decode_kernel.cuh"
 #include "mla_wg_kernel.cuh"
-#include "mla_wg_pipe_kernel.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -25,15 +24,9 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
           mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
       if (attr != cudaSuccess) return attr;
       mla_wg_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t);
-    } else if (p.kernel == kKernelWgmmaPipe) {
-      using Tw = Traits<MT, FMT, D, kKernelWgmma>;
-      static const cudaError_t attr = cudaFuncSetAttribute(
-          mla_wg_pipe_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
-      if (attr != cudaSuccess) return attr;
-      mla_wg_pipe_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t);
     }
   }
-  if (FMT != kFmtBf16 || (p.kernel != kKernelWgmma && p.kernel != kKernelWgmmaPipe)) {
+  if (FMT != kFmtBf16 || p.kernel != kKernelWgmma) {
     using Tr = Traits<MT, FMT, D>;
     // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
     static const cudaError_t attr = cudaFuncSetAttribute(
