@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma) pieces: shared-memory matrix descriptors (128-byte swizzle),
 // the fences and group waits, and the SS forms (both operands in shared memory, fp32
-// accumulators) of m64n32k16, m64n64k16 and m64n256k16 for bf16 / fp16 inputs. sm_90a only.
+// accumulators) of m64n64k16 and m64n256k16 for bf16 / fp16 inputs. sm_90a only.
 //
 // Layouts (16-bit values, 128-byte swizzle: the 16-byte chunk c of row r of an 8-row, 1024-byte
 // aligned group sits at chunk c ^ (r % 8)):
@@ -53,8 +53,6 @@ __device__ __forceinline__ void wgmma_fence_regs(float (&d)[N]) {
 #define DUALOPS_WG_F32(i) DUALOPS_WG_F16(i), DUALOPS_WG_F16(i + 16)
 #define DUALOPS_WG_F64(i) DUALOPS_WG_F16(i), DUALOPS_WG_F16(i + 16), DUALOPS_WG_F16(i + 32), DUALOPS_WG_F16(i + 48)
 #define DUALOPS_WG_F128 DUALOPS_WG_F64(0), DUALOPS_WG_F64(64)
-#define DUALOPS_WG_REGS16 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define DUALOPS_WG_REGS32 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -76,15 +74,6 @@ __device__ __forceinline__ void wgmma_fence_regs(float (&d)[N]) {
                ", p, 1, 1, 0, %" N3 ";\n}\n"                                                            \
                : OPERANDS                                                                             \
                : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_B))
-
-template <typename MT, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
-  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {
-    DUALOPS_WGMMA_SS_ASM("m64n32k16", "bf16", DUALOPS_WG_REGS16, "16", "17", "18", "19", DUALOPS_WG_F16(0));
-  } else {
-    DUALOPS_WGMMA_SS_ASM("m64n32k16", "f16", DUALOPS_WG_REGS16, "16", "17", "18", "19", DUALOPS_WG_F16(0));
-  }
-}
 
 template <typename MT, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {

@@ -1,6 +1,6 @@
-// End of one request piece: finish the row sums across the two warps of row group g (halves c =
-// 0, 1: value columns 256c .. 256c + 255), then write
-// either the final out / lse (request with one split) or the fp32 partials of its split slot.
+// End of one request piece: finish the row sums across the two warps of row group g (halves
+// c = 0, 1: value columns 256c .. 256c + 255), then write either the final out / lse (request
+// with one split) or the fp32 partials of its split slot.
 // Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
 // reference's p = 0 times a NaN value), and a NaN sum gives NaN out and lse.
 #pragma once
