@@ -68,6 +68,10 @@ class LaunchState {
   std::map<uint64_t, GmSeg> gm;
   std::vector<std::array<std::deque<XSnap>, kNumCrossFlags>> xcounter, xpend0, xpend1, xpend2;
   XSnap bar_acc[2], bar_done[2][2];
+  // Worst-order modes: cores that finished issuing, and whose turn it is to drain (last core
+  // first: what no flag published lands at the very end, vector cores before cube cores).
+  int32_t issue_done = 0;
+  int32_t drain_turn = 0;
 
   bool HasAic() const { return task_type != KERNEL_TYPE_AIV_ONLY && task_type != KERNEL_TYPE_MIX_AIV_1_0; }
   bool HasAiv() const { return task_type != KERNEL_TYPE_AIC_ONLY && task_type != KERNEL_TYPE_MIX_AIC_1_0; }

@@ -237,6 +237,7 @@ void CrossCoreSet(int32_t mode, pipe_t pipe, int32_t id) {
   if (id < 0 || id > kMaxCrossFlagId) Fault(api, Str("flagId ", id, " is outside [0, ", kMaxCrossFlagId, "] (Atlas A2)"));
   if (pipe == PIPE_S) Fault(api, "PIPE_S cannot carry a cross-core flag on Atlas A2");
   RequirePipe(api, pipe);
+  DrainFor(pipe);   // worst order: what the flag publishes has landed
   const XSnap snap = CrossSnap(pipe);
   std::unique_lock<std::mutex> lk(L.mu);
   c.c.cross_core_sets += 1;
@@ -344,6 +345,7 @@ void SyncAllCores(bool aiv_only) {
   }
   const int32_t b = aiv_only ? 0 : 1;
   const int32_t parties = aiv_only ? L.NumAiv() : L.NumAiv() + L.NumAic();
+  DrainFor(PIPE_ALL);
   const XSnap snap = CrossSnap(PIPE_ALL);   // SyncAll waits for every pipe of the core first
   std::unique_lock<std::mutex> lk(L.mu);
   c.c.sync_alls += 1;
