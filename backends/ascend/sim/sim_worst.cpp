@@ -5,15 +5,17 @@
 // Queued work runs only when something needs it: a scalar load or GM scalar access (what
 // PIPE_S is ordered after), a cross-core set (what the flag publishes), SyncAll and the end of
 // the kernel (everything). A drain runs exactly the instructions needed and those they are
-// ordered after, and among the ready ones always the one issued last. So every instruction
-// runs as late as the orderings allow, and two conflicting instructions with no ordering between
-// them run in reverse program order: a consumer without its sync reads what was there before
-// the producer, a producer without its WAR sync overwrites data its reader has not read yet, and
-// the earlier of two unordered writes lands last. Everything is a function of the program, so
-// the result is deterministic.
+// ordered after, scheduled backwards: the last to run is, of those nothing left depends on, the
+// one issued first. So every instruction runs as late as the orderings allow, earlier-issued
+// work later: a consumer without its sync reads what was there before the producer, a producer
+// without its WAR sync overwrites data its reader has not read yet, and the earlier of two
+// unordered writes lands last. Everything is a function of the program, so the result is
+// deterministic.
 #include "ascend_sim/pipes.h"
 
 #include <limits>
+#include <map>
+#include <set>
 
 #include "launch_state.h"
 
@@ -26,29 +28,6 @@ bool Overlap(const std::vector<Range>& a, const std::vector<Range>& b) {
     for (const Range& y : b)
       if (x.mem == y.mem && x.lo < y.hi && y.lo < x.hi && x.lo < x.hi && y.lo < y.hi) return true;
   return false;
-}
-
-// Fronts of the queues are never done (done fronts are popped), so the first pending sequence
-// number of a pipe is its front's.
-uint64_t MinPending(const PipeState& ps, int q) {
-  return ps.pend[q].empty() ? std::numeric_limits<uint64_t>::max() : ps.pend[q].front().seq;
-}
-
-bool VDone(const PipeState& ps, uint64_t seq) {
-  const auto& d = ps.pend[kPV];
-  if (d.empty() || seq < d.front().seq) return true;
-  return d[seq - d.front().seq].done;
-}
-
-// Everything `b` is ordered after has run (on an in-order pipe, b is its queue's front).
-bool Ready(const PipeState& ps, const Pending& b) {
-  for (int q = 0; q < kNumPipes; ++q) {
-    if (q == b.pipe && q != kPV) continue;
-    if (MinPending(ps, q) <= b.need.s[q]) return false;
-  }
-  for (uint64_t s : b.vpred)
-    if (!VDone(ps, s)) return false;
-  return true;
 }
 
 void PopDone(std::deque<Pending>& d) {
@@ -97,34 +76,60 @@ void Drain(PipeState& ps, Snap req) {
       }
     }
   }
-  // Run it, always the latest-issued ready instruction first.
-  for (;;) {
+  // Schedule it backwards: the last to run is, among the instructions nothing left depends on,
+  // the one issued first. Every instruction thus runs as late as the orderings allow.
+  std::vector<Pending*> list[kNumPipes];
+  std::multiset<uint64_t> needs[kNumPipes];   // need.s[q] of what is left (q's own in-order pipe aside)
+  std::map<uint64_t, int> vref;               // PIPE_V seq -> how many left name it in vpred
+  size_t left = 0;
+  for (int q = 0; q < kNumPipes; ++q) {
+    for (Pending& e : ps.pend[q]) {
+      if (e.seq > req.s[q]) break;
+      if (e.done) continue;
+      list[q].push_back(&e);
+      ++left;
+      for (int i = 0; i < kNumPipes; ++i)
+        if (i != q || q == kPV) needs[i].insert(e.need.s[i]);
+      for (uint64_t v : e.vpred) ++vref[v];
+    }
+  }
+  std::vector<Pending*> order;
+  order.reserve(left);
+  std::vector<bool> placed_v(list[kPV].size(), false);
+  for (; left > 0; --left) {
     Pending* best = nullptr;
+    size_t best_vi = 0;
     for (int q = 0; q < kNumPipes; ++q) {
-      auto& d = ps.pend[q];
-      if (d.empty() || d.front().seq > req.s[q]) continue;
+      const uint64_t most = needs[q].empty() ? 0 : *needs[q].rbegin();
       if (q != kPV) {
-        if ((!best || d.front().gidx > best->gidx) && Ready(ps, d.front())) best = &d.front();
+        if (list[q].empty()) continue;
+        Pending* e = list[q].back();
+        if (e->seq > most && (!best || e->gidx < best->gidx)) best = e;
         continue;
       }
-      // Vector candidates: the instructions since the oldest pending one's barrier epoch.
-      const uint64_t front = d.front().seq;
-      for (auto& e : d) {
-        if (e.seq > req.s[q] || e.need.s[kPV] >= front) break;
-        if (!e.done && (!best || e.gidx > best->gidx) && Ready(ps, e)) best = &e;
+      for (size_t k = list[q].size(); k-- > 0;) {
+        Pending* e = list[q][k];
+        if (e->seq <= most) break;
+        if (placed_v[k] || vref[e->seq] > 0) continue;
+        if (!best || e->gidx < best->gidx) best = e, best_vi = k;
       }
     }
-    if (best == nullptr) break;
-    best->done = true;
-    std::function<void()> body = std::move(best->body);
-    PopDone(ps.pend[best->pipe]);
+    if (best == nullptr) Fault("ascend_sim", "internal: worst-order schedule found no instruction to place");
+    const int q = best->pipe;
+    if (q != kPV) list[q].pop_back();
+    else placed_v[best_vi] = true;
+    for (int i = 0; i < kNumPipes; ++i)
+      if (i != q || q == kPV) needs[i].erase(needs[i].find(best->need.s[i]));
+    for (uint64_t v : best->vpred) --vref[v];
+    order.push_back(best);
+  }
+  for (size_t k = order.size(); k-- > 0;) {
+    Pending* e = order[k];
+    e->done = true;
+    std::function<void()> body = std::move(e->body);
     if (body) body();
   }
-  for (int q = 0; q < kNumPipes; ++q) {
-    if (!ps.pend[q].empty() && ps.pend[q].front().seq <= req.s[q]) {
-      Fault("ascend_sim", Str("internal: worst-order drain stalled on ", PipeIdxName(q)));
-    }
-  }
+  for (auto& d : ps.pend) PopDone(d);
 }
 
 void ScalarSync() {
