@@ -277,7 +277,12 @@ void GmRange(CoreContext& c, LaunchState& L, const char* api, const Loc& loc, Pi
 void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t count, uint64_t len, uint64_t pitch,
             bool write) {
   CoreContext& c = Cur();
-  if (!c.pipes.Checks() || count == 0 || len == 0) return;
+  if (count == 0 || len == 0) return;
+  if (c.pipes.Deferring() && !c.pipes.pend[pipe].empty()) {   // the instruction PipeOp just queued
+    auto& g = write ? c.pipes.pend[pipe].back().gwr : c.pipes.pend[pipe].back().grd;
+    g.emplace_back(addr, addr + (count - 1) * pitch + len);
+  }
+  if (!c.pipes.Checks()) return;
   LaunchState& L = *c.launch;
   std::lock_guard<std::mutex> lk(L.gm_mu);
   if (pitch == len || count == 1) {

@@ -1,21 +1,22 @@
 // Worst-order execution (pipe_sync "worst" / "worst_unchecked", docs/ascend_sim.md "Modes").
 //
 // Every instruction of PIPE_MTE1 / MTE2 / MTE3 / M / V / FIX and every scalar store is queued
-// with what it is ordered after (its pipe's vector clock at issue, pipes.h) instead of running.
-// Queued work runs only when something needs it: a scalar load or GM scalar access (what
-// PIPE_S is ordered after), a cross-core set (what the flag publishes), SyncAll and the end of
-// the kernel (everything). A drain runs exactly the instructions needed and those they are
-// ordered after, scheduled backwards: the last to run is, of those nothing left depends on, the
-// one issued first. So every instruction runs as late as the orderings allow, earlier-issued
-// work later: a consumer without its sync reads what was there before the producer, a producer
-// without its WAR sync overwrites data its reader has not read yet, and the earlier of two
-// unordered writes lands last. Everything is a function of the program, so the result is
-// deterministic.
+// with what it is ordered after (its pipe's vector clock at issue, pipes.h) and the bytes it
+// reads and writes, instead of running. Queued work runs only when something needs it: a scalar
+// load or GM scalar access (what PIPE_S is ordered after), a cross-core set (what the flag
+// publishes), SyncAll and the end of the kernel (everything). A drain runs exactly the
+// instructions needed and those they are ordered after; everything else stays queued, so it
+// runs as late as the orderings allow. Within a drain, two instructions that touch the same
+// bytes (one writing) with no ordering between them run in reverse program order whenever the
+// orderings allow it: an instruction whose earlier conflicting partner is still queued runs as
+// soon as it is ready, one whose later partner is still queued waits as long as anything else
+// can run. So a consumer without its sync reads what was there before its producer wrote, a
+// producer without its WAR sync overwrites what its reader has not read yet, and the earlier of
+// two unordered writes lands last. The schedule is a function of the program alone: the result
+// is deterministic.
 #include "ascend_sim/pipes.h"
 
 #include <limits>
-#include <map>
-#include <set>
 
 #include "launch_state.h"
 
@@ -28,6 +29,52 @@ bool Overlap(const std::vector<Range>& a, const std::vector<Range>& b) {
     for (const Range& y : b)
       if (x.mem == y.mem && x.lo < y.hi && y.lo < x.hi && x.lo < x.hi && y.lo < y.hi) return true;
   return false;
+}
+
+bool GmOverlap(const std::vector<std::pair<uint64_t, uint64_t>>& a, const std::vector<std::pair<uint64_t, uint64_t>>& b) {
+  for (auto& x : a)
+    for (auto& y : b)
+      if (x.first < y.second && y.first < x.second) return true;
+  return false;
+}
+
+bool Conflict(const Pending& a, const Pending& b) {
+  return Overlap(a.wr, b.wr) || Overlap(a.wr, b.rd) || Overlap(a.rd, b.wr) || GmOverlap(a.gwr, b.gwr) ||
+         GmOverlap(a.gwr, b.grd) || GmOverlap(a.grd, b.gwr);
+}
+
+// During a drain, executed instructions stay queued (done) until it ends, so that pointers to
+// them stay valid; head[q] is the first one of pipe q not done.
+struct Heads {
+  size_t h[kNumPipes] = {};
+};
+
+Pending* First(PipeState& ps, Heads& hd, int q) {
+  auto& d = ps.pend[q];
+  while (hd.h[q] < d.size() && d[hd.h[q]].done) ++hd.h[q];
+  return hd.h[q] < d.size() ? &d[hd.h[q]] : nullptr;
+}
+
+uint64_t MinPending(PipeState& ps, Heads& hd, int q) {
+  const Pending* e = First(ps, hd, q);
+  return e ? e->seq : std::numeric_limits<uint64_t>::max();
+}
+
+bool VDone(PipeState& ps, uint64_t seq) {
+  const auto& d = ps.pend[kPV];
+  if (d.empty() || seq < d.front().seq) return true;
+  return d[seq - d.front().seq].done;
+}
+
+// Everything `b` is ordered after has run (on an in-order pipe, b is its queue's front).
+bool Ready(PipeState& ps, Heads& hd, const Pending& b) {
+  for (int q = 0; q < kNumPipes; ++q) {
+    if (q == b.pipe && q != kPV) continue;
+    if (MinPending(ps, hd, q) <= b.need.s[q]) return false;
+  }
+  for (uint64_t s : b.vpred)
+    if (!VDone(ps, s)) return false;
+  return true;
 }
 
 void PopDone(std::deque<Pending>& d) {
@@ -44,9 +91,9 @@ void Record(PipeState& ps, PipeIdx pipe, uint64_t seq, std::initializer_list<Ran
   e.seq = seq;
   e.gidx = ++ps.gidx;
   e.need = ps.seen[pipe];
+  e.rd.assign(reads.begin(), reads.end());
+  e.wr.assign(writes.begin(), writes.end());
   if (pipe == kPV) {
-    e.rd.assign(reads.begin(), reads.end());
-    e.wr.assign(writes.begin(), writes.end());
     // Vector instructions retire in order: WAR / WAW with an earlier one not behind a
     // PipeBarrier<PIPE_V> keep their order (only RAW needs the barrier).
     auto& d = ps.pend[kPV];
@@ -76,60 +123,76 @@ void Drain(PipeState& ps, Snap req) {
       }
     }
   }
-  // Schedule it backwards: the last to run is, among the instructions nothing left depends on,
-  // the one issued first. Every instruction thus runs as late as the orderings allow.
+  // The closure, and its conflicting pairs with no ordering between them: for each instruction
+  // b, the instructions a issued before it on another pipe that b is not ordered after (on
+  // PIPE_V: those past b's barrier that b does not follow WAR / WAW).
   std::vector<Pending*> list[kNumPipes];
-  std::multiset<uint64_t> needs[kNumPipes];   // need.s[q] of what is left (q's own in-order pipe aside)
-  std::map<uint64_t, int> vref;               // PIPE_V seq -> how many left name it in vpred
-  size_t left = 0;
-  for (int q = 0; q < kNumPipes; ++q) {
+  for (int q = 0; q < kNumPipes; ++q)
     for (Pending& e : ps.pend[q]) {
       if (e.seq > req.s[q]) break;
       if (e.done) continue;
+      e.partners.clear();
+      e.earlier = e.later = 0;
       list[q].push_back(&e);
-      ++left;
-      for (int i = 0; i < kNumPipes; ++i)
-        if (i != q || q == kPV) needs[i].insert(e.need.s[i]);
-      for (uint64_t v : e.vpred) ++vref[v];
     }
-  }
-  std::vector<Pending*> order;
-  order.reserve(left);
-  std::vector<bool> placed_v(list[kPV].size(), false);
-  for (; left > 0; --left) {
+  for (int bq = 0; bq < kNumPipes; ++bq)
+    for (Pending* b : list[bq])
+      for (int q = 0; q < kNumPipes; ++q) {
+        if (q == bq && q != kPV) continue;
+        for (Pending* a : list[q]) {
+          if (a->gidx >= b->gidx) break;
+          if (a->seq <= b->need.s[q]) continue;
+          bool follows = false;
+          for (uint64_t v : b->vpred) follows = follows || (q == kPV && v == a->seq);
+          if (follows || !Conflict(*a, *b)) continue;
+          a->partners.push_back(b);
+          b->partners.push_back(a);
+          ++a->later, ++b->earlier;
+        }
+      }
+  // Run it: first whatever reverses a conflicting pair, then what conflicts with nothing queued
+  // (in program order), last what would run a pair in program order (latest first).
+  Heads hd;
+  for (;;) {
     Pending* best = nullptr;
-    size_t best_vi = 0;
+    int best_cls = 3;
+    auto consider = [&](Pending* e) {
+      const int cls = e->earlier > 0 ? 0 : (e->later > 0 ? 2 : 1);
+      if (cls > best_cls) return;
+      if (best && cls == best_cls && (cls == 1 ? e->gidx > best->gidx : e->gidx < best->gidx)) return;
+      if (!Ready(ps, hd, *e)) return;
+      best = e, best_cls = cls;
+    };
     for (int q = 0; q < kNumPipes; ++q) {
-      const uint64_t most = needs[q].empty() ? 0 : *needs[q].rbegin();
+      Pending* f = First(ps, hd, q);
+      if (f == nullptr || f->seq > req.s[q]) continue;
       if (q != kPV) {
-        if (list[q].empty()) continue;
-        Pending* e = list[q].back();
-        if (e->seq > most && (!best || e->gidx < best->gidx)) best = e;
+        consider(f);
         continue;
       }
-      for (size_t k = list[q].size(); k-- > 0;) {
-        Pending* e = list[q][k];
-        if (e->seq <= most) break;
-        if (placed_v[k] || vref[e->seq] > 0) continue;
-        if (!best || e->gidx < best->gidx) best = e, best_vi = k;
+      const uint64_t front = f->seq;   // vector candidates: the oldest pending epoch
+      auto& d = ps.pend[q];
+      for (size_t k = hd.h[q]; k < d.size(); ++k) {
+        Pending& e = d[k];
+        if (e.seq > req.s[q] || e.need.s[kPV] >= front) break;
+        if (!e.done) consider(&e);
       }
     }
-    if (best == nullptr) Fault("ascend_sim", "internal: worst-order schedule found no instruction to place");
-    const int q = best->pipe;
-    if (q != kPV) list[q].pop_back();
-    else placed_v[best_vi] = true;
-    for (int i = 0; i < kNumPipes; ++i)
-      if (i != q || q == kPV) needs[i].erase(needs[i].find(best->need.s[i]));
-    for (uint64_t v : best->vpred) --vref[v];
-    order.push_back(best);
-  }
-  for (size_t k = order.size(); k-- > 0;) {
-    Pending* e = order[k];
-    e->done = true;
-    std::function<void()> body = std::move(e->body);
+    if (best == nullptr) break;
+    best->done = true;
+    for (Pending* p : best->partners) {
+      if (p->gidx > best->gidx) --p->earlier;
+      else --p->later;
+    }
+    std::function<void()> body = std::move(best->body);
     if (body) body();
   }
   for (auto& d : ps.pend) PopDone(d);
+  for (int q = 0; q < kNumPipes; ++q) {
+    if (!ps.pend[q].empty() && ps.pend[q].front().seq <= req.s[q]) {
+      Fault("ascend_sim", Str("internal: worst-order drain stalled on ", PipeIdxName(q)));
+    }
+  }
 }
 
 void ScalarSync() {

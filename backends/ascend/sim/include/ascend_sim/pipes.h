@@ -78,8 +78,13 @@ struct Pending {
   uint64_t gidx = 0;             // issue order across the core's pipes
   Snap need;                     // what it is ordered after (its pipe's clock at issue)
   std::vector<uint64_t> vpred;   // PIPE_V: earlier vector instructions it conflicts with WAR / WAW
-  std::vector<Range> rd, wr;   // PIPE_V: byte ranges, for the conflicts of later ones
-  std::function<void()> body;    // the data effect
+  std::vector<Range> rd, wr;     // on-chip bytes read / written (bounding ranges)
+  std::vector<std::pair<uint64_t, uint64_t>> grd, gwr;   // GM bytes read / written (bounding ranges)
+  std::function<void()> body;      // the data effect
+  // Drain scratch: the unordered instructions it conflicts with; how many of them, issued
+  // earlier / later, are still queued.
+  std::vector<Pending*> partners;
+  int earlier = 0, later = 0;
 };
 
 // Per-core pipe state.
