@@ -84,9 +84,11 @@ class LaunchState {
   int32_t AivLinear(int32_t block, int32_t sub) const { return NumAic() + block * AivPerBlock() + sub; }
 
   // Blocks the calling core (lock held) until can() holds. Fails fast when every live core is
-  // blocked with nothing satisfiable (deadlock), after cfg.timeout_s otherwise.
+  // blocked with nothing satisfiable (deadlock), after cfg.timeout_s otherwise. A passive wait
+  // (the end-of-kernel wait of the worst-order modes) never times out and leaves the deadlock
+  // report to a core blocked in the kernel itself.
   void WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, const char* api, const std::string& what,
-                 const std::function<bool()>& can);
+                 const std::function<bool()>& can, bool passive = false);
   void Abort(const std::string& msg);   // lock NOT held
 
  private:

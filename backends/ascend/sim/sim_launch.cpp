@@ -43,7 +43,7 @@ void FinalDrain(LaunchState* L, CoreContext& c) {
     L->cv.notify_all();
     const int32_t n = static_cast<int32_t>(L->cores.size());
     L->WaitUntil(c, lk, "end of kernel", "the end of the kernel (worst order: every core finishes issuing before the final drain)",
-                 [L, n, &c] { return L->issue_done == n && L->drain_turn == c.linear; });
+                 [L, n, &c] { return L->issue_done == n && L->drain_turn == c.linear; }, true);
   }
   DrainAll();
   std::lock_guard<std::mutex> lk(L->mu);

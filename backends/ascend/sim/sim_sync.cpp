@@ -160,7 +160,7 @@ void LaunchState::Abort(const std::string& msg) {
 }
 
 void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, const char* api,
-                            const std::string& what, const std::function<bool()>& can) {
+                            const std::string& what, const std::function<bool()>& can, bool passive) {
   if (can()) return;
   Waiter w{&me, what, &can};
   waiters_.push_back(&w);
@@ -185,7 +185,7 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
       leave();
       return;
     }
-    if (running == 0) {
+    if (running == 0 && !passive) {
       bool any = false;
       for (Waiter* o : waiters_) any = any || (*o->can)();
       if (!any) {
@@ -200,14 +200,14 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
                        others.empty() ? std::string() : others, " (deadlock)"));
       }
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (!passive && std::chrono::steady_clock::now() >= deadline) {
       leave();
       lk.unlock();
       Fault(api, Str(what, " timed out after ", cfg.timeout_s, " s"));
     }
     const std::chrono::steady_clock::time_point poll =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-    cv.wait_until(lk, poll < deadline ? poll : deadline);
+    cv.wait_until(lk, passive || poll < deadline ? poll : deadline);
   }
 }
 
