@@ -86,6 +86,9 @@ void PopDone(std::deque<Pending>& d) {
 void Record(PipeState& ps, PipeIdx pipe, uint64_t seq, std::initializer_list<Range> reads,
             std::initializer_list<Range> writes) {
   if (pipe == kPS && writes.size() == 0) return;   // a scalar load: its value is used at once
+  if (ps.open >= 0) {
+    Fault("ascend_sim", Str("internal: the last ", PipeIdxName(ps.open), " instruction queued no data effect (Exec)"));
+  }
   Pending e;
   e.pipe = pipe;
   e.seq = seq;
