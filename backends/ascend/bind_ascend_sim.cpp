@@ -47,8 +47,12 @@ ascend_sim::SimConfig ConfigFrom(const py::dict& profile) {
   if (profile.contains("ai_cores")) c.ai_cores = profile["ai_cores"].cast<int32_t>();
   if (profile.contains("pipe_sync")) {
     const std::string m = profile["pipe_sync"].cast<std::string>();
-    if (m != "strict" && m != "off") throw py::value_error("profile['pipe_sync'] must be 'strict' or 'off', got '" + m + "'");
-    c.pipe_sync = m == "strict";
+    using ascend_sim::SyncMode;
+    if (m == "strict") c.pipe_sync = SyncMode::kStrict;
+    else if (m == "worst") c.pipe_sync = SyncMode::kWorst;
+    else if (m == "worst_unchecked") c.pipe_sync = SyncMode::kWorstUnchecked;
+    else if (m == "off") c.pipe_sync = SyncMode::kOff;
+    else throw py::value_error("profile['pipe_sync'] must be 'strict', 'worst', 'worst_unchecked' or 'off', got '" + m + "'");
   }
   return c;
 }

@@ -14,7 +14,10 @@ VARIABLES = {
     "DUALOPS_ASCEND_SIM_PROFILE": "the 910B profile the Ascend simulator runs (default ascend910b2)",
     "DUALOPS_ASCEND_SIM_CORES": "run the simulator on this many AI cores of the profile (default: all)",
     "DUALOPS_ASCEND_SIM_TIMEOUT_S": "seconds a simulated launch may run before it is stopped (default 60)",
-    "DUALOPS_ASCEND_SIM_PIPE_SYNC": "strict (default): the simulator faults on any missing pipe synchronisation; off: program order",
+    "DUALOPS_ASCEND_SIM_PIPE_SYNC": ("strict (default): the simulator faults on any missing pipe synchronisation; "
+                                     "worst: the same checks, pipe work run in the worst legal order; "
+                                     "worst_unchecked: worst order without the checks (a missing sync gives a "
+                                     "wrong result); off: program order"),
     "DUALOPS_ASCEND_SIM_VEC_ULP": "hardware-like simulator numerics: vector Exp/Ln/Div/Sqrt/Reciprocal off by up to n ulp (default 0)",
     "DUALOPS_C_PATH": "path of a built dualops._C to load instead of the installed one",
     "DUALOPS_OPS_DIR": "folder of the op schema files (ops/*.yaml) when the package cannot find its own",

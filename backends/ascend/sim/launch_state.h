@@ -68,6 +68,10 @@ class LaunchState {
   std::map<uint64_t, GmSeg> gm;
   std::vector<std::array<std::deque<XSnap>, kNumCrossFlags>> xcounter, xpend0, xpend1, xpend2;
   XSnap bar_acc[2], bar_done[2][2];
+  // Worst-order modes: cores that finished issuing, and whose turn it is to drain (last core
+  // first: what no flag published lands at the very end, vector cores before cube cores).
+  int32_t issue_done = 0;
+  int32_t drain_turn = 0;
 
   bool HasAic() const { return task_type != KERNEL_TYPE_AIV_ONLY && task_type != KERNEL_TYPE_MIX_AIV_1_0; }
   bool HasAiv() const { return task_type != KERNEL_TYPE_AIC_ONLY && task_type != KERNEL_TYPE_MIX_AIC_1_0; }
@@ -80,9 +84,11 @@ class LaunchState {
   int32_t AivLinear(int32_t block, int32_t sub) const { return NumAic() + block * AivPerBlock() + sub; }
 
   // Blocks the calling core (lock held) until can() holds. Fails fast when every live core is
-  // blocked with nothing satisfiable (deadlock), after cfg.timeout_s otherwise.
+  // blocked with nothing satisfiable (deadlock), after cfg.timeout_s otherwise. A passive wait
+  // (the end-of-kernel wait of the worst-order modes) never times out and leaves the deadlock
+  // report to a core blocked in the kernel itself.
   void WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, const char* api, const std::string& what,
-                 const std::function<bool()>& can);
+                 const std::function<bool()>& can, bool passive = false);
   void Abort(const std::string& msg);   // lock NOT held
 
  private:

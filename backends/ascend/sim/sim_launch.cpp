@@ -33,10 +33,29 @@ const char* TaskTypeName(int32_t t) {
   return "?";
 }
 
+// Worst-order modes: the work still queued when the kernel returns runs once every core has
+// issued everything, one core after the other from the last one, so a GM write no cross-core
+// flag published lands after every other core's reads, whatever the thread timing.
+void FinalDrain(LaunchState* L, CoreContext& c) {
+  {
+    std::unique_lock<std::mutex> lk(L->mu);
+    ++L->issue_done;
+    L->cv.notify_all();
+    const int32_t n = static_cast<int32_t>(L->cores.size());
+    L->WaitUntil(c, lk, "end of kernel", "the end of the kernel (worst order: every core finishes issuing before the final drain)",
+                 [L, n, &c] { return L->issue_done == n && L->drain_turn == c.linear; }, true);
+  }
+  DrainAll();
+  std::lock_guard<std::mutex> lk(L->mu);
+  --L->drain_turn;
+  L->cv.notify_all();
+}
+
 void RunCore(LaunchState* L, CoreSlot* slot, const KernelInfo* k, const KernelArgs* args) {
   SetCurrentCore(&slot->ctx);
   try {
     k->entry(*args);
+    if (slot->ctx.pipes.Deferring()) FinalDrain(L, slot->ctx);
   } catch (const SimFault& f) {
     L->Abort(f.what());
   } catch (const SimAbort&) {
@@ -150,11 +169,12 @@ LaunchReport Launch(const std::string& kernel, int32_t num_blocks, const std::ve
   L.xpend1.resize(n);
   L.xpend2.resize(n);
   for (auto& s : L.cores) {
-    s->ctx.pipes.mode = cfg.pipe_sync ? SyncMode::kStrict : SyncMode::kOff;
+    s->ctx.pipes.mode = cfg.pipe_sync;
     s->ctx.pipes.xseen.assign(n * kNumPipes, 0);
     s->ctx.vec_ulp = cfg.vec_ulp;
   }
   L.running = static_cast<int32_t>(n);
+  L.drain_turn = static_cast<int32_t>(n) - 1;
 
   KernelArgs kargs;
   for (uint64_t a : args) kargs.push_back(reinterpret_cast<uint8_t*>(a));

@@ -93,6 +93,10 @@ void PipeOp(const char* api, const Loc& loc, PipeIdx pipe, std::initializer_list
             std::initializer_list<Range> writes) {
   PipeState& ps = PS();
   if (ps.mode == SyncMode::kOff) return;
+  if (!ps.Checks()) {   // worst order without checks: ordering only
+    Record(ps, pipe, ++ps.issued[pipe], reads, writes);
+    return;
+  }
   for (const Range& r : reads) {
     if (r.hi <= r.lo) continue;
     ForOverlap(ps.mem[r.mem], r.lo, r.hi, [&](uint32_t s, const HazSeg& g) {
@@ -149,6 +153,7 @@ void PipeOp(const char* api, const Loc& loc, PipeIdx pipe, std::initializer_list
     g.w = Access{seq, site};
     m.emplace(r.lo, g);
   }
+  if (ps.Deferring()) Record(ps, pipe, seq, reads, writes);
 }
 
 Snap SnapOf(PipeIdx p) {
@@ -272,7 +277,12 @@ void GmRange(CoreContext& c, LaunchState& L, const char* api, const Loc& loc, Pi
 void PipeGm(const char* api, const Loc& loc, PipeIdx pipe, uint64_t addr, uint64_t count, uint64_t len, uint64_t pitch,
             bool write) {
   CoreContext& c = Cur();
-  if (c.pipes.mode == SyncMode::kOff || count == 0 || len == 0) return;
+  if (count == 0 || len == 0) return;
+  if (c.pipes.Deferring() && !c.pipes.pend[pipe].empty()) {   // the instruction PipeOp just queued
+    auto& g = write ? c.pipes.pend[pipe].back().gwr : c.pipes.pend[pipe].back().grd;
+    g.emplace_back(addr, addr + (count - 1) * pitch + len);
+  }
+  if (!c.pipes.Checks()) return;
   LaunchState& L = *c.launch;
   std::lock_guard<std::mutex> lk(L.gm_mu);
   if (pitch == len || count == 1) {

@@ -160,7 +160,7 @@ void LaunchState::Abort(const std::string& msg) {
 }
 
 void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, const char* api,
-                            const std::string& what, const std::function<bool()>& can) {
+                            const std::string& what, const std::function<bool()>& can, bool passive) {
   if (can()) return;
   Waiter w{&me, what, &can};
   waiters_.push_back(&w);
@@ -185,7 +185,7 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
       leave();
       return;
     }
-    if (running == 0) {
+    if (running == 0 && !passive) {
       bool any = false;
       for (Waiter* o : waiters_) any = any || (*o->can)();
       if (!any) {
@@ -200,14 +200,14 @@ void LaunchState::WaitUntil(CoreContext& me, std::unique_lock<std::mutex>& lk, c
                        others.empty() ? std::string() : others, " (deadlock)"));
       }
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (!passive && std::chrono::steady_clock::now() >= deadline) {
       leave();
       lk.unlock();
       Fault(api, Str(what, " timed out after ", cfg.timeout_s, " s"));
     }
     const std::chrono::steady_clock::time_point poll =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-    cv.wait_until(lk, poll < deadline ? poll : deadline);
+    cv.wait_until(lk, passive || poll < deadline ? poll : deadline);
   }
 }
 
@@ -237,6 +237,7 @@ void CrossCoreSet(int32_t mode, pipe_t pipe, int32_t id) {
   if (id < 0 || id > kMaxCrossFlagId) Fault(api, Str("flagId ", id, " is outside [0, ", kMaxCrossFlagId, "] (Atlas A2)"));
   if (pipe == PIPE_S) Fault(api, "PIPE_S cannot carry a cross-core flag on Atlas A2");
   RequirePipe(api, pipe);
+  DrainFor(pipe);   // worst order: what the flag publishes has landed
   const XSnap snap = CrossSnap(pipe);
   std::unique_lock<std::mutex> lk(L.mu);
   c.c.cross_core_sets += 1;
@@ -344,6 +345,7 @@ void SyncAllCores(bool aiv_only) {
   }
   const int32_t b = aiv_only ? 0 : 1;
   const int32_t parties = aiv_only ? L.NumAiv() : L.NumAiv() + L.NumAic();
+  DrainFor(PIPE_ALL);
   const XSnap snap = CrossSnap(PIPE_ALL);   // SyncAll waits for every pipe of the core first
   std::unique_lock<std::mutex> lk(L.mu);
   c.c.sync_alls += 1;

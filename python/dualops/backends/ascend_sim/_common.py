@@ -10,6 +10,8 @@ import torch
 from ... import ascend_cost_model, devices, native
 
 NAME = "ascend_sim"
+# Values of the profile key pipe_sync / DUALOPS_ASCEND_SIM_PIPE_SYNC (docs/ascend_sim.md "Modes").
+PIPE_SYNC_MODES = ("strict", "worst", "worst_unchecked", "off")
 
 
 _state = threading.local()
@@ -62,8 +64,10 @@ def launch_profile(p: devices.DeviceProfile) -> dict:
     return {"name": p.name, "ub_bytes": p.ub_bytes, "l1_bytes": p.l1_bytes, "l0a_bytes": p.l0a_bytes,
             "l0b_bytes": p.l0b_bytes, "l0c_bytes": p.l0c_bytes, "ai_cores": p.num_cores,
             "timeout_s": _settings().env_float("DUALOPS_ASCEND_SIM_TIMEOUT_S", 60.0),
-            # asynchronous-pipe hazard checks (docs/ascend_sim.md): "strict" (default) or "off"
-            "pipe_sync": _settings().env_choice("DUALOPS_ASCEND_SIM_PIPE_SYNC", "strict", ("strict", "off")).lower(),
+            # asynchronous-pipe model (docs/ascend_sim.md "Modes"): "strict" (default), "worst",
+            # "worst_unchecked" or "off"
+            "pipe_sync": _settings().env_choice("DUALOPS_ASCEND_SIM_PIPE_SYNC", "strict",
+                                                PIPE_SYNC_MODES).lower(),
             # hardware-like vector numerics: Exp / Ln / Div / Sqrt / Reciprocal off by up to n ulp
             "vec_ulp": _settings().env_int("DUALOPS_ASCEND_SIM_VEC_ULP", 0, min_value=0, max_value=1 << 20)}
 

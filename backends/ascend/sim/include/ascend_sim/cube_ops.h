@@ -160,18 +160,20 @@ __aicore__ inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>&
                      {ascend_sim::RngBytes(src, static_cast<uint64_t>(p.startIndex) * ascend_sim::kFractalBytes,
                                            src_last * sizeof(T))},
                      {ascend_sim::Rng(dst, dst_last)});
-  const T* s = src.SimPtr();
-  T* d = dst.SimPtr();
-  for (uint32_t i = 0; i < p.repeatTimes; ++i) {
-    const T* sf = s + (static_cast<uint64_t>(p.startIndex) + static_cast<uint64_t>(i) * p.srcStride) * fe;
-    T* df = d + static_cast<uint64_t>(i) * (1 + p.dstGap) * fe;
-    if (!p.ifTranspose) {
-      std::memcpy(df, sf, ascend_sim::kFractalBytes);
-    } else {
-      for (uint32_t r = 0; r < 16; ++r)
-        for (uint32_t c = 0; c < 16; ++c) df[c * 16 + r] = sf[r * 16 + c];
+  ascend_sim::Exec([=] {
+    const T* s = src.SimPtr();
+    T* d = dst.SimPtr();
+    for (uint32_t i = 0; i < p.repeatTimes; ++i) {
+      const T* sf = s + (static_cast<uint64_t>(p.startIndex) + static_cast<uint64_t>(i) * p.srcStride) * fe;
+      T* df = d + static_cast<uint64_t>(i) * (1 + p.dstGap) * fe;
+      if (!p.ifTranspose) {
+        std::memcpy(df, sf, ascend_sim::kFractalBytes);
+      } else {
+        for (uint32_t r = 0; r < 16; ++r)
+          for (uint32_t c = 0; c < 16; ++c) df[c * 16 + r] = sf[r * 16 + c];
+      }
     }
-  }
+  });
   ascend_sim::Cur().c.local_copy_bytes += static_cast<uint64_t>(p.repeatTimes) * ascend_sim::kFractalBytes;
 }
 
@@ -204,32 +206,34 @@ __aicore__ inline void Mmad(const LocalTensor<T>& dst, const LocalTensor<U>& fm,
                         ascend_sim::Rng(filter, static_cast<uint64_t>(kb) * nb * 16 * c0), p.cmatrixInitVal ? none : c},
                        {c});
   }
-  // Whole fractals are multiplied, padding included, as on the hardware: keep it zero.
-  std::vector<float> a(static_cast<size_t>(M) * K), b(static_cast<size_t>(K) * N);
-  const U* A = fm.SimPtr();
-  const S* B = filter.SimPtr();
-  for (uint32_t m = 0; m < M; ++m)
+  ascend_sim::Exec([=] {
+    // Whole fractals are multiplied, padding included, as on the hardware: keep it zero.
+    std::vector<float> a(static_cast<size_t>(M) * K), b(static_cast<size_t>(K) * N);
+    const U* A = fm.SimPtr();
+    const S* B = filter.SimPtr();
+    for (uint32_t m = 0; m < M; ++m)
+      for (uint32_t k = 0; k < K; ++k)
+        a[static_cast<size_t>(m) * K + k] = ascend_sim::CubeIn(A[((m / 16) * kb + k / c0) * 16 * c0 + (m % 16) * c0 + k % c0]);
     for (uint32_t k = 0; k < K; ++k)
-      a[static_cast<size_t>(m) * K + k] = ascend_sim::CubeIn(A[((m / 16) * kb + k / c0) * 16 * c0 + (m % 16) * c0 + k % c0]);
-  for (uint32_t k = 0; k < K; ++k)
-    for (uint32_t n = 0; n < N; ++n)
-      b[static_cast<size_t>(k) * N + n] = ascend_sim::CubeIn(B[((k / c0) * nb + n / 16) * 16 * c0 + (n % 16) * c0 + k % c0]);
-  T* C = dst.SimPtr();
-  for (uint32_t m = 0; m < M; ++m) {
-    for (uint32_t n = 0; n < N; ++n) {
-      T& c = C[((n / 16) * mb + m / 16) * 256 + (m % 16) * 16 + n % 16];
-      if constexpr (kI8) {
-        int32_t acc = p.cmatrixInitVal ? 0 : c;
-        for (uint32_t k = 0; k < K; ++k)
-          acc += static_cast<int32_t>(a[static_cast<size_t>(m) * K + k]) * static_cast<int32_t>(b[static_cast<size_t>(k) * N + n]);
-        c = acc;
-      } else {
-        float acc = p.cmatrixInitVal ? 0.0f : c;
-        for (uint32_t k = 0; k < K; ++k) acc += a[static_cast<size_t>(m) * K + k] * b[static_cast<size_t>(k) * N + n];
-        c = acc;
+      for (uint32_t n = 0; n < N; ++n)
+        b[static_cast<size_t>(k) * N + n] = ascend_sim::CubeIn(B[((k / c0) * nb + n / 16) * 16 * c0 + (n % 16) * c0 + k % c0]);
+    T* C = dst.SimPtr();
+    for (uint32_t m = 0; m < M; ++m) {
+      for (uint32_t n = 0; n < N; ++n) {
+        T& c = C[((n / 16) * mb + m / 16) * 256 + (m % 16) * 16 + n % 16];
+        if constexpr (kI8) {
+          int32_t acc = p.cmatrixInitVal ? 0 : c;
+          for (uint32_t k = 0; k < K; ++k)
+            acc += static_cast<int32_t>(a[static_cast<size_t>(m) * K + k]) * static_cast<int32_t>(b[static_cast<size_t>(k) * N + n]);
+          c = acc;
+        } else {
+          float acc = p.cmatrixInitVal ? 0.0f : c;
+          for (uint32_t k = 0; k < K; ++k) acc += a[static_cast<size_t>(m) * K + k] * b[static_cast<size_t>(k) * N + n];
+          c = acc;
+        }
       }
     }
-  }
+  });
   ascend_sim::CoreContext& cc = ascend_sim::Cur();
   cc.c.cube_instrs += 1;
   cc.c.cube_macs += static_cast<uint64_t>(M) * N * K;
@@ -264,17 +268,19 @@ __aicore__ inline void Fixpipe(const GlobalTensor<T>& dst, const LocalTensor<U>&
   ascend_sim::CheckOperand(api, "src (L0C)", src, static_cast<uint64_t>(nb - 1) * p.srcStride * 16 + static_cast<uint64_t>(p.srcStride) * 16,
                            {Mem::L0C}, 64);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPFix, {ascend_sim::Rng(src, static_cast<uint64_t>(nb) * p.srcStride * 16)}, {});
-  const U* s = src.SimPtr();
-  for (uint32_t r = 0; r < p.mSize; ++r) {
-    dst.SimCheck(api, static_cast<uint64_t>(r) * p.dstStride, p.nSize, true);
-    T* d = dst.SimPtr(static_cast<uint64_t>(r) * p.dstStride);
-    for (uint32_t c = 0; c < p.nSize; ++c) {
-      U v = s[(static_cast<uint64_t>(c / 16) * p.srcStride + r) * 16 + c % 16];
-      if (p.reluEn && v < 0) v = 0;
-      if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16_t>) d[c] = T(static_cast<float>(v));
-      else d[c] = v;
+  for (uint32_t r = 0; r < p.mSize; ++r) dst.SimCheck(api, static_cast<uint64_t>(r) * p.dstStride, p.nSize, true);
+  ascend_sim::Exec([=] {
+    const U* s = src.SimPtr();
+    for (uint32_t r = 0; r < p.mSize; ++r) {
+      T* d = dst.SimPtr(static_cast<uint64_t>(r) * p.dstStride);
+      for (uint32_t c = 0; c < p.nSize; ++c) {
+        U v = s[(static_cast<uint64_t>(c / 16) * p.srcStride + r) * 16 + c % 16];
+        if (p.reluEn && v < 0) v = 0;
+        if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16_t>) d[c] = T(static_cast<float>(v));
+        else d[c] = v;
+      }
     }
-  }
+  });
   ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPFix, reinterpret_cast<uint64_t>(dst.SimPtr()), p.mSize,
                      static_cast<uint64_t>(p.nSize) * sizeof(T), static_cast<uint64_t>(p.dstStride) * sizeof(T), true);
   ascend_sim::CoreContext& cc = ascend_sim::Cur();
@@ -299,10 +305,12 @@ __aicore__ inline void InitConstValue(const LocalTensor<T>& dst, const InitConst
   // L1 is filled by MTE2, L0A / L0B by MTE1.
   ascend_sim::PipeOp(api, asim_loc, dst.ref.mem == Mem::L1 ? ascend_sim::kPMte2 : ascend_sim::kPMte1, {},
                      {ascend_sim::Rng(dst, end)});
-  T* d = dst.SimPtr();
-  const T v = static_cast<T>(p.initValue);
-  for (uint32_t r = 0; r < p.repeatTimes; ++r)
-    for (uint64_t i = 0; i < static_cast<uint64_t>(p.blockNum) * per; ++i) d[r * pitch + i] = v;
+  ascend_sim::Exec([=] {
+    T* d = dst.SimPtr();
+    const T v = static_cast<T>(p.initValue);
+    for (uint32_t r = 0; r < p.repeatTimes; ++r)
+      for (uint64_t i = 0; i < static_cast<uint64_t>(p.blockNum) * per; ++i) d[r * pitch + i] = v;
+  });
 }
 
 template <typename T, typename U = T>

@@ -112,9 +112,14 @@ inline Mem GmInTarget(const char* api) {
   return Cur().kind == CoreKind::AIV ? Mem::UB : Mem::L1;
 }
 
-template <typename T>
+struct NoPost {
+  void operator()() const {}
+};
+
+// `post` runs right after the copy, as part of the same instruction (DataCopyPad's padding).
+template <typename T, typename Post = NoPost>
 void GmToLocal(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, const AscendC::GlobalTensor<T>& src,
-               const BlockCopy& bc) {
+               const BlockCopy& bc, Post post = Post()) {
   Enter();
   const Mem want = GmInTarget(api);
   CheckOperand(api, "dst", dst, 0, {want}, 32);
@@ -127,8 +132,11 @@ void GmToLocal(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& d
     const uint64_t so = i * bc.src_pitch;
     if (so % sizeof(T)) Fault(api, "source pitch is not a whole number of elements");
     src.SimCheck(api, so / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), false);
-    std::memcpy(d + i * bc.dst_pitch, s + so, bc.len);
   }
+  Exec([=] {
+    for (uint64_t i = 0; i < bc.count; ++i) std::memcpy(d + i * bc.dst_pitch, s + i * bc.src_pitch, bc.len);
+    post();
+  });
   // After the bounds checks, so an out-of-bounds access is reported as such.
   PipeGm(api, loc, kPMte2, reinterpret_cast<uint64_t>(src.SimPtr()), bc.count, bc.len, bc.src_pitch, false);
 }
@@ -148,8 +156,10 @@ void LocalToGm(const char* api, const Loc& loc, const AscendC::GlobalTensor<T>& 
     const uint64_t dof = i * bc.dst_pitch;
     if (dof % sizeof(T)) Fault(api, "destination pitch is not a whole number of elements");
     dst.SimCheck(api, dof / sizeof(T), (bc.len + sizeof(T) - 1) / sizeof(T), true);
-    std::memcpy(d + dof, s + i * bc.src_pitch, bc.len);
   }
+  Exec([=] {
+    for (uint64_t i = 0; i < bc.count; ++i) std::memcpy(d + i * bc.dst_pitch, s + i * bc.src_pitch, bc.len);
+  });
   PipeGm(api, loc, kPMte3, reinterpret_cast<uint64_t>(dst.SimPtr()), bc.count, bc.len, bc.dst_pitch, true);
 }
 
@@ -188,7 +198,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   ascend_sim::CheckOperand(api, "src", src, count, {ascend_sim::Mem::UB, ascend_sim::Mem::L1}, 32);
   ascend_sim::AllowedLocalCopy(api, src.ref.mem, dst.ref.mem);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src, count)}, {ascend_sim::Rng(dst, count)});
-  std::memmove(dst.SimPtr(), src.SimPtr(), bytes);
+  ascend_sim::Exec([=] { std::memmove(dst.SimPtr(), src.SimPtr(), bytes); });
   ascend_sim::Cur().c.local_copy_bytes += bytes;
 }
 
@@ -222,7 +232,9 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
                      {ascend_sim::RngBytes(dst, 0, (p.blockCount - 1) * dp + len)});
   uint8_t* d = reinterpret_cast<uint8_t*>(dst.SimPtr());
   const uint8_t* s = reinterpret_cast<const uint8_t*>(src.SimPtr());
-  for (uint32_t i = 0; i < p.blockCount; ++i) std::memmove(d + i * dp, s + i * sp, len);
+  ascend_sim::Exec([=] {
+    for (uint32_t i = 0; i < p.blockCount; ++i) std::memmove(d + i * dp, s + i * sp, len);
+  });
   ascend_sim::Cur().c.local_copy_bytes += len * p.blockCount;
 }
 
@@ -243,22 +255,25 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
                         static_cast<uint64_t>(p.nValue - 1) * p.dstNzNStride * c0 + c0;
   ascend_sim::CheckLocalBytes(api, "dst", dst, last * sizeof(T));
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPMte2, {}, {ascend_sim::Rng(dst, last)});
-  T* d = dst.SimPtr();
-  for (uint32_t m = 0; m < p.ndNum; ++m) {
-    for (uint32_t n = 0; n < p.nValue; ++n) {
-      const uint64_t row = static_cast<uint64_t>(m) * p.srcNdMatrixStride + static_cast<uint64_t>(n) * p.srcDValue;
-      src.SimCheck(api, row, p.dValue, false);
-      const T* s = src.SimPtr(row);
-      for (uint32_t j = 0; j < dblocks * c0; ++j) {
-        const uint64_t o = static_cast<uint64_t>(m) * p.dstNzMatrixStride +
-                           static_cast<uint64_t>(j / c0) * p.dstNzC0Stride * c0 +
-                           static_cast<uint64_t>(n) * p.dstNzNStride * c0 + j % c0;
-        // Columns past dValue inside the last C0 block are padded with zeros.
-        if (j < p.dValue) d[o] = s[j];
-        else std::memset(&d[o], 0, sizeof(T));
+  for (uint32_t m = 0; m < p.ndNum; ++m)
+    for (uint32_t n = 0; n < p.nValue; ++n)
+      src.SimCheck(api, static_cast<uint64_t>(m) * p.srcNdMatrixStride + static_cast<uint64_t>(n) * p.srcDValue, p.dValue, false);
+  ascend_sim::Exec([=] {
+    T* d = dst.SimPtr();
+    for (uint32_t m = 0; m < p.ndNum; ++m) {
+      for (uint32_t n = 0; n < p.nValue; ++n) {
+        const T* s = src.SimPtr(static_cast<uint64_t>(m) * p.srcNdMatrixStride + static_cast<uint64_t>(n) * p.srcDValue);
+        for (uint32_t j = 0; j < dblocks * c0; ++j) {
+          const uint64_t o = static_cast<uint64_t>(m) * p.dstNzMatrixStride +
+                             static_cast<uint64_t>(j / c0) * p.dstNzC0Stride * c0 +
+                             static_cast<uint64_t>(n) * p.dstNzNStride * c0 + j % c0;
+          // Columns past dValue inside the last C0 block are padded with zeros.
+          if (j < p.dValue) d[o] = s[j];
+          else std::memset(&d[o], 0, sizeof(T));
+        }
       }
     }
-  }
+  });
   for (uint32_t mi = 0; mi < p.ndNum; ++mi) {   // rows of each matrix, exactly
     ascend_sim::PipeGm(api, asim_loc, ascend_sim::kPMte2,
                        reinterpret_cast<uint64_t>(src.SimPtr(static_cast<uint64_t>(mi) * p.srcNdMatrixStride)), p.nValue,
@@ -276,17 +291,19 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
   if (p.blockLen % sizeof(T)) ascend_sim::Fault(api, ascend_sim::Str("blockLen ", p.blockLen, " is not a whole number of ", sizeof(T), "-byte elements"));
   if (pad.leftPadding) ascend_sim::Fault(api, "leftPadding is not supported by the simulator");
   const uint64_t pitch = ascend_sim::RoundUp32(p.blockLen) + 32ull * p.dstStride;
-  ascend_sim::GmToLocal(api, asim_loc, dst, src, {p.blockCount, p.blockLen, p.blockLen + static_cast<uint64_t>(p.srcStride), pitch});
-  if (pad.isPad) {
-    const uint64_t slack = (ascend_sim::RoundUp32(p.blockLen) - p.blockLen) / sizeof(T);
-    if (pad.rightPadding > slack) {
-      ascend_sim::Fault(api, ascend_sim::Str("rightPadding ", int(pad.rightPadding), " exceeds the ", slack,
-                                             " elements left in the block's last 32 B"));
-    }
+  const uint64_t slack = (ascend_sim::RoundUp32(p.blockLen) - p.blockLen) / sizeof(T);
+  if (pad.isPad && pad.rightPadding > slack) {
+    ascend_sim::Fault(api, ascend_sim::Str("rightPadding ", int(pad.rightPadding), " exceeds the ", slack,
+                                           " elements left in the block's last 32 B"));
+  }
+  auto fill = [=] {
+    if (!pad.isPad) return;
     T* d = dst.SimPtr();
     for (uint32_t i = 0; i < p.blockCount; ++i)
       for (uint64_t j = 0; j < slack; ++j) d[(i * pitch + p.blockLen) / sizeof(T) + j] = pad.paddingValue;
-  }
+  };
+  ascend_sim::GmToLocal(api, asim_loc, dst, src, {p.blockCount, p.blockLen, p.blockLen + static_cast<uint64_t>(p.srcStride), pitch},
+                        fill);
 }
 
 template <typename T>

@@ -27,8 +27,8 @@ struct SimConfig {
   double timeout_s = 60.0;   // a blocked cross-core wait fails after this long
   int32_t max_blocks = 64;   // refuse launches that would spawn absurd thread counts
   int32_t ai_cores = 0;      // physical AI cores of the chip (0: unknown); SyncAll needs every block resident
-  bool pipe_sync = true;
-  int32_t vec_ulp = 0;       // 0: fp32 libm for Exp / Ln / Div / Sqrt / Reciprocal; n: +-n ulp (hardware-like)     // asynchronous-pipe hazard checks (pipes.h); false: program order only
+  SyncMode pipe_sync = SyncMode::kStrict;   // asynchronous-pipe model (pipes.h)
+  int32_t vec_ulp = 0;       // 0: fp32 libm for Exp / Ln / Div / Sqrt / Reciprocal; n: +-n ulp (hardware-like)
 };
 
 struct CoreReport {

@@ -14,6 +14,8 @@
 // missing sync fails deterministically, whatever order the threads happen to run in.
 #pragma once
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -57,7 +59,33 @@ struct HazSeg {
   Access r[kNumPipes];
 };
 
-enum class SyncMode : int32_t { kOff = 0, kStrict = 1 };
+// kOff: program order, no checks. kStrict: program order, hazard checks. kWorst: hazard checks,
+// and every data effect deferred to the worst legal order (sim_worst.cpp). kWorstUnchecked: the
+// worst order without the checks, so a missing sync shows as a wrong result instead of a fault.
+enum class SyncMode : int32_t { kOff = 0, kStrict = 1, kWorst = 2, kWorstUnchecked = 3 };
+
+// A local byte range an instruction touches (bounding range for strided forms).
+struct Range {
+  int mem;
+  uint32_t lo, hi;
+};
+
+// One issued instruction whose data effect has not happened yet (worst-order modes).
+struct Pending {
+  int8_t pipe = 0;
+  bool done = false;
+  uint64_t seq = 0;              // on its pipe
+  uint64_t gidx = 0;             // issue order across the core's pipes
+  Snap need;                     // what it is ordered after (its pipe's clock at issue)
+  std::vector<uint64_t> vpred;   // PIPE_V: earlier vector instructions it conflicts with WAR / WAW
+  std::vector<Range> rd, wr;     // on-chip bytes read / written (bounding ranges)
+  std::vector<std::pair<uint64_t, uint64_t>> grd, gwr;   // GM bytes read / written (bounding ranges)
+  std::function<void()> body;      // the data effect
+  // Drain scratch: the unordered instructions it conflicts with; how many of them, issued
+  // earlier / later, are still queued.
+  std::vector<Pending*> partners;
+  int earlier = 0, later = 0;
+};
 
 // Per-core pipe state.
 struct PipeState {
@@ -67,12 +95,11 @@ struct PipeState {
   std::map<uint32_t, HazSeg> mem[8];                  // per Mem: start -> segment
   Snap events[64][8];                                 // SetFlag snapshots per (HardEvent, id)
   std::vector<uint64_t> xseen;                        // cross-core knowledge: [core * kNumPipes + pipe]
-};
-
-// A local byte range an instruction touches (bounding range for strided forms).
-struct Range {
-  int mem;
-  uint32_t lo, hi;
+  std::deque<Pending> pend[kNumPipes];                // worst-order modes: issued, not yet executed
+  uint64_t gidx = 0;
+  int open = -1;                                      // pipe whose last Pending awaits its body (Exec)
+  bool Checks() const { return mode == SyncMode::kStrict || mode == SyncMode::kWorst; }
+  bool Deferring() const { return mode == SyncMode::kWorst || mode == SyncMode::kWorstUnchecked; }
 };
 
 // Checks then records one instruction on `pipe` reading `reads` and writing `writes`.
@@ -93,6 +120,17 @@ std::vector<uint64_t> CrossSnap(pipe_t p);
 // own pipes as far as the chain of flags proves them complete.
 void CrossAbsorb(const std::vector<uint64_t>& v, pipe_t wait_pipe);
 void MergeInto(std::vector<uint64_t>& dst, const std::vector<uint64_t>& src);
+
+// Worst-order modes (sim_worst.cpp). Record: PipeOp's hook, queues the instruction just issued
+// (a scalar load runs at once). Drain: executes the pending instructions `req` needs (for each
+// pipe, those up to req.s[pipe], and everything they are ordered after), latest-issued first
+// wherever the ordering allows. ScalarSync: what a scalar access must see. DrainAll: everything.
+void Record(PipeState& ps, PipeIdx pipe, uint64_t seq, std::initializer_list<Range> reads,
+            std::initializer_list<Range> writes);
+void Drain(PipeState& ps, Snap req);
+void ScalarSync();
+void DrainFor(pipe_t p);   // before a cross-core set on p: what the set publishes
+void DrainAll();
 
 }  // namespace ascend_sim
 

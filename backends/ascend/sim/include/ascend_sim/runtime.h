@@ -83,6 +83,19 @@ inline void Enter() {
 
 [[noreturn]] void Fault(const char* api, const std::string& what);
 
+// The data effect of the instruction PipeOp just issued: runs now, or, in the worst-order modes,
+// when a drain reaches it (pipes.h). `f` captures by value; it runs on this core's thread.
+template <typename F>
+void Exec(F&& f) {
+  PipeState& ps = Cur().pipes;
+  if (ps.open < 0) {
+    f();
+    return;
+  }
+  ps.pend[ps.open].back().body = std::function<void()>(std::forward<F>(f));
+  ps.open = -1;
+}
+
 // Checks that [p, p + bytes) lies inside one GM buffer registered for this launch, counts the
 // bytes, or faults naming the address, the size and the nearest buffer.
 void GmAccess(const char* api, const void* p, uint64_t bytes, bool write);

@@ -74,12 +74,14 @@ class GlobalTensor {
     ascend_sim::Enter();
     SimCheck("GlobalTensor::GetValue", offset, 1, false);
     ascend_sim::Cur().c.scalar_gm_accesses += 1;
+    ascend_sim::ScalarSync();
     return addr_[offset];
   }
   __aicore__ inline void SetValue(const uint64_t offset, const T& value) {
     ascend_sim::Enter();
     SimCheck("GlobalTensor::SetValue", offset, 1, true);
     ascend_sim::Cur().c.scalar_gm_accesses += 1;
+    ascend_sim::ScalarSync();
     addr_[offset] = value;
   }
 
@@ -116,13 +118,15 @@ class LocalTensor {
     ascend_sim::Enter();
     SimScalar("LocalTensor::GetValue", index);
     SimPipe("LocalTensor::GetValue", asim_loc, index, false);
+    ascend_sim::ScalarSync();   // worst order: what the scalar unit is ordered after has landed
     return SimPtr()[index];
   }
   __aicore__ inline void SetValue(const uint32_t index, const T value, ASIM_LOC) const {
     ascend_sim::Enter();
     SimScalar("LocalTensor::SetValue", index);
     SimPipe("LocalTensor::SetValue", asim_loc, index, true);
-    SimPtr()[index] = value;
+    T* p = SimPtr() + index;
+    ascend_sim::Exec([p, value] { *p = value; });   // a scalar store: queued like a pipe's (worst order)
   }
 
   __aicore__ inline LocalTensor operator[](const uint32_t offset) const {

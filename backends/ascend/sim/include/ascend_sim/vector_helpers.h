@@ -93,13 +93,15 @@ void Binary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst,
   T* d = dst.SimPtr();
   const T* x = a.SimPtr();
   const T* y = b.SimPtr();
-  for (int64_t i = 0; i < count; ++i) {
-    if constexpr (kIsFloatLike<T>) {
-      const float r = f(ToF(x[i]), ToF(y[i]));
-      d[i] = FromF<T>(weight == 4 ? Approx(ToF(x[i]) + ToF(y[i]), r) : r);
+  Exec([=] {
+    for (int64_t i = 0; i < count; ++i) {
+      if constexpr (kIsFloatLike<T>) {
+        const float r = f(ToF(x[i]), ToF(y[i]));
+        d[i] = FromF<T>(weight == 4 ? Approx(ToF(x[i]) + ToF(y[i]), r) : r);
+      }
+      else d[i] = static_cast<T>(f(x[i], y[i]));
     }
-    else d[i] = static_cast<T>(f(x[i], y[i]));
-  }
+  });
   CountVector(count, sizeof(T), weight);
 }
 
@@ -114,13 +116,15 @@ void Unary(const char* api, const Loc& loc, const AscendC::LocalTensor<T>& dst, 
   PipeOp(api, loc, kPV, {Rng(a, count)}, {Rng(dst, count)});
   T* d = dst.SimPtr();
   const T* x = a.SimPtr();
-  for (int64_t i = 0; i < count; ++i) {
-    if constexpr (kIsFloatLike<T>) {
-      const float r = f(ToF(x[i]));
-      d[i] = FromF<T>(weight == 4 ? Approx(ToF(x[i]), r) : r);
+  Exec([=] {
+    for (int64_t i = 0; i < count; ++i) {
+      if constexpr (kIsFloatLike<T>) {
+        const float r = f(ToF(x[i]));
+        d[i] = FromF<T>(weight == 4 ? Approx(ToF(x[i]), r) : r);
+      }
+      else d[i] = static_cast<T>(f(x[i]));
     }
-    else d[i] = static_cast<T>(f(x[i]));
-  }
+  });
   CountVector(count, sizeof(T), weight);
 }
 
@@ -221,31 +225,33 @@ void ReduceCommon(const char* api, const Loc& loc, const AscendC::LocalTensor<T>
   VecOperand(api, "sharedTmpBuffer", tmp, need);
   PipeOp(api, loc, kPV, {Rng(src, count)}, {Rng(dst, calIndex ? 2 : 1), Rng(tmp, need)});
   const T* s = src.SimPtr();
-  float acc = ToF(s[0]);
-  int32_t idx = 0;
-  bool nan = std::isnan(acc);
-  for (int32_t i = 1; i < count; ++i) {
-    const float v = ToF(s[i]);
-    nan = nan || std::isnan(v);
-    if (kind == 0 && v > acc) acc = v, idx = i;
-    if (kind == 1 && v < acc) acc = v, idx = i;
-    if (kind == 2) acc += v;
-  }
-  if (nan && kind != 2) acc = std::numeric_limits<float>::quiet_NaN();
-  // Scribble the work space: its contents are undefined after the call.
   T* t = tmp.SimPtr();
-  for (uint32_t i = 0; i < need; ++i) t[i] = FromF<T>(std::numeric_limits<float>::quiet_NaN());
   T* d = dst.SimPtr();
-  d[0] = FromF<T>(acc);
-  if (calIndex) {
-    if constexpr (sizeof(T) == 4) {
-      uint32_t u = static_cast<uint32_t>(idx);
-      std::memcpy(&d[1], &u, 4);
-    } else {
-      uint16_t u = static_cast<uint16_t>(idx);
-      std::memcpy(&d[1], &u, 2);
+  Exec([=] {
+    float acc = ToF(s[0]);
+    int32_t idx = 0;
+    bool nan = std::isnan(acc);
+    for (int32_t i = 1; i < count; ++i) {
+      const float v = ToF(s[i]);
+      nan = nan || std::isnan(v);
+      if (kind == 0 && v > acc) acc = v, idx = i;
+      if (kind == 1 && v < acc) acc = v, idx = i;
+      if (kind == 2) acc += v;
     }
-  }
+    if (nan && kind != 2) acc = std::numeric_limits<float>::quiet_NaN();
+    // Scribble the work space: its contents are undefined after the call.
+    for (uint32_t i = 0; i < need; ++i) t[i] = FromF<T>(std::numeric_limits<float>::quiet_NaN());
+    d[0] = FromF<T>(acc);
+    if (calIndex) {
+      if constexpr (sizeof(T) == 4) {
+        uint32_t u = static_cast<uint32_t>(idx);
+        std::memcpy(&d[1], &u, 4);
+      } else {
+        uint16_t u = static_cast<uint16_t>(idx);
+        std::memcpy(&d[1], &u, 2);
+      }
+    }
+  });
   CountVector(count, sizeof(T), 2);
 }
 

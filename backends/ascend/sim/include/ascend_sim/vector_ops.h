@@ -129,8 +129,10 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
   if (count < 0) ascend_sim::Fault(api, ascend_sim::Str("count ", count, " is negative"));
   ascend_sim::VecOperand(api, "dst", dst, count);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {}, {ascend_sim::Rng(dst, count)});
-  T* d = dst.SimPtr();
-  for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
+  ascend_sim::Exec([=] {
+    T* d = dst.SimPtr();
+    for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
+  });
   ascend_sim::CountVector(count, sizeof(T));
 }
 
@@ -144,23 +146,25 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
   ascend_sim::VecOperand(api, "dst", dst, count);
   ascend_sim::VecOperand(api, "src", src, count);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src, count)}, {ascend_sim::Rng(dst, count)});
-  const ascend_sim::Rounding r = ascend_sim::ToRounding(round_mode);
-  T* d = dst.SimPtr();
-  const U* s = src.SimPtr();
-  for (uint32_t i = 0; i < count; ++i) {
-    double v;
-    if constexpr (std::is_same_v<U, half> || std::is_same_v<U, bfloat16_t>) v = static_cast<float>(s[i]);
-    else v = static_cast<double>(s[i]);
-    if constexpr (std::is_same_v<T, float> && std::is_same_v<U, float>) {
-      // float -> float: round to an integral value with the mode.
-      d[i] = static_cast<float>(ascend_sim::CastValue<int64_t>(v, r));
-      if (std::isnan(v) || std::isinf(v)) d[i] = static_cast<float>(v);
-    } else if constexpr (std::is_same_v<T, float> && std::is_same_v<U, int32_t>) {
-      d[i] = ascend_sim::BitsFloat(ascend_sim::Format<23, 8>::Encode(v, r));
-    } else {
-      d[i] = ascend_sim::CastValue<T>(v, r);
+  ascend_sim::Exec([=] {
+    const ascend_sim::Rounding r = ascend_sim::ToRounding(round_mode);
+    T* d = dst.SimPtr();
+    const U* s = src.SimPtr();
+    for (uint32_t i = 0; i < count; ++i) {
+      double v;
+      if constexpr (std::is_same_v<U, half> || std::is_same_v<U, bfloat16_t>) v = static_cast<float>(s[i]);
+      else v = static_cast<double>(s[i]);
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<U, float>) {
+        // float -> float: round to an integral value with the mode.
+        d[i] = static_cast<float>(ascend_sim::CastValue<int64_t>(v, r));
+        if (std::isnan(v) || std::isinf(v)) d[i] = static_cast<float>(v);
+      } else if constexpr (std::is_same_v<T, float> && std::is_same_v<U, int32_t>) {
+        d[i] = ascend_sim::BitsFloat(ascend_sim::Format<23, 8>::Encode(v, r));
+      } else {
+        d[i] = ascend_sim::CastValue<T>(v, r);
+      }
     }
-  }
+  });
   ascend_sim::CountVector(count, std::max(sizeof(T), sizeof(U)));
 }
 
@@ -195,12 +199,14 @@ __aicore__ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& 
   ascend_sim::VecOperand(api, "dst", dst, (count + 7) / 8);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src0, count), ascend_sim::Rng(src1, count)},
                      {ascend_sim::Rng(dst, (count + 7) / 8)});
-  uint8_t* d = dst.SimPtr();
-  const T* a = src0.SimPtr();
-  const T* b = src1.SimPtr();
-  for (uint32_t i = 0; i < count; i += 8) d[i / 8] = 0;
-  for (uint32_t i = 0; i < count; ++i)
-    if (ascend_sim::CompareOp(cmpMode, ascend_sim::ToF(a[i]), ascend_sim::ToF(b[i]))) d[i / 8] |= uint8_t(1u << (i % 8));
+  ascend_sim::Exec([=] {
+    uint8_t* d = dst.SimPtr();
+    const T* a = src0.SimPtr();
+    const T* b = src1.SimPtr();
+    for (uint32_t i = 0; i < count; i += 8) d[i / 8] = 0;
+    for (uint32_t i = 0; i < count; ++i)
+      if (ascend_sim::CompareOp(cmpMode, ascend_sim::ToF(a[i]), ascend_sim::ToF(b[i]))) d[i / 8] |= uint8_t(1u << (i % 8));
+  });
   ascend_sim::CountVector(count, sizeof(T));
 }
 
@@ -215,12 +221,14 @@ __aicore__ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTenso
   ascend_sim::VecOperand(api, "src0", src0, count);
   ascend_sim::VecOperand(api, "dst", dst, (count + 7) / 8);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src0, count)}, {ascend_sim::Rng(dst, (count + 7) / 8)});
-  uint8_t* d = dst.SimPtr();
-  const T* a = src0.SimPtr();
-  const float b = ascend_sim::ToF(src1Scalar);
-  for (uint32_t i = 0; i < count; i += 8) d[i / 8] = 0;
-  for (uint32_t i = 0; i < count; ++i)
-    if (ascend_sim::CompareOp(cmpMode, ascend_sim::ToF(a[i]), b)) d[i / 8] |= uint8_t(1u << (i % 8));
+  ascend_sim::Exec([=] {
+    uint8_t* d = dst.SimPtr();
+    const T* a = src0.SimPtr();
+    const float b = ascend_sim::ToF(src1Scalar);
+    for (uint32_t i = 0; i < count; i += 8) d[i / 8] = 0;
+    for (uint32_t i = 0; i < count; ++i)
+      if (ascend_sim::CompareOp(cmpMode, ascend_sim::ToF(a[i]), b)) d[i / 8] |= uint8_t(1u << (i % 8));
+  });
   ascend_sim::CountVector(count, sizeof(T));
 }
 template <typename T, typename U>
@@ -245,10 +253,12 @@ __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& s
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV,
                      {ascend_sim::Rng(src0, count), ascend_sim::RngBytes(selMask, 0, (count + 7) / 8)},
                      {ascend_sim::Rng(dst, count)});
-  const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.SimPtr());
-  T* d = dst.SimPtr();
-  const T* a = src0.SimPtr();
-  for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : src1;
+  ascend_sim::Exec([=] {
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.SimPtr());
+    T* d = dst.SimPtr();
+    const T* a = src0.SimPtr();
+    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : src1;
+  });
   ascend_sim::CountVector(count, sizeof(T));
 }
 
@@ -269,11 +279,13 @@ __aicore__ inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& s
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV,
                      {ascend_sim::Rng(src0, count), ascend_sim::Rng(src1, count), ascend_sim::RngBytes(selMask, 0, (count + 7) / 8)},
                      {ascend_sim::Rng(dst, count)});
-  const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.SimPtr());
-  T* d = dst.SimPtr();
-  const T* a = src0.SimPtr();
-  const T* b = src1.SimPtr();
-  for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : b[i];
+  ascend_sim::Exec([=] {
+    const uint8_t* m = reinterpret_cast<const uint8_t*>(selMask.SimPtr());
+    T* d = dst.SimPtr();
+    const T* a = src0.SimPtr();
+    const T* b = src1.SimPtr();
+    for (uint32_t i = 0; i < count; ++i) d[i] = ((m[i / 8] >> (i % 8)) & 1u) ? a[i] : b[i];
+  });
   ascend_sim::CountVector(count, sizeof(T));
 }
 
@@ -285,12 +297,14 @@ __aicore__ inline void CreateVecIndex(LocalTensor<T> dst, const T& firstValue, u
   ascend_sim::RequireVecType<T>(api, true);
   ascend_sim::VecOperand(api, "dst", dst, calCount);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {}, {ascend_sim::Rng(dst, calCount)});
-  T* d = dst.SimPtr();
-  const float f0 = ascend_sim::ToF(firstValue);
-  for (uint32_t i = 0; i < calCount; ++i) {
-    if constexpr (ascend_sim::kIsFloatLike<T>) d[i] = ascend_sim::FromF<T>(f0 + static_cast<float>(i));
-    else d[i] = static_cast<T>(firstValue + static_cast<T>(i));
-  }
+  ascend_sim::Exec([=] {
+    T* d = dst.SimPtr();
+    const float f0 = ascend_sim::ToF(firstValue);
+    for (uint32_t i = 0; i < calCount; ++i) {
+      if constexpr (ascend_sim::kIsFloatLike<T>) d[i] = ascend_sim::FromF<T>(f0 + static_cast<float>(i));
+      else d[i] = static_cast<T>(firstValue + static_cast<T>(i));
+    }
+  });
   ascend_sim::CountVector(calCount, sizeof(T));
 }
 
@@ -307,18 +321,20 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   ascend_sim::CheckOperand(api, "src", src, 0, {ascend_sim::Mem::UB}, 32);
   ascend_sim::PipeOp(api, asim_loc, ascend_sim::kPV, {ascend_sim::Rng(src, src.GetSize()), ascend_sim::Rng(srcOffset, count)},
                      {ascend_sim::Rng(dst, count)});
-  T* d = dst.SimPtr();
-  const uint8_t* base = reinterpret_cast<const uint8_t*>(src.SimPtr());
-  const uint32_t* off = srcOffset.SimPtr();
-  const uint64_t src_bytes = static_cast<uint64_t>(src.GetSize()) * sizeof(T);
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint64_t o = static_cast<uint64_t>(srcBaseAddr) + off[i];
-    if (o % sizeof(T) || o + sizeof(T) > src_bytes) {
-      ascend_sim::Fault(api, ascend_sim::Str("srcOffset[", i, "] = ", off[i], " (+ base ", srcBaseAddr,
-                                             ") is outside the ", src_bytes, "-byte source or misaligned"));
+  ascend_sim::Exec([=] {
+    T* d = dst.SimPtr();
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(src.SimPtr());
+    const uint32_t* off = srcOffset.SimPtr();
+    const uint64_t src_bytes = static_cast<uint64_t>(src.GetSize()) * sizeof(T);
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint64_t o = static_cast<uint64_t>(srcBaseAddr) + off[i];
+      if (o % sizeof(T) || o + sizeof(T) > src_bytes) {
+        ascend_sim::Fault(api, ascend_sim::Str("srcOffset[", i, "] = ", off[i], " (+ base ", srcBaseAddr,
+                                               ") is outside the ", src_bytes, "-byte source or misaligned"));
+      }
+      std::memcpy(&d[i], base + o, sizeof(T));
     }
-    std::memcpy(&d[i], base + o, sizeof(T));
-  }
+  });
   ascend_sim::CountVector(count, sizeof(T), 2);
 }
 
