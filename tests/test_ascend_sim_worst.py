@@ -146,6 +146,21 @@ def test_parity_in_worst_order(monkeypatch, op):
     assert not run.failures, [(r.case, r.status, r.reason) for r in run.failures]
 
 
+@pytest.mark.parametrize("mode", ["strict", "worst"])
+def test_full_parity_in_strict_and_worst_order(monkeypatch, mode):
+    """Every parity case the Ascend kernels support (python -m dualops parity --full), on 4 cores,
+    with the hazard checks on: in program issue order with checks (strict) and executed in the
+    worst legal order (worst)."""
+    from dualops import parity
+
+    monkeypatch.setenv("DUALOPS_ASCEND_SIM_PIPE_SYNC", mode)
+    monkeypatch.setenv("DUALOPS_ASCEND_SIM_CORES", "4")
+    run = parity.run(backends=["ascend_sim"], full=True, seed=5)
+    rows = [r for r in run.results if r.backend == "ascend_sim"]
+    assert len({r.case for r in rows}) >= 40, len(rows)
+    assert not run.failures, [(r.case, r.status, r.reason) for r in run.failures]
+
+
 def _fault_api(case: int, mode: str) -> str:
     buf = torch.zeros(256)
     with pytest.raises(RuntimeError) as err:
