@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dualops
-from dualops import schema
+from dualops import native, schema
 from dualops.backends.cuda import grouped_gemm as cuda_gg
 from dualops.devices import detect
 from dualops.parity.builders import nan_tail, poison_value
@@ -188,6 +188,85 @@ def test_cuda_graph_capture():
     with torch.cuda.graph(graph):
         y = dualops.grouped_gemm(**inp, backend="cuda")
     inp["masked_m"].copy_(torch.tensor([3, 0, 20], dtype=torch.int32))  # no new row is poisoned
+    graph.replay()
+    torch.cuda.synchronize()
+    assert (y[0, 3:] == 0).all() and (y[2, 20:] == 0).all()
+    assert torch.equal(y[0, :3], want[0, :3])
+    ref = ref_gg(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
+    assert_close_parity(y.cpu(), ref)
+
+
+# ---- the CUTLASS sm90 path (forced through the plan; the planner sends large groups there)
+SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": BF16}
+SM90_BUILT = bool(HAS_CUDA and getattr(native.require(), "cuda_gg_sm90_built", False))
+needs_sm90 = pytest.mark.skipif(not SM90_BUILT, reason="needs the CUDA build with the CUTLASS headers")
+
+
+def _sm90_plan(inp, out_dtype):
+    w = inp["w"]
+    kw = dict(group_offsets=inp["group_offsets"]) if "group_offsets" in inp else \
+        dict(layout="masked", masked_m=inp["masked_m"], m_max=inp["x"].shape[1])
+    return plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
+                             dtype=w.dtype, scale_mode=inp["scale_mode"], out_dtype=out_dtype, kernel="sm90")
+
+
+@needs_sm90
+@pytest.mark.parametrize("recipe", list(SM90_OUT))
+@pytest.mark.parametrize("sizes", SIZES + [[300, 0, 129, 256]], ids=str)
+@pytest.mark.parametrize("nk", [(200, 384), (256, 1000), (72, 48)], ids=str)
+def test_sm90_contiguous(recipe, sizes, nk):
+    n, k = nk
+    inp = _inputs(recipe, sizes=sizes, n=n, k=k, seed=len(sizes) + n)
+    _check(inp, out_dtype=SM90_OUT[recipe], plan=_sm90_plan(inp, SM90_OUT[recipe]))
+
+
+@needs_sm90
+@pytest.mark.parametrize("recipe", list(SM90_OUT))
+def test_sm90_tail_rows_and_masked(recipe):
+    out = SM90_OUT[recipe]
+    inp = _inputs(recipe, sizes=[3, 0, 200], n=136, k=256, tail=5)
+    got = _check(inp, out_dtype=out, plan=_sm90_plan(inp, out))
+    assert (got[-5:] == 0).all()
+    for masked_m in ([0, 40, 17], [40, 40], [0, 0]):
+        inp = _inputs(recipe, masked_m=masked_m, m_max=40, n=200, k=256)
+        got = _check(inp, out_dtype=out, plan=_sm90_plan(inp, out))
+        for g, c in enumerate(masked_m):
+            assert (got[g, c:] == 0).all()
+
+
+@needs_sm90
+def test_sm90_is_the_default_for_large_groups_and_clamps_bad_values():
+    inp = _cuda(_inputs("fp8_rowwise", sizes=[512, 512], n=256, k=256))
+    launch = cuda_gg.prepare_grouped_gemm(**inp, masked_m=None, out_dtype=BF16, plan=None)
+    assert launch.kernel == "sm90"
+    _check(_inputs("bf16", sizes=[512, 384, 0], n=256, k=512))
+    plan = _sm90_plan(_inputs("bf16", sizes=[4, 4], n=64, k=64), BF16)
+    for offs in ([0, 6, 3], [-5, 100, 2], [0, 1 << 30, -7]):
+        inp = _cuda(_inputs("bf16", sizes=[4, 4], n=64, k=64))
+        y = cuda_gg.grouped_gemm(**{**inp, "group_offsets": torch.tensor(offs, dtype=torch.int32, device="cuda")},
+                                 plan=plan)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y.float()).all()
+    m = _inputs("fp8_rowwise", masked_m=[3, 4], m_max=8, n=64, k=128)
+    y = cuda_gg.grouped_gemm(**{**_cuda(m), "masked_m": torch.tensor([-3, 1 << 30], dtype=torch.int32, device="cuda")},
+                             plan=_sm90_plan(m, BF16))
+    torch.cuda.synchronize()
+    assert (y[0] == 0).all() and torch.isfinite(y.float()).all()
+
+
+@needs_sm90
+def test_sm90_cuda_graph_capture():
+    inp = _cuda(_inputs("fp8_rowwise", masked_m=[5, 0, 32], m_max=32, n=256, k=256))
+    plan = _sm90_plan(inp, BF16)
+    want = cuda_gg.grouped_gemm(**inp, plan=plan)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        cuda_gg.grouped_gemm(**inp, plan=plan)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = cuda_gg.grouped_gemm(**inp, plan=plan)
+    inp["masked_m"].copy_(torch.tensor([3, 0, 20], dtype=torch.int32))
     graph.replay()
     torch.cuda.synchronize()
     assert (y[0, 3:] == 0).all() and (y[2, 20:] == 0).all()

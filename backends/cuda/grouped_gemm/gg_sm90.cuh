@@ -13,6 +13,12 @@
 // instantiate one configuration each so they compile in parallel.
 #pragma once
 
+// CUTLASS's device-side asserts are calls that make ptxas serialize the wgmma pipeline: the
+// path is always built without them.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
