@@ -196,40 +196,53 @@ def test_cuda_graph_capture():
     assert_close_parity(y.cpu(), ref)
 
 
-# ---- the CUTLASS sm90 path (forced through the plan; the planner sends large groups there)
-SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": BF16}
+# ---- the CUTLASS sm90 kernels (forced through the plan; the planner sends large groups there)
+SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": BF16, "fp8_blockwise": BF16}
+SM90_PAIRS = [("bf16", "sm90"), ("bf16", "sm90_small"), ("fp16", "sm90"), ("fp8_per_tensor", "sm90"),
+              ("fp8_per_tensor", "sm90_small"), ("fp8_per_tensor", "sm90_fast"), ("fp8_rowwise", "sm90"),
+              ("fp8_rowwise", "sm90_small"), ("fp8_rowwise", "sm90_fast"), ("fp8_blockwise", "sm90")]
 SM90_BUILT = bool(HAS_CUDA and getattr(native.require(), "cuda_gg_sm90_built", False))
 needs_sm90 = pytest.mark.skipif(not SM90_BUILT, reason="needs the CUDA build with the CUTLASS headers")
 
 
-def _sm90_plan(inp, out_dtype):
+def _sm90_plan(inp, out_dtype, kernel="sm90"):
     w = inp["w"]
     kw = dict(group_offsets=inp["group_offsets"]) if "group_offsets" in inp else \
         dict(layout="masked", masked_m=inp["masked_m"], m_max=inp["x"].shape[1])
     return plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
-                             dtype=w.dtype, scale_mode=inp["scale_mode"], out_dtype=out_dtype, kernel="sm90")
+                             dtype=w.dtype, scale_mode=inp["scale_mode"], out_dtype=out_dtype, kernel=kernel)
+
+
+def _check_sm90(recipe, inp, kernel):
+    out = SM90_OUT[recipe]
+    plan = _sm90_plan(inp, out, kernel)
+    if kernel != "sm90_fast":
+        return _check(inp, out_dtype=out, plan=plan)
+    # tensor-core-only fp8 accumulation keeps ~14 bits per step: a budget scaled by the output
+    want = ref_gg(**inp, out_dtype=out)
+    got = cuda_gg.grouped_gemm(**_cuda(inp), out_dtype=out, plan=plan).cpu()
+    assert_close_parity(got, want, atol=4e-3 * max(1.0, float(want.abs().max())), rtol=2 ** -6, name="y (fast)")
+    return got
 
 
 @needs_sm90
-@pytest.mark.parametrize("recipe", list(SM90_OUT))
+@pytest.mark.parametrize("recipe,kernel", SM90_PAIRS, ids=str)
 @pytest.mark.parametrize("sizes", SIZES + [[300, 0, 129, 256]], ids=str)
 @pytest.mark.parametrize("nk", [(200, 384), (256, 1000), (72, 48)], ids=str)
-def test_sm90_contiguous(recipe, sizes, nk):
+def test_sm90_contiguous(recipe, kernel, sizes, nk):
     n, k = nk
-    inp = _inputs(recipe, sizes=sizes, n=n, k=k, seed=len(sizes) + n)
-    _check(inp, out_dtype=SM90_OUT[recipe], plan=_sm90_plan(inp, SM90_OUT[recipe]))
+    if recipe == "fp8_blockwise" and k < 128:
+        k = 200
+    _check_sm90(recipe, _inputs(recipe, sizes=sizes, n=n, k=k, seed=len(sizes) + n), kernel)
 
 
 @needs_sm90
-@pytest.mark.parametrize("recipe", list(SM90_OUT))
-def test_sm90_tail_rows_and_masked(recipe):
-    out = SM90_OUT[recipe]
-    inp = _inputs(recipe, sizes=[3, 0, 200], n=136, k=256, tail=5)
-    got = _check(inp, out_dtype=out, plan=_sm90_plan(inp, out))
+@pytest.mark.parametrize("recipe,kernel", SM90_PAIRS, ids=str)
+def test_sm90_tail_rows_and_masked(recipe, kernel):
+    got = _check_sm90(recipe, _inputs(recipe, sizes=[3, 0, 200], n=136, k=256, tail=5), kernel)
     assert (got[-5:] == 0).all()
     for masked_m in ([0, 40, 17], [40, 40], [0, 0]):
-        inp = _inputs(recipe, masked_m=masked_m, m_max=40, n=200, k=256)
-        got = _check(inp, out_dtype=out, plan=_sm90_plan(inp, out))
+        got = _check_sm90(recipe, _inputs(recipe, masked_m=masked_m, m_max=40, n=200, k=256), kernel)
         for g, c in enumerate(masked_m):
             assert (got[g, c:] == 0).all()
 
@@ -240,6 +253,7 @@ def test_sm90_is_the_default_for_large_groups_and_clamps_bad_values():
     launch = cuda_gg.prepare_grouped_gemm(**inp, masked_m=None, out_dtype=BF16, plan=None)
     assert launch.kernel == "sm90"
     _check(_inputs("bf16", sizes=[512, 384, 0], n=256, k=512))
+    _check(_inputs("fp8_blockwise", sizes=[512, 384, 0], n=256, k=512))
     plan = _sm90_plan(_inputs("bf16", sizes=[4, 4], n=64, k=64), BF16)
     for offs in ([0, 6, 3], [-5, 100, 2], [0, 1 << 30, -7]):
         inp = _cuda(_inputs("bf16", sizes=[4, 4], n=64, k=64))
@@ -247,16 +261,19 @@ def test_sm90_is_the_default_for_large_groups_and_clamps_bad_values():
                                  plan=plan)
         torch.cuda.synchronize()
         assert torch.isfinite(y.float()).all()
-    m = _inputs("fp8_rowwise", masked_m=[3, 4], m_max=8, n=64, k=128)
-    y = cuda_gg.grouped_gemm(**{**_cuda(m), "masked_m": torch.tensor([-3, 1 << 30], dtype=torch.int32, device="cuda")},
-                             plan=_sm90_plan(m, BF16))
-    torch.cuda.synchronize()
-    assert (y[0] == 0).all() and torch.isfinite(y.float()).all()
+    for recipe in ("fp8_rowwise", "fp8_blockwise"):
+        m = _inputs(recipe, masked_m=[3, 4], m_max=8, n=64, k=128)
+        y = cuda_gg.grouped_gemm(**{**_cuda(m), "masked_m": torch.tensor([-3, 1 << 30], dtype=torch.int32,
+                                                                         device="cuda")},
+                                 plan=_sm90_plan(m, BF16))
+        torch.cuda.synchronize()
+        assert (y[0] == 0).all() and torch.isfinite(y.float()).all()
 
 
 @needs_sm90
-def test_sm90_cuda_graph_capture():
-    inp = _cuda(_inputs("fp8_rowwise", masked_m=[5, 0, 32], m_max=32, n=256, k=256))
+@pytest.mark.parametrize("recipe", ["fp8_rowwise", "fp8_blockwise"])
+def test_sm90_cuda_graph_capture(recipe):
+    inp = _cuda(_inputs(recipe, masked_m=[5, 0, 32], m_max=32, n=256, k=256))
     plan = _sm90_plan(inp, BF16)
     want = cuda_gg.grouped_gemm(**inp, plan=plan)
     s = torch.cuda.Stream()

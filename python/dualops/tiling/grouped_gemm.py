@@ -29,8 +29,8 @@ clips the last one, so the plan never needs device values and suits CUDA-graph c
 The CUDA backend takes tile M and the kernel from a plan: its persistent kernel finds the same
 items (n tile fastest within an m tile) from group_offsets / masked_m on the device, so a
 contiguous call needs no host read of the offsets (docs/grouped_gemm_cuda.md). `cuda_kernel`
-(not packed) is "mma" (that kernel, every case) or "sm90" (the CUTLASS grouped TMA + wgmma
-kernel, compute-bound groups: `cuda_kernel_for`).
+(not packed) is "mma" (that kernel, every case) or one of the CUTLASS grouped TMA + wgmma
+kernels (compute-bound groups: `cuda_kernel_for`, CUDA_KERNELS).
 
 Packed layout: header (FIELDS), then items [num_items, 3] = (group, m_tile, n_tile).
 """
@@ -73,35 +73,48 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
     return tile
 
 
-# CUDA kernels (docs/grouped_gemm_cuda.md): the CUTLASS sm90 path exists for these
-# (x / w dtype, scale mode, output dtype) and takes groups from this fraction of the weight
-# streaming ridge on (rows per group at which a group's GEMM does as many FLOPs per weight byte
-# as the device's peak FLOPs per byte of bandwidth); below, the own mma.sync kernel runs.
-CUDA_KERNELS = ("mma", "sm90")
-SM90_RECIPES = {("bfloat16", "none", "bfloat16"), ("float16", "none", "float16"),
-                ("float8_e4m3fn", "per_tensor", "bfloat16"), ("float8_e4m3fn", "rowwise", "bfloat16")}
+# CUDA kernels (docs/grouped_gemm_cuda.md): "mma" (own mma.sync kernel, every case) and the
+# CUTLASS sm90 kernels, each for some (x / w dtype, scale mode, output dtype): "sm90" (large
+# tiles), "sm90_small" (64-row tiles, groups of <= SM90_SMALL_MAX_ROWS rows) and "sm90_fast"
+# (fp8 with tensor-core-only accumulation, like torch._scaled_grouped_mm; opt-in, never chosen
+# by the planner). The planner takes sm90 from this fraction of the weight-streaming ridge on
+# (rows per group at which a group's GEMM does as many FLOPs per weight byte as the device's
+# peak FLOPs per byte of bandwidth); below, the own mma.sync kernel runs.
+_FP8_SCALED = {("float8_e4m3fn", "per_tensor", "bfloat16"), ("float8_e4m3fn", "rowwise", "bfloat16")}
+SM90_KERNELS = {
+    "sm90": {("bfloat16", "none", "bfloat16"), ("float16", "none", "float16"),
+             ("float8_e4m3fn", "blockwise", "bfloat16")} | _FP8_SCALED,
+    "sm90_small": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
+    "sm90_fast": _FP8_SCALED,
+}
+CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
+SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2}   # the binding's config codes
 SM90_RIDGE_FRACTION = 0.25
+SM90_SMALL_MAX_ROWS = 128
 
 
 def sm90_min_rows(dtype: str, device: DeviceProfile) -> int:
-    """Average rows per group from which the CUDA backend runs the CUTLASS sm90 kernel."""
+    """Average rows per group from which the CUDA backend runs a CUTLASS sm90 kernel."""
     elem = IN_DTYPES[dtype][1]
     peak = device.peak_bf16_tflops * (2 if elem == 1 else 1)   # fp8 / int8 tensor cores: 2x
     ridge_rows = peak * 1e12 / (device.bandwidth_gbs * 1e9) * elem / 2
     return max(1, round(ridge_rows * SM90_RIDGE_FRACTION))
 
 
-def sm90_supports(n: int, dtype: str, scale_mode: str, out_dtype: str) -> bool:
-    """Whether the CUTLASS sm90 kernel covers this call (recipe, and 16-byte output rows)."""
-    return (dtype, scale_mode, out_dtype) in SM90_RECIPES and (n * 2) % 16 == 0
+def sm90_supports(kernel: str, n: int, dtype: str, scale_mode: str, out_dtype: str) -> bool:
+    """Whether CUTLASS kernel `kernel` covers this call (recipe, and 16-byte output rows)."""
+    return (dtype, scale_mode, out_dtype) in SM90_KERNELS.get(kernel, ()) and (n * 2) % 16 == 0
 
 
 def cuda_kernel_for(avg_rows: int, *, n: int, dtype: str, scale_mode: str, out_dtype: str,
                     device: DeviceProfile) -> str:
-    """"sm90" for compute-bound groups the CUTLASS kernel covers, else "mma"."""
-    if not device.is_cuda or not sm90_supports(n, dtype, scale_mode, out_dtype):
+    """The CUDA kernel the planner picks: sm90 / sm90_small for compute-bound groups the
+    CUTLASS kernels cover, else "mma"."""
+    if not device.is_cuda or avg_rows < sm90_min_rows(dtype, device):
         return "mma"
-    return "sm90" if avg_rows >= sm90_min_rows(dtype, device) else "mma"
+    if avg_rows <= SM90_SMALL_MAX_ROWS and sm90_supports("sm90_small", n, dtype, scale_mode, out_dtype):
+        return "sm90_small"
+    return "sm90" if sm90_supports("sm90", n, dtype, scale_mode, out_dtype) else "mma"
 
 
 ASCEND_LARGE_M = 256         # average group rows from which Ascend takes 128 x 256 tiles
@@ -187,7 +200,7 @@ class GroupedGemmPlan(PackedPlan):
     shape_only: int        # 1: made without device values (masked layout, m_max tiles/group)
     items: tuple[int, ...] = ()   # [num_items, 3] (group, m_tile, n_tile)
     onchip: str = dataclasses.field(default="", compare=False)   # Ascend: on-chip bytes / capacity (not packed)
-    cuda_kernel: str = dataclasses.field(default="mma", compare=False)  # CUDA: CUDA_KERNELS (not packed)
+    cuda_kernel: str = dataclasses.field(default="mma", compare=False)  # CUDA_KERNELS (not packed)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "layout", "num_groups", "m_total", "m_max", "n", "k", "tile_m", "tile_n",
@@ -303,10 +316,10 @@ def _cuda_kernel(kernel, avg_rows, *, n, dtype, scale_mode, out_dtype, device) -
         return cuda_kernel_for(avg_rows, n=n, dtype=dtype, scale_mode=scale_mode, out_dtype=out_dtype,
                                device=device)
     check_choice("kernel", kernel, CUDA_KERNELS)
-    if kernel == "sm90" and not (device.is_cuda and sm90_supports(n, dtype, scale_mode, out_dtype)):
-        raise ValueError(f"kernel 'sm90' does not cover dtype {dtype}, scale_mode {scale_mode!r}, "
+    if kernel != "mma" and not (device.is_cuda and sm90_supports(kernel, n, dtype, scale_mode, out_dtype)):
+        raise ValueError(f"kernel {kernel!r} does not cover dtype {dtype}, scale_mode {scale_mode!r}, "
                          f"out_dtype {out_dtype}, N {n} on {device.name}: it takes "
-                         f"{sorted(SM90_RECIPES)} with N * 2 bytes a multiple of 16")
+                         f"{sorted(SM90_KERNELS[kernel])} with N * 2 bytes a multiple of 16")
     return kernel
 
 
@@ -352,7 +365,7 @@ def plan_grouped_gemm(group_sizes=None, *, group_offsets=None, masked_m=None, n:
     num_groups alone for the shape-only plan (see plan_grouped_gemm_masked).
     Lists, tuples or integer tensors on any device are accepted (device tensors are copied to
     the CPU once). dtype: x / w dtype (torch.dtype or name); out_dtype: y's (it decides with the
-    shapes which CUDA kernel runs); kernel: force the CUDA kernel ("mma" or "sm90"; default:
+    shapes which CUDA kernel runs); kernel: force the CUDA kernel (CUDA_KERNELS; default:
     `cuda_kernel_for`)."""
     out = _dtype_name(out_dtype, "out_dtype")
     check_choice("layout", layout, tuple(LAYOUTS))

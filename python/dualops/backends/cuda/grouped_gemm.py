@@ -14,7 +14,7 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.grouped_gemm import GroupedGemmPlan, SCALE_MODES, cuda_kernel_for, sm90_supports, tile_m_for
+from ...tiling.grouped_gemm import SCALE_MODES, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for, sm90_supports, tile_m_for
 from . import status  # noqa: F401
 from ._common import current_stream, fields_template, params_struct
 
@@ -85,10 +85,10 @@ class GroupedGemmLaunch:
             self.kernel = cuda_kernel_for(avg, n=N, dtype=_name(x.dtype), scale_mode=scale_mode,
                                           out_dtype=_name(out_dtype), device=detect(x.device))
         self.C = native.require()
-        if self.kernel == "sm90" and not getattr(self.C, "cuda_gg_sm90_built", False):
+        if self.kernel != "mma" and not getattr(self.C, "cuda_gg_sm90_built", False):
             self.kernel = "mma"   # a build without the CUTLASS headers runs every case on mma
-        if self.kernel == "sm90" and not sm90_supports(N, _name(x.dtype), scale_mode, _name(out_dtype)):
-            raise ValueError(f"plan: its CUDA kernel 'sm90' does not cover {_name(x.dtype)} "
+        if self.kernel != "mma" and not sm90_supports(self.kernel, N, _name(x.dtype), scale_mode, _name(out_dtype)):
+            raise ValueError(f"plan: its CUDA kernel {self.kernel!r} does not cover {_name(x.dtype)} "
                              f"{scale_mode} -> {_name(out_dtype)} with N {N} (plan it with this out_dtype)")
         self.ws_bytes = None
         esize = x.element_size()
@@ -115,11 +115,13 @@ class GroupedGemmLaunch:
         ptrs = [t.data_ptr() if t is not None else 0 for t in (x, w, y, offs, mm, xs, ws)]
         params = params_struct(_OP)[0].pack(*fields_template(_OP, **dict(zip(
             ("x", "w", "y", "group_offsets", "masked_m", "x_scale", "w_scale"), ptrs))))[:7 * 8] + self.tail
-        if self.kernel == "sm90":
-            if self.ws_bytes is None:   # depends on G and the device only
-                self.ws_bytes = int(self.C.cuda_grouped_gemm_sm90_workspace(params))
+        if self.kernel != "mma":
+            config = SM90_CONFIG[self.kernel]
+            if self.ws_bytes is None:   # depends on the shapes and the device only
+                self.ws_bytes = int(self.C.cuda_grouped_gemm_sm90_workspace(params, config))
             ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=dev)
-            self.C.cuda_grouped_gemm_sm90(params, ws.data_ptr(), self.ws_bytes, current_stream(x.get_device()))
+            self.C.cuda_grouped_gemm_sm90(params, config, ws.data_ptr(), self.ws_bytes,
+                                          current_stream(x.get_device()))
         else:
             self.C.cuda_grouped_gemm(params, self.tile_m, current_stream(x.get_device()))
         return y
