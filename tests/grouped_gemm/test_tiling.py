@@ -176,7 +176,9 @@ def test_cuda_kernel_choice():
     lo = sm90_min_rows("bfloat16", h100)
     assert 16 < lo <= 128
     kw = dict(n=4096, dtype="bfloat16", scale_mode="none", out_dtype="bfloat16", device=h100)
-    assert cuda_kernel_for(4096, **kw) == "sm90" and cuda_kernel_for(16, **kw) == "mma"
+    assert cuda_kernel_for(4096, **kw) == "sm90" and cuda_kernel_for(16, **kw) == "sm90_small"
+    fp16 = {**kw, "dtype": "float16", "out_dtype": "float16"}                     # no small kernel
+    assert cuda_kernel_for(16, **fp16) == "mma" and cuda_kernel_for(4096, **fp16) == "sm90"
     assert cuda_kernel_for(4096, **{**kw, "out_dtype": "float32"}) == "mma"      # no sm90 kernel for it
     assert cuda_kernel_for(4096, **{**kw, "n": 4100}) == "mma"                   # rows not 16-byte pieces
     assert cuda_kernel_for(4096, **{**kw, "dtype": "float8_e4m3fn", "scale_mode": "rowwise"}) == "sm90"

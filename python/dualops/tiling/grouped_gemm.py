@@ -75,11 +75,13 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
 
 # CUDA kernels (docs/grouped_gemm_cuda.md): "mma" (own mma.sync kernel, every case) and the
 # CUTLASS sm90 kernels, each for some (x / w dtype, scale mode, output dtype): "sm90" (large
-# tiles), "sm90_small" (64-row tiles, groups of <= SM90_SMALL_MAX_ROWS rows) and "sm90_fast"
-# (fp8 with tensor-core-only accumulation, like torch._scaled_grouped_mm; opt-in, never chosen
-# by the planner). The planner takes sm90 from this fraction of the weight-streaming ridge on
-# (rows per group at which a group's GEMM does as many FLOPs per weight byte as the device's
-# peak FLOPs per byte of bandwidth); below, the own mma.sync kernel runs.
+# tiles), "sm90_small" (64-row tiles) and "sm90_fast" (fp8 with tensor-core-only accumulation,
+# like torch._scaled_grouped_mm; opt-in, never chosen by the planner). Measured on the H100
+# (BENCHMARKS.md), the planner picks: sm90_small for groups of <= SM90_SMALL_MAX_ROWS rows where
+# it exists (it streams the weights faster than the own kernel even at 4 rows per group), sm90
+# above; for recipes without a small kernel sm90 from this fraction of the weight-streaming
+# ridge on (rows per group at which a group's GEMM does as many FLOPs per weight byte as the
+# device's peak FLOPs per byte of bandwidth), the own kernel below.
 _FP8_SCALED = {("float8_e4m3fn", "per_tensor", "bfloat16"), ("float8_e4m3fn", "rowwise", "bfloat16")}
 SM90_KERNELS = {
     "sm90": {("bfloat16", "none", "bfloat16"), ("float16", "none", "float16"),
@@ -108,13 +110,14 @@ def sm90_supports(kernel: str, n: int, dtype: str, scale_mode: str, out_dtype: s
 
 def cuda_kernel_for(avg_rows: int, *, n: int, dtype: str, scale_mode: str, out_dtype: str,
                     device: DeviceProfile) -> str:
-    """The CUDA kernel the planner picks: sm90 / sm90_small for compute-bound groups the
-    CUTLASS kernels cover, else "mma"."""
-    if not device.is_cuda or avg_rows < sm90_min_rows(dtype, device):
+    """The CUDA kernel the planner picks (module comment at CUDA_KERNELS)."""
+    if not device.is_cuda:
         return "mma"
     if avg_rows <= SM90_SMALL_MAX_ROWS and sm90_supports("sm90_small", n, dtype, scale_mode, out_dtype):
         return "sm90_small"
-    return "sm90" if sm90_supports("sm90", n, dtype, scale_mode, out_dtype) else "mma"
+    if avg_rows >= sm90_min_rows(dtype, device) and sm90_supports("sm90", n, dtype, scale_mode, out_dtype):
+        return "sm90"
+    return "mma"
 
 
 ASCEND_LARGE_M = 256         # average group rows from which Ascend takes 128 x 256 tiles
