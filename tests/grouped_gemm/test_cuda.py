@@ -85,8 +85,8 @@ def _check(inp, out_dtype=BF16, plan=None):
     tol = {}
     if out_dtype == F32:  # fp32 sums in another order: bound by the output's magnitude
         tol = dict(atol=2e-5 * max(1.0, float(want.abs().max())), rtol=1e-4)
-    kernel = cuda_gg.prepare_grouped_gemm(**{"masked_m": None, "group_offsets": None, **ci}, out_dtype=out_dtype,
-                                          plan=plan).kernel
+    fill = dict(masked_m=None, group_offsets=None, x_scale=None, w_scale=None)
+    kernel = cuda_gg.prepare_grouped_gemm(**{**fill, **ci}, out_dtype=out_dtype, plan=plan).kernel
     if kernel != "mma" and inp["x"].dtype == FP8:
         # wgmma fp8 sums each 32-wide K step on the tensor cores with ~14 bits (CUTLASS adds
         # them into fp32 every 128 of K; sm90_fast never): a budget scaled by the output
