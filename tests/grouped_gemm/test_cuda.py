@@ -265,8 +265,8 @@ def test_sm90_is_the_default_for_large_groups_and_clamps_bad_values():
         y = cuda_gg.grouped_gemm(**{**_cuda(m), "masked_m": torch.tensor([-3, 1 << 30], dtype=torch.int32,
                                                                          device="cuda")},
                                  plan=_sm90_plan(m, BF16))
-        torch.cuda.synchronize()
-        assert (y[0] == 0).all() and torch.isfinite(y.float()).all()
+        torch.cuda.synchronize()   # group 1 clamped to M_max rows: its poisoned tail is computed
+        assert (y[0] == 0).all() and torch.isfinite(y[1, :4].float()).all()
 
 
 @needs_sm90
