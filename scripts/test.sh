@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The test command: set-up (scripts/setup.sh), the browser the report page's test opens it in,
+# The test command: set-up (scripts/setup.sh), the system tools some tests need (clang, chromium),
 # then the whole suite. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# tests/test_report_page.py opens reports/index.html in a real headless browser: Debian's chromium
-# (a browser build downloaded at run time would not be reachable from CI). Only the tests need it.
-if ! command -v chromium > /dev/null && ! command -v chromium-browser > /dev/null; then
+# System tools only the tests need, from Debian's packages (a download at run time would not be
+# reachable from CI): clang, which type-checks the Ascend C kernels in the simulator's strict
+# qualifier mode (tests/test_ascend_qualifiers.py), and chromium, which opens the report page
+# (tests/test_report_page.py). A test whose tool is missing is skipped.
+missing=()
+command -v clang++ > /dev/null || missing+=(clang)
+command -v chromium > /dev/null || command -v chromium-browser > /dev/null || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get > /dev/null && [ "$(id -u)" = 0 ]; then
-    echo "  installing chromium for the report page's browser test (apt-get; about a minute)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
-      > build/apt-chromium.log 2>&1 \
-      || echo "  chromium did not install (build/apt-chromium.log): the browser test will be skipped"
+    echo "  installing ${missing[*]} for the tests (apt-get; about a minute)"
+    mkdir -p build
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+      > build/apt-tools.log 2>&1 \
+      || echo "  ${missing[*]} did not install (build/apt-tools.log): the tests that need them will be skipped"
   else
-    echo "  no chromium here (as root: apt-get install chromium): the report page's browser test will be skipped"
+    echo "  not installed here: ${missing[*]} (as root: apt-get install ${missing[*]}); the tests that need them will be skipped"
   fi
 fi
 python3 -m dualops.codegen --check

@@ -30,19 +30,14 @@ BF16 = torch.bfloat16
 # Kernels that do not follow the semantics yet (NaN rows come out finite or as "saw no keys",
 # -inf values as NaN, NaN splits dropped by the merge); their fixes are under way.
 KNOWN = {
-    ("incre_flash_attention", "ascend_sim"): "Ascend IFA kernel: NaN handling being fixed "
-                                             "(online softmax / split merge treat NaN rows as empty)",
     ("incre_flash_attention", "cuda"): "CUDA IFA kernel: -inf / +inf values and keys it never attends "
                                        "reach the tensor cores' p.v as 0 * inf or 0 * NaN",
 }
 # No-effect cases those kernels also miss today: masked keys with NaN / inf in k, v and pse_shift
 # reach the p.v product (0 * inf).
 KNOWN_NO_EFFECT = {"masked_keys"}
-# Where a kernel follows the semantics except in these cases, only they are marked: the Ascend IFA
-# kernel propagates NaN / inf as the reference does, but values it never attends (masked or
-# causally hidden keys: p = 0) still reach the cube's P.V as 0 * NaN / 0 * inf.
-KNOWN_ONLY = {("incre_flash_attention", "ascend_sim"): {"masked_keys", "causal_hidden_key"},
-              ("incre_flash_attention", "cuda"): {"neg_inf_value", "pos_inf_pse", "masked_keys",
+# Where a kernel follows the semantics except in these cases, only they are marked.
+KNOWN_ONLY = {("incre_flash_attention", "cuda"): {"neg_inf_value", "pos_inf_pse", "masked_keys",
                                                   "causal_hidden_key"}}
 
 
@@ -421,7 +416,13 @@ def _forced_split_call(op, backend, values, splits):
         from dualops.backends import ascend_sim
 
         prof = devices.with_cores(devices.profile("ascend910b2"), 4)
-        plan = plan_for_tensors(kw["q"], kw["k_cache"], kw["block_table"], prof).with_splits(splits)
+        plan = plan_for_tensors(kw["q"], kw["k_cache"], kw["block_table"], prof)
+        # The Ascend kernel splits at kv_tile multiples: the planner's tile, or the largest
+        # smaller power-of-two one that gives `splits` splits.
+        tile = plan.kv_tile
+        while tile > 16 and plan.with_splits(splits, granule=tile).num_splits < splits:
+            tile //= 2
+        plan = plan.with_splits(splits, granule=tile, kv_tile=tile)
         plan = dataclasses.replace(plan, num_cores=min(4, plan.num_units))
         with ascend_sim.use_profile(prof):
             out, lse = fn(plan=plan, **kw)
@@ -473,10 +474,7 @@ def _split_params():
     for name in _case_names("incre_flash_attention"):
         if _build("incre_flash_attention", name).splits:
             for backend in ("ascend_sim", "cuda"):
-                # (the Ascend kernel rejects the forced plans' tile sizes)
-                marks = [pytest.mark.xfail(reason=KNOWN[("incre_flash_attention", backend)], strict=False)] \
-                    if backend == "ascend_sim" else []
-                out.append(pytest.param(name, backend, id=f"{name}-{backend}", marks=marks))
+                out.append(pytest.param(name, backend, id=f"{name}-{backend}"))
     return out
 
 

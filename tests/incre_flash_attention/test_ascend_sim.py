@@ -430,12 +430,72 @@ def test_nan_and_inf_follow_the_reference(gen, what, dtype):
     check(case, out, lse)
 
 
+def test_inf_in_a_converted_cache(gen):
+    # A bf16 cache under fp16 q goes to the cube as hi + lo parts: +-inf stays +-inf (lo 0), not
+    # inf + NaN, in keys (scores +-inf) and values.
+    case = make_case(gen, B=2, H_q=4, H_kv=2, lens=(50, 9), dtype=FP16, kv_dtype=BF16)
+    case["v_cache"][0, 10, 0, 3] = float("inf")
+    case["v_cache"][1, 2, 1, 4] = -float("inf")
+    case["k_cache"][0, 11, 1, 5] = float("inf")
+    ref_out, ref_lse = ref_ifa(**case)
+    assert ref_out.isinf().any() and ref_lse.isinf().any()
+    run_and_check(case)
+
+
 @pytest.mark.parametrize("what", ["k_nan", "pse_inf", "v_inf"])
 def test_nan_and_inf_survive_the_split_merge(gen, what):
     # Split-KV: the split that holds the bad value must poison (or inf) the merged row, not vanish.
     case = _nan_inf_case(gen, what, BF16)
     plan = _forced_plan(case, kv_tile=16, num_splits=3, split_len=32)
     check(case, *_backend_call(case, plan))
+
+
+def _never_attended_case(gen, hide, kv):
+    """NaN / inf at keys some rows never attend (ifa_hidden.h): values of keys hidden from some
+    rows and seen by others, or hidden from every row; keys and pse_shift there too."""
+    dtype, kv_dtype = {"same": (BF16, None), "other16": (FP16, BF16), "fp8": (BF16, torch.float8_e4m3fn)}[kv]
+    L = (200, 41)
+    if hide == "causal":
+        case = make_case(gen, B=2, S_q=3, H_q=8, H_kv=1, lens=L, causal=True, dtype=dtype, kv_dtype=kv_dtype,
+                         block_size=32 if kv == "same" else 0)
+    else:
+        case = make_case(gen, B=2, S_q=2, H_q=8, H_kv=2, lens=L, dtype=dtype, kv_dtype=kv_dtype, mask="full",
+                         pse="full", block_size=32 if kv != "same" else 0)
+    k, v = case["k_cache"], case["v_cache"]
+    table = case.get("block_table")
+
+    def at(b, pos):   # cache index of request b's key pos
+        if table is None:
+            return b, pos
+        return int(table[b, pos // k.shape[1]]), pos % k.shape[1]
+
+    nan = float("nan")
+    bad = [(0, L[0] - 1, 0), (0, L[0] - 2, 1), (1, L[1] - 1, 2)] if hide == "causal" else \
+        [(0, 7, 0), (0, 150, 3), (1, 3, 1), (1, 40, 5)]
+    for n, (b, pos, ch) in enumerate(bad):
+        kb, slot = at(b, pos)
+        if kv != "fp8":
+            v[kb, slot, :, ch] = (nan, float("inf"), -float("inf"))[n % 3]
+            k[kb, slot, :, ch + 1] = float("inf") if n % 2 else nan
+        else:   # (e4m3 has no inf)
+            v[kb, slot, :, ch] = nan
+            k[kb, slot, :, ch + 1] = nan
+    if hide == "mask":
+        b, pos = 0, 150                              # hidden from every row
+        case["atten_mask"][b, :, :, pos] = True
+        case["pse_shift"][b, :, :, pos] = nan
+    return case
+
+
+@pytest.mark.parametrize("kv", ["same", "other16", "fp8"])
+@pytest.mark.parametrize("hide", ["causal", "mask"])
+def test_never_attended_keys_have_no_effect(gen, hide, kv):
+    case = _never_attended_case(gen, hide, kv)
+    ref_out, _ = ref_ifa(**case)
+    assert torch.isfinite(ref_out).sum() > 0 and not torch.isfinite(ref_out).all(), "mixed rows expected"
+    run_and_check(case)
+    # Several tiles per unit, both slots, several q passes and a split merge.
+    check(case, *_backend_call(case, _forced_plan(case, kv_tile=32, num_splits=3, split_len=96, q_tile_rows=5)))
 
 
 def test_plan_with_more_blocks_than_ai_cores_is_rejected(gen):

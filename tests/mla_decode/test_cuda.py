@@ -7,6 +7,7 @@ capture and replay with changing lengths, the flash_mla compat layer, and argume
 GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -18,7 +19,7 @@ from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import expected as exp
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import MlaPlan
+from dualops.tiling.mla_decode import MlaPlan, cuda_mla_kernel
 
 HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
     "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
@@ -49,6 +50,31 @@ def test_capabilities_dense_only():
 
 def test_device_plan_numel_bound():
     assert cuda_mla.packed_numel(3, 10) == len(MlaPlan.FIELDS) + 80 + 4
+
+
+def test_kernel_choice_is_plan_data():
+    h100 = dualops.devices.profile("h100")
+    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=128) == "wgmma"
+    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=33) == "wgmma"
+    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=32) == "mma"
+    assert cuda_mla_kernel(h100, kv_format="fp8_v32", q_rows=128) == "mma"
+    assert cuda_mla_kernel(h100, kv_format="fp8_model1", q_rows=16) == "mma"
+    small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
+    assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
+
+
+@pytest.fixture(params=["planned", "mma", "wgmma"])
+def kernel(request, monkeypatch):
+    """Runs a test with the planned kernel, and again with each other CUDA kernel of the 16-bit
+    caches forced (all of them stay tested)."""
+    if request.param != "planned":
+        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: request.param)
+    return request.param
+
+
+def _skip_duplicate(kernel, fmt):
+    if kernel != "planned" and fmt != "bf16":
+        pytest.skip("FP8 caches always run the mma.sync kernel")
 
 
 # ----------------------------------------------------------------------------- builders
@@ -110,7 +136,8 @@ VARLEN = (0, 1, 63, 64, 65, 700)
 @needs_cuda
 @pytest.mark.parametrize("fmt,d,dtype", FORMATS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("h_q", [1, 5, 16, 64, 128])
-def test_parity_decode(fmt, d, dtype, h_q):
+def test_parity_decode(fmt, d, dtype, h_q, kernel):
+    _skip_duplicate(kernel, fmt)
     g = bld.generator(h_q, "mla_decode", f"cuda/{fmt}/{d}/{dtype}")
     a = make_inputs(g, lens=VARLEN, h_q=h_q, kv_format=fmt, d_qk=d, dtype=dtype)
     check(a, plan="host" if h_q % 2 else "device")
@@ -120,7 +147,8 @@ def test_parity_decode(fmt, d, dtype, h_q):
 @pytest.mark.parametrize("fmt,d,dtype", FORMATS[:1] + FORMATS[3:5], ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("s_q,h_q", [(2, 16), (4, 5), (2, 128), (4, 64), (8, 16)])
 @pytest.mark.parametrize("pbs", [16, 64, 256])
-def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs):
+def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs, kernel):
+    _skip_duplicate(kernel, fmt)
     g = bld.generator(s_q * 1000 + h_q, "mla_decode", f"cuda/causal/{fmt}/{pbs}")
     a = make_inputs(g, lens=(0, 1, 2, 3, 130, 333), h_q=h_q, s_q=s_q, pbs=pbs, kv_format=fmt, d_qk=d,
                     dtype=dtype, causal=True)
@@ -202,7 +230,7 @@ def _split_plan(a):
 
 @needs_cuda
 @pytest.mark.parametrize("dtype", [BF16, FP16])
-def test_inf_key_like_reference_through_split_merge(dtype):
+def test_inf_key_like_reference_through_split_merge(dtype, kernel):
     """A +inf in an attended key: rows scoring it +inf get lse +inf and out NaN (an infinite max
     subtracts 0, as torch.logsumexp), rows scoring it -inf keep a finite lse (out NaN only where
     0 * inf meets a value column); through the split merge (request 0) and without (request 1)."""
@@ -222,7 +250,7 @@ def test_inf_key_like_reference_through_split_merge(dtype):
 
 @needs_cuda
 @pytest.mark.parametrize("fmt,h_q", [("bf16", 5), ("bf16", 16), ("fp8_v32", 5), ("fp8_model1", 16)])
-def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q):
+def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q, kernel):
     """Causal s_q = 3: NaN / inf in keys hidden from the early query rows (the last tile of a
     split request and of a short one) reach only the rows that attend them: masked keys are left
     out of P V, not multiplied by 0. h_q 5 mixes query positions inside one MMA row group."""
@@ -235,6 +263,7 @@ def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q):
     _set_key(a, 0, 2998, 300, float("inf") if bf16 else bad)   # seen by queries 1, 2
     _set_key(a, 1, 69, 100, bad)                          # seen by query 2 only
     _set_key(a, 1, 68, 400, float("-inf") if bf16 else bad)
+    _skip_duplicate(kernel, fmt)
     out, lse = check(a, plan="host")
     out, lse = out.cpu(), lse.cpu()
     assert torch.isfinite(out[:, 0]).all() and torch.isfinite(lse[:, :, 0]).all()

@@ -24,15 +24,24 @@ class IfaConvert {
   static constexpr bool kFp8 = IsSame<KT, uint8_t>::value;
   static constexpr bool k16 = !kInt8 && !kFp8;
 
-  __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
+  // The loader only (ValueRows; a cache of q's dtype that needs no conversion).
+  __aicore__ inline void InitLoader(const Args& a, AscendC::TPipe& pipe) {
     a_ = &a;
     const int32_t d = a.t.head_dim;
     rows_ = MaxI(1, static_cast<int32_t>(kDequantChunk) / d);
-    const uint32_t elems = static_cast<uint32_t>(rows_ * d);
+    // (whole 256-B repeats for the hi / lo split's Compare: chunks are rounded up to 64 floats)
+    const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
     pipe.InitBuffer(raw_, elems * sizeof(KT));
     pipe.InitBuffer(f32_, elems * sizeof(float));
+  }
+
+  __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
+    InitLoader(a, pipe);
+    const int32_t d = a.t.head_dim;
+    const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
     pipe.InitBuffer(hi32_, elems * sizeof(float));
     pipe.InitBuffer(out_, kParts * elems * sizeof(QT));
+    pipe.InitBuffer(bits_, RoundUp(static_cast<int32_t>(elems) / 8, 32));
     if (!k16) pipe.InitBuffer(h16_, elems * sizeof(half));
     if (kFp8) {
       pipe.InitBuffer(idx_, elems * sizeof(int32_t));
@@ -61,9 +70,27 @@ class IfaConvert {
     PipeSync<AscendC::HardEvent::MTE2_V>();
   }
 
+  // Value rows [c, c + cn) of kv tile t (cn <= ChunkRows()), dequantized to fp32 (D floats a
+  // row), valid until the next call. Read from the cache itself, not from the workspace slot,
+  // which the other vector core may be refilling.
+  __aicore__ inline AscendC::LocalTensor<float> ValueRows(int32_t t, int32_t c, int32_t cn) {
+    PipeSync<AscendC::HardEvent::V_MTE2>();   // the last vector ops have read the staging
+    LoadRows(true, t, c, cn);
+    VecBarrier();
+    return f32_.Get<float>();
+  }
+  __aicore__ inline int32_t ChunkRows() const { return rows_; }
+  // The same rows as they are in the cache (a 16-bit cache: KT elements), valid until the next call.
+  __aicore__ inline AscendC::LocalTensor<KT> RawValueRows(int32_t t, int32_t c, int32_t cn) {
+    PipeSync<AscendC::HardEvent::V_MTE2>();
+    LoadRaw(true, t, c, cn);
+    return raw_.Get<KT>();
+  }
+
   // This vector core's share of the rows of kv tile t, K and V, into workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(int32_t t) {
     const Args& a = *a_;
+    PipeSync<AscendC::HardEvent::V_MTE2>();   // the hidden-key fix-up may have read the staging
     const int32_t nv = unit_->TileKeys(a, t);
     const int32_t half_rows = (nv + 1) / 2;
     const int32_t r_begin = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
@@ -88,13 +115,11 @@ class IfaConvert {
     AscendC::DataCopy(dst, g[static_cast<uint64_t>(kvh) * d], d);
   }
 
-  __aicore__ inline void ConvertRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+  // Rows [c, c + cn) of kv tile t's K or V as they are in the cache into raw_ (D per row).
+  __aicore__ inline void LoadRaw(bool is_v, int32_t t, int32_t c, int32_t cn) {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim;
-    const uint32_t count = static_cast<uint32_t>(cn * d);
     AscendC::LocalTensor<KT> raw = raw_.Get<KT>();
-    AscendC::LocalTensor<float> f = f32_.Get<float>();
-    AscendC::LocalTensor<QT> out = out_.Get<QT>();
     // Rows of the cache (each block's run in one strided copy) -> UB, D elements per row.
     AscendC::GlobalTensor<KT> cache;
     cache.SetGlobalBuffer(ascend::GmPtr<KT>(is_v ? a.g.v : a.g.k));
@@ -120,6 +145,15 @@ class IfaConvert {
       r += run;
     }
     PipeSync<AscendC::HardEvent::MTE2_V>();
+  }
+
+  // Rows [c, c + cn) of kv tile t's K or V, dequantized to fp32 in f32_ (D floats per row).
+  __aicore__ inline void LoadRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+    const int32_t d = a_->t.head_dim;
+    const uint32_t count = static_cast<uint32_t>(cn * d);
+    AscendC::LocalTensor<KT> raw = raw_.Get<KT>();
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    LoadRaw(is_v, t, c, cn);
     if constexpr (kInt8) {
       AscendC::LocalTensor<half> h = h16_.Get<half>();
       AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
@@ -154,10 +188,19 @@ class IfaConvert {
         AscendC::Mul(f[r * d], f[r * d], scale, d);
       }
     }
-    AscendC::LocalTensor<QT> lo = out[rows_ * d];
+  }
+
+  __aicore__ inline void ConvertRows(bool is_v, int32_t t, int32_t c, int32_t cn) {
+    const Args& a = *a_;
+    const int32_t d = a.t.head_dim;
+    const uint32_t count = static_cast<uint32_t>(cn * d);
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    AscendC::LocalTensor<QT> out = out_.Get<QT>();
+    LoadRows(is_v, t, c, cn);
+    AscendC::LocalTensor<QT> lo = out[RoundUp(rows_ * d, 64)];
     AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
     VecBarrier();
-    ascend::SplitHiLo(out, lo, f, hi32, AscendC::LocalTensor<uint8_t>(), count, false);
+    ascend::SplitHiLo(out, lo, f, hi32, bits_.Get<uint8_t>(), static_cast<uint32_t>(RoundUp(cn * d, 64)), false, true);
     PipeSync<AscendC::HardEvent::V_MTE3>();
     AscendC::GlobalTensor<QT> w;
     w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * kParts * a.t.kv_tile * d);
@@ -173,7 +216,7 @@ class IfaConvert {
   KeyLocator kloc_;
   int32_t rows_ = 1;
   bool has_k_off_ = false, has_v_off_ = false;
-  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, hi32_, idx_, out_, lut_, vec_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, hi32_, idx_, out_, lut_, vec_, bits_;
 };
 
 }  // namespace ifa

@@ -9,6 +9,8 @@
 #include "ascend/incre_flash_attention/ifa_combine.h"
 #include "ascend/incre_flash_attention/ifa_common.h"
 #include "ascend/incre_flash_attention/ifa_convert.h"
+#include "ascend/incre_flash_attention/ifa_hidden.h"
+#include "ascend/incre_flash_attention/ifa_mask.h"
 
 namespace dualops {
 namespace ifa {
@@ -28,24 +30,22 @@ class IfaVector {
     pipe_.InitBuffer(res_, score_elems * sizeof(float));
     pipe_.InitBuffer(p_, kParts * score_elems * sizeof(QT));
     if (a.g.pse_shift != 0) pipe_.InitBuffer(pse_, score_elems * sizeof(float));
-    if (a.g.atten_mask != 0) {
-      pipe_.InitBuffer(m8_, np_);
-      pipe_.InitBuffer(mh_, np_ * sizeof(half));
-      pipe_.InitBuffer(mf_, np_ * sizeof(float));
-    }
-    pipe_.InitBuffer(bits_, RoundUp(static_cast<int32_t>(score_elems) / 8, 32));
-    pipe_.InitBuffer(col_, np_ * sizeof(float));
+    mask_.Init(a, pipe_, np_, score_elems);
     const int32_t chunk_rows = RoundUp(MaxI(rc_, rc2_), 8);
     // m, l, corr[kSlots] per row of this core; chunk-local m_safe, diff, corr, ln vectors.
     pipe_.InitBuffer(stats_, ((2 + kSlots) * rows_aiv_ + 4 * chunk_rows) * sizeof(float));
-    pipe_.InitBuffer(red_, (8 + RoundUp(2 * CeilDiv(np_, 64), 8)) * sizeof(float));
+    pipe_.InitBuffer(red_, (8 + RoundUp(2 * CeilDiv(MaxI(np_, d), 64), 8)) * sizeof(float));
     const uint32_t out_elems = static_cast<uint32_t>(rc2_ * d);
     pipe_.InitBuffer(o_, out_elems * sizeof(float));
     pipe_.InitBuffer(acc_, out_elems * sizeof(float));
     pipe_.InitBuffer(outc_, out_elems * sizeof(QT));
     pipe_.InitBuffer(div_, d * sizeof(float));
     pipe_.InitBuffer(stage_, 8 * sizeof(float));
-    if (a.convert_kv) conv_.Init(a, pipe_);
+    if (a.convert_kv) {
+      conv_.Init(a, pipe_);
+    } else if (IfaHidden<QT, KT>::Needed(a)) {
+      conv_.InitLoader(a, pipe_);   // the hidden-key fix-up reads value rows through it
+    }
     if (a.t.num_splits > 1) combine_.Init(a, pipe_);
     stats_m_ = stats_.Get<float>();
     stats_l_ = stats_m_[rows_aiv_];
@@ -54,7 +54,16 @@ class IfaVector {
     chunk_diff_ = chunk_ms_[chunk_rows];
     chunk_corr_ = chunk_ms_[2 * chunk_rows];
     chunk_ln_ = chunk_ms_[3 * chunk_rows];
-    AscendC::CreateVecIndex(col_.Get<float>(), 0.0f, np_);
+    HiddenScratch<QT> hs;
+    hs.vis = s_.Get<float>();
+    hs.p = res_.Get<float>();
+    hs.tmp = acc_.Get<float>();
+    hs.out = o_.Get<float>();
+    hs.red = red_.Get<float>();
+    hs.stage = p_.Get<QT>();
+    // O rows per fix-up step: P of the rows fits in acc_ (lo part), their O rows in o_.
+    const int32_t hidden_rows = MaxI(1, MinI(rc_, MinI(rc2_, static_cast<int32_t>(out_elems) / np_)));
+    hidden_.Init(a, &mask_, &conv_, hs, hidden_rows, np_, rc2_);
     VecBarrier();
   }
 
@@ -65,7 +74,7 @@ class IfaVector {
       for (int32_t u = core; u < a.t.num_units; u += a.t.num_cores) {
         unit_.Decode(a, u);
         kloc_.Init(a, unit_.b, unit_.kvh);
-        if (a.convert_kv && unit_.tiles > 0) conv_.StartUnit(unit_);
+        if ((a.convert_kv || IfaHidden<QT, KT>::Needed(a)) && unit_.tiles > 0) conv_.StartUnit(unit_);
         for (int32_t r0 = 0; r0 < a.t.q_rows; r0 += a.t.q_tile_rows) {
           RunPass(r0, MinI(a.t.q_tile_rows, a.t.q_rows - r0));
         }
@@ -81,7 +90,10 @@ class IfaVector {
 
   __aicore__ inline void RunPass(int32_t r0, int32_t mr) {
     const Args& a = *a_;
-    const int32_t half_rows = (mr + 1) / 2;
+    // Vector core 0 takes the rows below half of a full q tile, core 1 the rest, in every pass:
+    // a core's rows of the P / O slots never overlap the other core's rows of the next pass
+    // (the hidden-key fix-up reads P back while the other core may be in the next pass).
+    const int32_t half_rows = MinI((a.t.q_tile_rows + 1) / 2, mr);
     rs_ = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
     re_ = AscendC::GetSubBlockIdx() == 0 ? half_rows : mr;
     r0_ = r0;
@@ -102,6 +114,7 @@ class IfaVector {
       AscendC::CrossCoreSetFlag<2, PIPE_MTE3>(kFlagProbsReady);
       if (t >= 1) {
         AscendC::CrossCoreWaitFlag(kFlagOutReady);
+        hidden_.Run(unit_, r0_, rs_, re_, t - 1);
         Update(t - 1, false);
       }
       if (a.convert_kv && t + 1 < unit_.tiles) {
@@ -110,12 +123,8 @@ class IfaVector {
       }
     }
     AscendC::CrossCoreWaitFlag(kFlagOutReady);
+    hidden_.Run(unit_, r0_, rs_, re_, unit_.tiles - 1);
     Update(unit_.tiles - 1, true);
-  }
-
-  // Absolute key bound of query i: it sees keys < limit.
-  __aicore__ inline int32_t KeyLimit(int32_t i) const {
-    return a_->p.causal ? unit_.kv_len - a_->t.s_q + i + 1 : unit_.kv_len;
   }
 
   __aicore__ inline void Softmax(int32_t t) {
@@ -134,8 +143,7 @@ class IfaVector {
     AscendC::LocalTensor<float> res = res_.Get<float>();
     AscendC::LocalTensor<QT> p_hi = p_.Get<QT>();
     AscendC::LocalTensor<QT> p_lo = p_hi[rc_ * np_];
-    AscendC::LocalTensor<float> col = col_.Get<float>();
-    AscendC::LocalTensor<uint8_t> bits = bits_.Get<uint8_t>();
+    AscendC::LocalTensor<uint8_t> bits = mask_.Bits();
     const uint16_t gap_f32 = static_cast<uint16_t>((np_ - n) * 4 / 32);
     const uint16_t gap_q = static_cast<uint16_t>((np_ - n) * sizeof(QT) / 32);
     for (int32_t c = rs_; c < re_; c += rc_) {
@@ -146,22 +154,7 @@ class IfaVector {
       AscendC::Muls(sb, sb, a.p.softmax_scale, cn * np_);
       VecBarrier();
       if (a.g.pse_shift != 0) AddPse(sb, c, cn, nv, t0);
-      for (int32_t r = c; r < c + cn; ++r) {
-        int32_t i, h;
-        RowCoords(a, unit_.kvh, r0_ + r, i, h);
-        AscendC::LocalTensor<float> row = sb[(r - c) * np_];
-        // Keys past the tile's valid ones, and (causal) past the query's position -> -inf.
-        const int32_t hi = MinI(nv, KeyLimit(i) - t0);
-        if (hi <= 0) {
-          AscendC::Duplicate(row, kNegInf, np_);
-        } else if (hi < np_) {
-          AscendC::CompareScalar(bits, col, static_cast<float>(hi), AscendC::CMPMODE::LT, np_);
-          VecBarrier();
-          AscendC::Select(row, bits, row, kNegInf, AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, np_);
-          VecBarrier();
-        }
-        if (a.g.atten_mask != 0 && hi > 0) ApplyMask(row, i, h, nv, t0);
-      }
+      mask_.Rows(sb, unit_, r0_, c, cn, nv, t0);
       OnlineSoftmax(sb, c, cn, slot);
       // P = hi + lo in q's dtype (the cube multiplies both and accumulates in fp32).
       VecBarrier();
@@ -200,35 +193,6 @@ class IfaVector {
       AscendC::Add(sb, sb, pb, cn * np_);
     }
     VecBarrier();
-  }
-
-  __aicore__ inline void ApplyMask(const AscendC::LocalTensor<float>& row, int32_t i, int32_t h, int32_t nv, int32_t t0) {
-    const Args& a = *a_;
-    AscendC::GlobalTensor<uint8_t> g;
-    g.SetGlobalBuffer(ascend::GmPtr<uint8_t>(a.g.atten_mask));
-    const int64_t base = static_cast<int64_t>(unit_.b) * a.p.mask_stride_b + static_cast<int64_t>(h) * a.p.mask_stride_h +
-                         static_cast<int64_t>(i) * a.p.mask_stride_q;
-    if (a.p.mask_stride_k == 0) {   // one flag for the whole row
-      if (g.GetValue(base)) AscendC::Duplicate(row, kNegInf, np_);
-      return;
-    }
-    AscendC::LocalTensor<uint8_t> m8 = m8_.Get<uint8_t>();
-    AscendC::LocalTensor<half> mh = mh_.Get<half>();
-    AscendC::LocalTensor<float> mf = mf_.Get<float>();
-    AscendC::LocalTensor<uint8_t> bits = bits_.Get<uint8_t>();
-    AscendC::DataCopyPad(m8, g[base + static_cast<int64_t>(t0) * a.p.mask_stride_k],
-                         AscendC::DataCopyExtParams(1, nv, 0, 0, 0), AscendC::DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
-    PipeSync<AscendC::HardEvent::MTE2_V>();
-    // bool bytes -> fp16 -> fp32, keep where 0 (bytes past nv are already -inf in the row).
-    AscendC::Cast(mh, m8, AscendC::RoundMode::CAST_NONE, np_);
-    VecBarrier();
-    AscendC::Cast(mf, mh, AscendC::RoundMode::CAST_NONE, np_);
-    VecBarrier();
-    AscendC::CompareScalar(bits, mf, 0.5f, AscendC::CMPMODE::LT, np_);
-    VecBarrier();
-    AscendC::Select(row, bits, row, kNegInf, AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, np_);
-    VecBarrier();
-    PipeSync<AscendC::HardEvent::V_MTE2>();
   }
 
   // Rows [c, c + cn) of sb hold masked, scaled scores. Turns them into exp(s - m_new) and
@@ -388,10 +352,11 @@ class IfaVector {
   int32_t np_ = 0, rc_ = 1, rc2_ = 1, rows_aiv_ = 8;
   int32_t rs_ = 0, re_ = 0, r0_ = 0;
   AscendC::TPipe pipe_;
-  AscendC::TBuf<AscendC::TPosition::VECCALC> s_, res_, p_, pse_, m8_, mh_, mf_, bits_, col_, stats_, red_, o_, acc_, outc_,
-      div_, stage_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> s_, res_, p_, pse_, stats_, red_, o_, acc_, outc_, div_, stage_;
   AscendC::LocalTensor<float> stats_m_, stats_l_, stats_corr_, chunk_ms_, chunk_diff_, chunk_corr_, chunk_ln_;
   IfaConvert<QT, KT> conv_;
+  IfaMask mask_;
+  IfaHidden<QT, KT> hidden_;
   IfaCombine<QT> combine_;
 };
 

@@ -47,9 +47,23 @@ class MlaDequant {
     PipeSync<AscendC::HardEvent::S_V>(tp_);
   }
 
+  // The first dv values of key j of tile t (a valid key), dequantized to fp32, into dst. Read
+  // from the cache itself: the workspace slot may be refilled by the other vector core meanwhile.
+  __aicore__ inline void ValueRow(const Pass& ps, const KeyMap& km, int32_t t, int32_t j,
+                                  const AscendC::LocalTensor<float>& dst, int32_t dv) {
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);   // the last vector ops have read the staging
+    PipeSync<AscendC::HardEvent::S_MTE2>(tp_);   // and the scalar unit the last scales
+    DecodeRows(ps, km, t, j, 1, j + 1);
+    AscendC::PipeBarrier<PIPE_V>();
+    AscendC::Muls(dst, f32_.Get<float>(), 1.0f, dv);
+    AscendC::PipeBarrier<PIPE_V>();
+  }
+
   // This vector core's share of tile t's rows -> workspace slot t % kSlots.
   __aicore__ inline void ConvertTile(const Pass& ps, const KeyMap& km, int32_t t) {
     const int32_t n = a_->h.kv_tile;
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);   // ValueRow (the hidden-key check) may have read
+    PipeSync<AscendC::HardEvent::S_MTE2>(tp_);   // the staging and its scales
     const int32_t half_rows = n / 2;
     const int32_t begin = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
     const int32_t nv = ps.TileKeys(n, t);
@@ -59,8 +73,8 @@ class MlaDequant {
   }
 
  private:
-  // Tile rows [c, c + cn): load the valid ones' bytes, decode, scale, split hi / lo, store.
-  __aicore__ inline void ConvertRows(const Pass& ps, const KeyMap& km, int32_t t, int32_t c, int32_t cn, int32_t nv) {
+  // Tile rows [c, c + cn) (keys past nv or invalid: zero rows), dequantized to fp32 in f32_.
+  __aicore__ inline void DecodeRows(const Pass& ps, const KeyMap& km, int32_t t, int32_t c, int32_t cn, int32_t nv) {
     const Args& a = *a_;
     const int32_t d = a.h.d_qk;
     AscendC::LocalTensor<uint8_t> raw = raw_.Get<uint8_t>();
@@ -108,6 +122,14 @@ class MlaDequant {
                                                    : raw.template ReinterpretCast<bfloat16_t>()[(r * pitch_ + nope_) / 2];
       AscendC::Cast(fr[nope_], rope, AscendC::RoundMode::CAST_NONE, kRope);
     }
+  }
+
+  // Tile rows [c, c + cn): load the valid ones' bytes, decode, scale, split hi / lo, store.
+  __aicore__ inline void ConvertRows(const Pass& ps, const KeyMap& km, int32_t t, int32_t c, int32_t cn, int32_t nv) {
+    const Args& a = *a_;
+    const int32_t d = a.h.d_qk;
+    AscendC::LocalTensor<float> f = f32_.Get<float>();
+    DecodeRows(ps, km, t, c, cn, nv);
     AscendC::PipeBarrier<PIPE_V>();
     const uint32_t count = static_cast<uint32_t>(cn * d);
     AscendC::LocalTensor<QT> hi = out_.Get<QT>();

@@ -59,7 +59,12 @@ class MlaVector {
   __aicore__ inline void OnPass(const Pass& ps) {
     const Args& a = *a_;
     ps_ = ps;
-    const int32_t mr = ps.r1 - ps.r0, half_rows = (mr + 1) / 2;
+    // Dense passes: vector core 0 takes the rows below half of the first m block, core 1 the
+    // rest, in every pass (only a shorter last block splits unevenly), so a core's rows of the
+    // P / O slots never overlap the other core's rows of its next pass (DropHiddenKeys reads P
+    // back while the other core may be there already).
+    const int32_t mr = ps.r1 - ps.r0;
+    const int32_t half_rows = a.t.sparse ? (mr + 1) / 2 : MinI((MinI(a.h.m_rows, a.t.q_rows) + 1) / 2, mr);
     rs_ = AscendC::GetSubBlockIdx() == 0 ? 0 : half_rows;
     re_ = AscendC::GetSubBlockIdx() == 0 ? half_rows : mr;
     if (ps.tiles == 0) {
@@ -211,11 +216,12 @@ class MlaVector {
   // some of this core's rows are checked (the only cost in the common case); if one is not
   // finite, the O rows of the rows hiding keys are recomputed here from P and the values of the
   // keys each row sees, and replace the cube's rows in the O slot before Update reads them.
-  // Not for dequantized (FP8) caches: their values live in a workspace slot that the other
-  // vector core refills with tile t + 2 meanwhile, and nothing orders the two vector cores here.
+  // A core reads only its own rows of P and O, and values from the cache itself (dequantized
+  // here for FP8 caches, not taken from the workspace slot the other vector core refills with
+  // tile t + 2 meanwhile), so nothing here waits for the other vector core.
   __aicore__ inline void DropHiddenKeys(int32_t t) {
     const Args& a = *a_;
-    if (!a.p.causal || a.t.s_q <= 1 || a.t.sparse || a.h.convert || re_ <= rs_) return;
+    if (!a.p.causal || a.t.s_q <= 1 || a.t.sparse || re_ <= rs_) return;
     const int32_t n = a.h.kv_tile, nv = ps_.TileKeys(n, t), t0 = ps_.k0 + t * n;
     const int32_t first = RowLimit(0) - t0;   // the core's first row hides the most keys
     if (first >= nv) return;
@@ -302,33 +308,23 @@ class MlaVector {
   }
 
   // The first d_v values of key j of tile t as fp32 in v[0, d_v) (v[d_v, 2 d_v) is scratch): from
-  // the cache, or the dequantized hi + lo halves in the workspace.
+  // the cache, dequantized for FP8 caches.
   __aicore__ inline void LoadValue(int32_t t, int32_t j, const AscendC::LocalTensor<float>& v) {
     const Args& a = *a_;
     const int32_t d = a.h.d_qk, dv = a.h.d_v;
-    AscendC::LocalTensor<QT> hi = p_.Get<QT>();
-    AscendC::LocalTensor<QT> lo = hi[dv];
-    AscendC::GlobalTensor<QT> g;
-    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);   // the previous key's casts have read the staging
     if (a.h.convert) {
-      const uint64_t part = static_cast<uint64_t>(a.h.kv_tile) * d;
-      const uint64_t at = static_cast<uint64_t>(t % kSlots) * kParts * part + static_cast<uint64_t>(j) * d;
-      g.SetGlobalBuffer(a.Ws<QT>(a.ws.k), kSlots * kParts * part);
-      AscendC::DataCopy(hi, g[at], dv);
-      AscendC::DataCopy(lo, g[at + part], dv);
-    } else {
-      int32_t pool, run;
-      const int64_t row = kmap_.Row(ps_.k0 + t * a.h.kv_tile + j, 1, pool, run);
-      g.SetGlobalBuffer(Gm<QT>(a.p.kv_cache));
-      AscendC::DataCopy(hi, g[row * d], dv);
+      deq_.ValueRow(ps_, kmap_, t, j, v, dv);
+      return;
     }
+    AscendC::LocalTensor<QT> hi = p_.Get<QT>();
+    AscendC::GlobalTensor<QT> g;
+    PipeSync<AscendC::HardEvent::V_MTE2>(tp_);   // the previous key's cast has read the staging
+    int32_t pool, run;
+    const int64_t row = kmap_.Row(ps_.k0 + t * a.h.kv_tile + j, 1, pool, run);
+    g.SetGlobalBuffer(Gm<QT>(a.p.kv_cache));
+    AscendC::DataCopy(hi, g[row * d], dv);
     PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
     AscendC::Cast(v, hi, AscendC::RoundMode::CAST_NONE, dv);
-    if (a.h.convert) {
-      AscendC::Cast(v[dv], lo, AscendC::RoundMode::CAST_NONE, dv);
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Add(v, v, v[dv], dv);
-    }
   }
 
   // Causal limit of this core's row r: it sees the keys at positions below it.

@@ -25,6 +25,16 @@ __device__ __forceinline__ void init_state(RowState& st) {
   st.l[0] = st.l[1] = 0.f;
 }
 
+__device__ __forceinline__ void rescale_o(RowState& st, const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < 32; ++n) {
+    st.o[n][0] *= alpha[0];
+    st.o[n][1] *= alpha[0];
+    st.o[n][2] *= alpha[1];
+    st.o[n][3] *= alpha[1];
+  }
+}
+
 // 16-bit value pairs (q's dtype): is either half NaN or inf; the pair with those halves zeroed;
 // one 16-bit value as float.
 template <typename MT>
@@ -53,17 +63,45 @@ __device__ __forceinline__ float to_float1(uint16_t h) {
   }
 }
 
-// Does any value column (dims 0..511) of tile tokens t0 .. t1 - 1 hold a NaN or inf (this
-// thread's share of the check; the caller ORs it over the CTA).
-template <class Tr>
-__device__ __forceinline__ bool values_nonfinite(const unsigned char* kv, int t0, int t1) {
+// Does any of value chunks chunk0 .. chunk0 + kNc - 1 (8 dims each) of tile tokens t0 .. t1 - 1
+// hold a NaN or inf: the share of thread tid of kN threads (the caller ORs it over them).
+template <class Tr, int kNc = kDv / 8, int kN = kThreads>
+__device__ __forceinline__ bool values_nonfinite(const unsigned char* kv, int t0, int t1, int chunk0 = 0,
+                                                 int tid = threadIdx.x) {
   bool bad = false;
-  for (int i = threadIdx.x; i < (t1 - t0) * (kDv / 8); i += kThreads) {
-    const uint4 w = *reinterpret_cast<const uint4*>(kv + (t0 + i / (kDv / 8)) * Tr::kRowBytes + (i % (kDv / 8)) * 16);
+  for (int i = tid; i < (t1 - t0) * kNc; i += kN) {
+    const uint4 w = *reinterpret_cast<const uint4*>(kv + Tr::off(t0 + i / kNc, chunk0 + i % kNc));
     bad |= nonfinite2<typename Tr::MT>(w.x) | nonfinite2<typename Tr::MT>(w.y) | nonfinite2<typename Tr::MT>(w.z) |
            nonfinite2<typename Tr::MT>(w.w);
   }
   return bad;
+}
+
+// Called by the whole CTA once tile tokens tile0 .. are visible in shared memory: does a key of
+// the tile that is hidden from some q row (tokens >= hidden0, < end) hold a NaN / inf value?
+// Only tiles with such keys pay for the check (one more CTA barrier).
+template <class Tr>
+__device__ __forceinline__ bool hidden_values_nonfinite(const unsigned char* kv, int tile0, int hidden0, int end) {
+  const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
+  if (t0 >= t1) return false;  // uniform over the CTA
+  return __syncthreads_or(values_nonfinite<Tr>(kv, t0, t1)) != 0;
+}
+
+// NaN / inf entries of value chunks chunk0 .. chunk0 + kNc - 1 of all tile tokens set to 0 in
+// shared memory, by kN threads (the wgmma kernel's form of pv_tile<kFinite>: its MMA reads V
+// from shared memory).
+template <class Tr, int kNc = kDv / 8, int kN = kThreads>
+__device__ __forceinline__ void zero_nonfinite_values(unsigned char* kv, int chunk0 = 0, int tid = threadIdx.x) {
+  using MT = typename Tr::MT;
+  for (int i = tid; i < kTile * kNc; i += kN) {
+    uint4* w = reinterpret_cast<uint4*>(kv + Tr::off(i / kNc, chunk0 + i % kNc));
+    uint4 v = *w;
+    v.x = finite_or_zero2<MT>(v.x);
+    v.y = finite_or_zero2<MT>(v.y);
+    v.z = finite_or_zero2<MT>(v.z);
+    v.w = finite_or_zero2<MT>(v.w);
+    *w = v;
+  }
 }
 
 // O += P V for 16 rows x 256 value columns over the tile's 64 tokens. kFinite: NaN / inf value
@@ -112,7 +150,7 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
 #pragma unroll 1
     for (int k = 0; k < kTile; ++k) {
       const bool see0 = tile0 + k < lim[0], see1 = tile0 + k < lim[1];
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + swz(k, c * 32 + n, Tr::kRowBytes) + (lane & 3) * 4);
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + Tr::off(k, c * 32 + n) + (lane & 3) * 4);
       if (!(see0 || see1) || !nonfinite2<MT>(w)) continue;
       const int pb = (k & 7) * 2;
       const float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb)) +
@@ -130,6 +168,81 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
       }
     }
   }
+}
+
+// Scores of one tile -> probabilities: scale, mask (tokens >= lim[j] of row j get -inf), row
+// maxima, P = exp2(s - m) to shared memory as hi + lo 16-bit parts, running sums, O rescaled
+// (alpha: the rescale factors of rows r0, r0 + 8, for a caller sharing them). s: this thread's
+// scores of rows r0, r0 + 8 (r0 = 16g + lane / 4) and tokens tb + 8n + 2 (lane % 4) + e.
+// kPair (NB = 4): the thread's half c of the tile holds tokens tb = 32c ..; the row maxima are
+// exchanged with the other half (red_max, named barrier 1 + g: the two warps of row group g).
+// Otherwise (NB = 8) the warp holds all 64 tokens (tb = 0).
+template <class Tr, int NB, bool kPair>
+__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], unsigned char* sp, unsigned char* sp_lo,
+                                             int lo_row_bytes, float* red_max, int tile0, const int (&lim)[2],
+                                             float scale_log2, int g, int c, float (&alpha)[2]) {
+  static_assert(NB * 8 * (kPair ? 2 : 1) == kTile, "the tile's tokens");
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31;
+  const int tb = kPair ? c * 32 : 0;
+  // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < NB; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int tok = tile0 + tb + n * 8 + (lane & 3) * 2 + (e & 1);
+      const float v = tok < lim[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
+      s[n][e] = v;
+      mx[e >> 1] = fmaxf(mx[e >> 1], v);
+    }
+  const int r0 = g * 16 + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 1));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 2));
+  }
+  if constexpr (kPair) {
+    if ((lane & 3) == 0) {
+      red_max[c * kRows + r0] = mx[0];
+      red_max[c * kRows + r0 + 8] = mx[1];
+    }
+    named_barrier(1 + g, 64);
+  }
+  float m_use[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float other = kPair ? red_max[(c ^ 1) * kRows + r0 + 8 * j] : -INFINITY;
+    // An infinite max subtracts 0 (torch.logsumexp's rule): a +inf score gives p = inf, so the
+    // row's sum and lse are +inf (NaN with a NaN score) and its out NaN, as in the reference.
+    const float m_old = st.m[j];
+    const float m_new = fmaxf(m_old, fmaxf(mx[j], other));
+    m_use[j] = isinf(m_new) ? 0.f : m_new;
+    alpha[j] = m_old == -INFINITY ? (m_new == -INFINITY ? 1.f : 0.f) : exp2f((isinf(m_old) ? 0.f : m_old) - m_use[j]);
+    st.m[j] = m_new;
+  }
+
+  // ---- P = exp2(S - m) to shared memory (16-bit hi + lo), running sums, rescale O
+  if constexpr (kPair && Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < NB; ++n) {
+    const float p0 = exp2f(s[n][0] - m_use[0]), p1 = exp2f(s[n][1] - m_use[0]);
+    const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
+    sum[0] += p0 + p1;
+    sum[1] += p2 + p3;
+    const int chunk = tb / 8 + n, byte = (lane & 3) * 4;
+    uint32_t h01, l01, h23, l23;
+    split2<MT>(p0, p1, h01, l01);
+    split2<MT>(p2, p3, h23, l23);
+    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = h01;
+    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = h23;
+    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, chunk, lo_row_bytes) + byte) = l01;
+    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, chunk, lo_row_bytes) + byte) = l23;
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
+  rescale_o(st, alpha);
 }
 
 // lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
@@ -184,69 +297,10 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
     }
   }
 
-  // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int n = 0; n < 4; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int tok = tile0 + c * 32 + n * 8 + (lane & 3) * 2 + (e & 1);
-      const float v = tok < lim[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
-      s[n][e] = v;
-      mx[e >> 1] = fmaxf(mx[e >> 1], v);
-    }
+  float alpha[2];
+  softmax_tile<Tr, 4, true>(st, s, sp, sp_lo, lo_row_bytes, red_max, tile0, lim, scale_log2, g, c, alpha);
+  named_barrier(1 + g, 64);
   const int r0 = g * 16 + (lane >> 2);
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 1));
-    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 2));
-  }
-  if ((lane & 3) == 0) {
-    red_max[c * kRows + r0] = mx[0];
-    red_max[c * kRows + r0 + 8] = mx[1];
-  }
-  named_barrier(1 + g, 64);
-  float alpha[2], m_use[2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const float other = red_max[(c ^ 1) * kRows + r0 + 8 * j];
-    // An infinite max subtracts 0 (torch.logsumexp's rule): a +inf score gives p = inf, so the
-    // row's sum and lse are +inf (NaN with a NaN score) and its out NaN, as in the reference.
-    const float m_old = st.m[j];
-    const float m_new = fmaxf(m_old, fmaxf(mx[j], other));
-    m_use[j] = isinf(m_new) ? 0.f : m_new;
-    alpha[j] = m_old == -INFINITY ? (m_new == -INFINITY ? 1.f : 0.f) : exp2f((isinf(m_old) ? 0.f : m_old) - m_use[j]);
-    st.m[j] = m_new;
-  }
-
-  // ---- P = exp2(S - m) to shared memory (16-bit hi + lo), running sums, rescale O
-  if constexpr (Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
-  float sum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    const float p0 = exp2f(s[n][0] - m_use[0]), p1 = exp2f(s[n][1] - m_use[0]);
-    const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
-    sum[0] += p0 + p1;
-    sum[1] += p2 + p3;
-    const int chunk = c * 4 + n, byte = (lane & 3) * 4;
-    uint32_t h01, l01, h23, l23;
-    split2<MT>(p0, p1, h01, l01);
-    split2<MT>(p2, p3, h23, l23);
-    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = h01;
-    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = h23;
-    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, chunk, lo_row_bytes) + byte) = l01;
-    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, chunk, lo_row_bytes) + byte) = l23;
-  }
-#pragma unroll
-  for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
-#pragma unroll
-  for (int n = 0; n < 32; ++n) {
-    st.o[n][0] *= alpha[0];
-    st.o[n][1] *= alpha[0];
-    st.o[n][2] *= alpha[1];
-    st.o[n][3] *= alpha[1];
-  }
-  named_barrier(1 + g, 64);
 
   // ---- O += P V for 16 rows x 256 value columns over the 64 tokens. exact_values (a tile with
   // keys hidden from some rows whose values hold NaN / inf): those entries skip the MMA and are

@@ -9,6 +9,9 @@
 namespace dualops::cuda::mla {
 
 enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
+// The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync
+// (every format) or wgmma (16-bit caches).
+enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
 
 constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
 constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)
@@ -23,7 +26,7 @@ constexpr int kPRowBytes = kTile * 2;  // P tile rows (16-bit)
 __device__ __forceinline__ int row_group() { return threadIdx.x >> 6; }
 __device__ __forceinline__ int warp_half() { return (threadIdx.x >> 5) & 1; }
 
-template <typename MT_, int FMT, int D_>
+template <typename MT_, int FMT, int D_, int KIND = kKernelMma>
 struct Traits {
   using MT = MT_;                             // q dtype = MMA input dtype
   static constexpr int kFmt = FMT;
@@ -31,6 +34,11 @@ struct Traits {
   static constexpr int kChunks = D / 8;       // 16-byte chunks of a 16-bit latent row
   static constexpr int kRowBytes = D * 2;     // a multiple of 128: rows swizzle by row % 8
   static constexpr bool kDirect = FMT == kFmtBf16;  // cache rows copied as they are (same dtype as q)
+  // wgmma kernel: Q and KV tiles as D / 64 blocks of [64 rows x 64 values] (8 KB each, 128-byte
+  // swizzle, 1024-byte aligned), the canonical wgmma operand layout; mma.sync kernel: rows of D
+  // values, 16-byte chunks swizzled by row % 8.
+  static constexpr bool kWg = KIND == kKernelWgmma;
+  static constexpr int kBlockBytes = kRows * 128;
   // Raw staging row of an FP8 token: v32 656 B; model1 576 data + 8 scale bytes, padded to 592.
   static constexpr int kRawRow = FMT == kFmtV32 ? 656 : 592;
   static constexpr int kTileBytes = kTile * kRowBytes;
@@ -45,10 +53,23 @@ struct Traits {
   // lo tile has its own area where shared memory allows; the 576-dim direct variant (two KV
   // buffers) puts it in the current KV tile's RoPE columns 512..575, dead once S is computed.
   static constexpr bool kLoInKv = kDirect && D == 576;
+  // Where the lo tile sits in a KV tile (the RoPE columns: block 8 of the wgmma layout) and its row pitch.
+  static constexpr int kLoInKvOff = kWg ? (kDv / 64) * kBlockBytes : kDv * 2;
+  static constexpr int kLoRowBytes = !kLoInKv ? kPRowBytes : kWg ? 128 : kRowBytes;
   static constexpr int kOffPLo = kOffP + kRows * kPRowBytes;
   static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes);
   static constexpr int kSmemBytes = kOffRed + 4 * kRows * 4;
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
+  static_assert(!kWg || kDirect, "the wgmma kernel reads 16-bit caches of q's dtype");
+
+  // Byte offset of 16-byte chunk `chunk` of row `row` (q row or token) in a Q / KV tile.
+  static __device__ __forceinline__ uint32_t off(int row, int chunk) {
+    if constexpr (kWg) {
+      return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+    } else {
+      return swz(row, chunk, kRowBytes);
+    }
+  }
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
   static_assert(FMT != kFmtV32 || D == 576, "fp8_v32 is d_qk 576");
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");

@@ -8,16 +8,6 @@
 
 namespace dualops::cuda::mla {
 
-// Called by the whole CTA once tile tokens tile0 .. are visible in shared memory: does a key of
-// the tile that is hidden from some q row (tokens >= hidden0, < end) hold a NaN / inf value?
-// Only tiles with such keys pay for the check (one more CTA barrier).
-template <class Tr>
-__device__ __forceinline__ bool hidden_values_nonfinite(const unsigned char* kv, int tile0, int hidden0, int end) {
-  const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
-  if (t0 >= t1) return false;  // uniform over the CTA
-  return __syncthreads_or(values_nonfinite<Tr>(kv, t0, t1)) != 0;
-}
-
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
@@ -103,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot);
+    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, warp_half());
   }
 }
 

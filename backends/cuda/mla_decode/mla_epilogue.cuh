@@ -1,5 +1,6 @@
-// End of one request piece: finish the row sums across the two warps of a row group, then write
-// either the final out / lse (request with one split) or the fp32 partials of its split slot.
+// End of one request piece: finish the row sums across the two warps of row group g (halves
+// c = 0, 1: value columns 256c .. 256c + 255), then write either the final out / lse (request
+// with one split) or the fp32 partials of its split slot.
 // Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
 // reference's p = 0 times a NaN value), and a NaN sum gives NaN out and lse.
 #pragma once
@@ -9,11 +10,10 @@ namespace dualops::cuda::mla {
 
 template <class Tr>
 __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, RowState& st,
-                                            float* red_sum, int b, int row0, int n_splits, int slot) {
+                                            float* red_sum, int b, int row0, int n_splits, int slot, int g,
+                                            int c) {
   using MT = typename Tr::MT;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = row_group(), c = warp_half();
-  (void)warp;
+  const int lane = threadIdx.x & 31;
   const int r0 = g * 16 + (lane >> 2);
   float l[2];
 #pragma unroll

@@ -1,4 +1,5 @@
-// Launch of one MLA decode variant: the split kernel, then (when any request may be split) the
+// Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync, or wgmma for the
+// 16-bit caches), then (when any request may be split) the
 // combine kernel chained with programmatic dependent launch. Instantiated once per (q dtype,
 // cache format, d_qk) in the small mla_<q>_<cache>.cu files so they compile in parallel.
 #pragma once
@@ -6,6 +7,7 @@
 
 #include "mla_combine_kernel.cuh"
 #include "mla_decode_kernel.cuh"
+#include "mla_wg_kernel.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -14,13 +16,24 @@ namespace dualops::cuda::mla {
 template <typename MT, int FMT, int D>
 cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream) {
-  using Tr = Traits<MT, FMT, D>;
-  // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
-  static const cudaError_t attr = cudaFuncSetAttribute(mla_split_kernel<Tr>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  if (attr != cudaSuccess) return attr;
   const dim3 grid(t.num_m_blocks, t.h_kv, t.num_sm_parts);
-  mla_split_kernel<Tr><<<grid, kThreads, Tr::kSmemBytes, stream>>>(p, t);
+  if constexpr (FMT == kFmtBf16) {
+    if (p.kernel == kKernelWgmma) {
+      using Tw = Traits<MT, FMT, D, kKernelWgmma>;
+      static const cudaError_t attr = cudaFuncSetAttribute(
+          mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
+      if (attr != cudaSuccess) return attr;
+      mla_wg_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t);
+    }
+  }
+  if (FMT != kFmtBf16 || p.kernel != kKernelWgmma) {
+    using Tr = Traits<MT, FMT, D>;
+    // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
+    static const cudaError_t attr = cudaFuncSetAttribute(
+        mla_split_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (attr != cudaSuccess) return attr;
+    mla_split_kernel<Tr><<<grid, kThreads, Tr::kSmemBytes, stream>>>(p, t);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !need_combine) return err;
   cudaLaunchAttribute la[1];

@@ -20,7 +20,7 @@ __device__ __forceinline__ void load_q(const MlaDecodeParams& p, const MlaDecode
     const bool ok = gr < t.q_rows;
     const int i = ok ? gr / t.h_q : 0, h = ok ? gr - i * t.h_q : 0;
     const MT* src = q + b * p.q_stride_b + i * p.q_stride_s + h * p.q_stride_h + chunk * 8;
-    cp_async_16(base + swz(row, chunk, Tr::kRowBytes), ok ? src : q, ok ? 16u : 0u);
+    cp_async_16(base + Tr::off(row, chunk), ok ? src : q, ok ? 16u : 0u);
   }
 }
 
@@ -38,11 +38,14 @@ __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParam
   return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
 }
 
-// Tile of tokens tile0 .. tile0 + 63 of request r: 4 threads per token.
-template <class Tr>
+// Tile of tokens tile0 .. tile0 + 63 of request r, by kLoaders threads (tid: 0 .. kLoaders - 1;
+// 4 per token for the whole CTA).
+template <class Tr, int kLoaders = kThreads>
 __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
-                                             int end) {
-  const int token = threadIdx.x >> 2, sub = threadIdx.x & 3;
+                                             int end, unsigned tid = threadIdx.x) {
+  constexpr int kPer = kLoaders / kTile;  // threads per token
+  static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");
+  const int token = static_cast<int>(tid >> (kPer == 4 ? 2 : 1)), sub = static_cast<int>(tid & (kPer - 1));
   const uint32_t base = smem_addr(dst);
   int off;
   if constexpr (Tr::kDirect) {
@@ -52,14 +55,14 @@ __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned 
     const uint32_t n = src ? 16u : 0u;
     if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
 #pragma unroll
-    for (int chunk = sub; chunk < Tr::kChunks; chunk += 4)
-      cp_async_16(base + swz(token, chunk, Tr::kRowBytes), src + (n ? chunk * 16 : 0), n);
+    for (int chunk = sub; chunk < Tr::kChunks; chunk += kPer)
+      cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
   } else if constexpr (Tr::kFmt == kFmtV32) {
     const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 656, off);
     const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : nullptr;
     const uint32_t n = src ? 16u : 0u;
     if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
-    for (int chunk = sub; chunk < 41; chunk += 4)
+    for (int chunk = sub; chunk < 41; chunk += kPer)
       cp_async_16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
   } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
     const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 584, off);
@@ -67,7 +70,7 @@ __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned 
     const uint32_t n = data ? 16u : 0u;
     const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
 #pragma unroll
-    for (int chunk = sub; chunk < 36; chunk += 4)
+    for (int chunk = sub; chunk < 36; chunk += kPer)
       cp_async_16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
     if (sub == 0) {
       const unsigned char* sc = blk ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
@@ -134,7 +137,7 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* stage, unsigne
         v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 448 + (chunk - 56) * 16));
       }
     }
-    *reinterpret_cast<uint4*>(kv + swz(token, chunk, Tr::kRowBytes)) = v;
+    *reinterpret_cast<uint4*>(kv + Tr::off(token, chunk)) = v;
   }
 }
 

@@ -18,7 +18,8 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.mla_decode import KV_FORMATS, PART_STRIDE, MlaPlan, num_sm_parts_for
+from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
+                                  num_sm_parts_for)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import current_stream, pack_params
 
@@ -207,6 +208,8 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
         block_table_stride=block_table.stride(0), num_blocks=int(kv_cache.shape[0]),
         softmax_scale=float(softmax_scale), causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format],
         q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs,
-        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr())
+        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr(),
+        kernel=MLA_CUDA_KERNELS[cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format,
+                                                 q_rows=S_q * H_q)])
     native.require().cuda_mla_decode(params, header, current_stream(q.get_device()))
     return out, lse

@@ -3,10 +3,18 @@
 #pragma once
 #include <cstdint>
 
-// Address-space and function qualifiers are meaningful only to the NPU compiler.
+// Address-space and function qualifiers are meaningful only to the NPU compiler. The strict
+// qualifier check (ASCEND_SIM_STRICT_QUALIFIERS, clang -fsyntax-only; docs/ascend_sim.md) gives
+// them teeth: GM pointers live in their own address space and kernel code may call only kernel
+// code (or the AscendC API).
+#if defined(ASCEND_SIM_STRICT_QUALIFIERS)
+#define __aicore__ __attribute__((enforce_tcb("aicore")))
+#define __gm__ __attribute__((address_space(1)))
+#else
 #define __aicore__
-#define __global__
 #define __gm__
+#endif
+#define __global__
 #define __ubuf__
 #define __cbuf__
 #define __inout_pipe__(x)

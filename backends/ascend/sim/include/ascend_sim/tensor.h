@@ -93,9 +93,11 @@ class GlobalTensor {
                                              ") of a GlobalTensor<", ascend_sim::TypeName<T>(),
                                              "> whose SetGlobalBuffer size is ", size_));
     }
-    ascend_sim::GmAccess(api, addr_ + offset, count * sizeof(T), write);
+    ascend_sim::GmAccess(api, SimPtr(offset), count * sizeof(T), write);
   }
-  T* SimPtr(uint64_t offset = 0) const { return addr_ + offset; }
+  // The host address behind the GM pointer (a C-style cast: the only way out of the GM address
+  // space under the strict qualifier check).
+  T* SimPtr(uint64_t offset = 0) const { return (T*)(addr_ + offset); }
 
  private:
   __gm__ T* addr_ = nullptr;

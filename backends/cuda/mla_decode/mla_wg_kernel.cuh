@@ -1,0 +1,93 @@
+// The wgmma MLA decode split kernel (16-bit caches of q's dtype): the same grid, plan walk,
+// loads (cp.async into the blocked 128-byte-swizzled layout, two KV buffers), NaN rules and
+// epilogue as mla_split_kernel; the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+#pragma once
+#include "mla_epilogue.cuh"
+#include "mla_load.cuh"
+#include "mla_wg_attend.cuh"
+
+namespace dualops::cuda::mla {
+
+template <class Tr>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_wg_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+  static_assert(Tr::kWg && Tr::kNumKvBufs == 2, "wgmma layout, two KV buffers");
+  extern __shared__ __align__(1024) unsigned char smem_wg[];
+  unsigned char* sq = smem_wg;
+  unsigned char* sp = smem_wg + Tr::kOffP;
+  float* red = reinterpret_cast<float*>(smem_wg + Tr::kOffRed);  // [alpha | m] (softmax), then row sums
+  float* red_sum = red + 2 * kRows;
+  auto kvbuf = [&](int i) { return smem_wg + Tr::kOffKv + i * Tr::kTileBytes; };
+  auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + Tr::kLoInKvOff : smem_wg + Tr::kOffPLo; };
+
+  pdl_launch_dependents();
+  const int* plan = static_cast<const int*>(p.plan);
+  const int* rec = plan + kHeaderInts + blockIdx.z * t.part_stride;
+  const int* ns = plan + kHeaderInts + t.num_sm_parts * t.part_stride;
+  const int* seqlens = static_cast<const int*>(p.cache_seqlens);
+  const int begin_req = rec[0], end_req = min(rec[1], t.batch - 1), begin_tok = rec[2], end_tok = rec[3];
+  const int begin_split = rec[4];
+  const int row0 = blockIdx.x * kRows;
+  const int lane = threadIdx.x & 31;
+  const int c = threadIdx.x >> 7, g = (threadIdx.x >> 5) & 3;  // warpgroup, warp in it (= row group)
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const uint32_t q_base = smem_addr(sq);
+  if (q_base & 1023u) __trap();  // the 128-byte swizzle needs 1024-byte aligned tiles
+
+  for (int r = max(begin_req, 0); r <= end_req; ++r) {
+    const int len = max(seqlens[r], 0);
+    const int end = r == end_req ? min(end_tok, len) : len;
+    const int start = r == begin_req ? begin_tok : 0;
+    const int ntiles = end > start ? (end - start + kTile - 1) / kTile : 0;
+    const int n_splits = ns[r + 1] - ns[r];
+    const int slot = ns[r] + (r == begin_req ? begin_split : 0);
+    const int hidden0 = p.causal ? len - t.s_q + 1 : end;
+    int lim[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int gr = row0 + g * 16 + (lane >> 2) + 8 * j;
+      const int i = gr < t.q_rows ? gr / t.h_q : 0;
+      lim[j] = p.causal ? min(end, len - t.s_q + i + 1) : end;
+    }
+    RowState st;
+    init_state(st);
+    __syncthreads();  // the previous request's readers of Q / KV / P are done
+    if (ntiles > 0) {
+      load_q<Tr>(p, t, sq, r, row0);
+      load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+      cp_async_commit();
+      for (int n = 0; n < ntiles; ++n) {
+        const int tile0 = start + n * kTile;
+        unsigned char* kv = kvbuf(n & 1);
+        // Tile n (this thread's copies) visible to the wgmma (async proxy); every reader of the
+        // other buffer, the P tiles and red (tile n - 1) is done.
+        cp_async_wait<0>();
+        fence_proxy_async_smem();
+        __syncthreads();
+        const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, hidden0, end);
+        float s[8][4];
+        if (c == 0) {
+          wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
+          wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, lim, scale_log2, g);
+        } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
+          load_kv_tile<Tr, kThreads / 2>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kThreads / 2);
+          cp_async_commit();
+        }
+        fence_proxy_async_smem();
+        __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
+        if (c == 1) wg_follow_softmax(st, red, g);
+        if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
+          add_nonfinite_values<Tr>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, lim, g * 16 + (lane >> 2), c);
+          __syncthreads();  // every thread has read the values
+          zero_nonfinite_values<Tr>(kv);
+          fence_proxy_async_smem();
+          __syncthreads();
+        }
+        wg_pv<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
+      }
+    }
+    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, c);
+  }
+}
+
+}  // namespace dualops::cuda::mla
