@@ -22,7 +22,7 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
   return -1;
 }
 
-int sm_count() {
+[[maybe_unused]] int sm_count() {
   int dev = 0, sms = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
