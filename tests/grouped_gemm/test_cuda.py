@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dualops
-from dualops import schema
+from dualops import native, schema
 from dualops.backends.cuda import grouped_gemm as cuda_gg
 from dualops.devices import detect
 from dualops.parity.builders import nan_tail, poison_value
@@ -85,6 +85,12 @@ def _check(inp, out_dtype=BF16, plan=None):
     tol = {}
     if out_dtype == F32:  # fp32 sums in another order: bound by the output's magnitude
         tol = dict(atol=2e-5 * max(1.0, float(want.abs().max())), rtol=1e-4)
+    fill = dict(masked_m=None, group_offsets=None, x_scale=None, w_scale=None)
+    kernel = cuda_gg.prepare_grouped_gemm(**{**fill, **ci}, out_dtype=out_dtype, plan=plan).kernel
+    if kernel != "mma" and inp["x"].dtype == FP8:
+        # wgmma fp8 sums each 32-wide K step on the tensor cores with ~14 bits (CUTLASS adds
+        # them into fp32 every 128 of K; sm90_fast never): a budget scaled by the output
+        tol = dict(atol=2 ** -6 * max(1.0, float(want.abs().max())), rtol=2 ** -6)
     # the budget of the output dtype (got's dtype) against the unrounded fp32 reference
     assert_close_parity(got.cpu(), want, name=f"y ({inp['scale_mode']})", **tol)
     assert torch.isfinite(got.float()).all()
@@ -194,3 +200,92 @@ def test_cuda_graph_capture():
     assert torch.equal(y[0, :3], want[0, :3])
     ref = ref_gg(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
     assert_close_parity(y.cpu(), ref)
+
+
+# ---- the CUTLASS sm90 kernels (forced through the plan; the planner sends large groups there)
+SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": BF16, "fp8_blockwise": BF16}
+SM90_PAIRS = [("bf16", "sm90"), ("bf16", "sm90_small"), ("fp16", "sm90"), ("fp8_per_tensor", "sm90"),
+              ("fp8_per_tensor", "sm90_small"), ("fp8_per_tensor", "sm90_fast"), ("fp8_rowwise", "sm90"),
+              ("fp8_rowwise", "sm90_small"), ("fp8_rowwise", "sm90_fast"), ("fp8_blockwise", "sm90")]
+SM90_BUILT = bool(HAS_CUDA and getattr(native.require(), "cuda_gg_sm90_built", False))
+needs_sm90 = pytest.mark.skipif(not SM90_BUILT, reason="needs the CUDA build with the CUTLASS headers")
+
+
+def _sm90_plan(inp, out_dtype, kernel="sm90"):
+    w = inp["w"]
+    kw = dict(group_offsets=inp["group_offsets"]) if "group_offsets" in inp else \
+        dict(layout="masked", masked_m=inp["masked_m"], m_max=inp["x"].shape[1])
+    return plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
+                             dtype=w.dtype, scale_mode=inp["scale_mode"], out_dtype=out_dtype, kernel=kernel)
+
+
+def _check_sm90(recipe, inp, kernel):
+    out = SM90_OUT[recipe]
+    return _check(inp, out_dtype=out, plan=_sm90_plan(inp, out, kernel))
+
+
+@needs_sm90
+@pytest.mark.parametrize("recipe,kernel", SM90_PAIRS, ids=str)
+@pytest.mark.parametrize("sizes", SIZES + [[300, 0, 129, 256]], ids=str)
+@pytest.mark.parametrize("nk", [(200, 384), (256, 1000), (72, 48)], ids=str)
+def test_sm90_contiguous(recipe, kernel, sizes, nk):
+    n, k = nk
+    if recipe == "fp8_blockwise" and k < 128:
+        k = 200
+    _check_sm90(recipe, _inputs(recipe, sizes=sizes, n=n, k=k, seed=len(sizes) + n), kernel)
+
+
+@needs_sm90
+@pytest.mark.parametrize("recipe,kernel", SM90_PAIRS, ids=str)
+def test_sm90_tail_rows_and_masked(recipe, kernel):
+    got = _check_sm90(recipe, _inputs(recipe, sizes=[3, 0, 200], n=136, k=256, tail=5), kernel)
+    assert (got[-5:] == 0).all()
+    for masked_m in ([0, 40, 17], [40, 40], [0, 0]):
+        got = _check_sm90(recipe, _inputs(recipe, masked_m=masked_m, m_max=40, n=200, k=256), kernel)
+        for g, c in enumerate(masked_m):
+            assert (got[g, c:] == 0).all()
+
+
+@needs_sm90
+def test_sm90_is_the_default_for_large_groups_and_clamps_bad_values():
+    inp = _cuda(_inputs("fp8_rowwise", sizes=[512, 512], n=256, k=256))
+    launch = cuda_gg.prepare_grouped_gemm(**inp, masked_m=None, out_dtype=BF16, plan=None)
+    assert launch.kernel == "sm90"
+    _check(_inputs("bf16", sizes=[512, 384, 0], n=256, k=512))
+    _check(_inputs("fp8_blockwise", sizes=[512, 384, 0], n=256, k=512))
+    plan = _sm90_plan(_inputs("bf16", sizes=[4, 4], n=64, k=64), BF16)
+    for offs in ([0, 6, 3], [-5, 100, 2], [0, 1 << 30, -7]):
+        inp = _cuda(_inputs("bf16", sizes=[4, 4], n=64, k=64))
+        y = cuda_gg.grouped_gemm(**{**inp, "group_offsets": torch.tensor(offs, dtype=torch.int32, device="cuda")},
+                                 plan=plan)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y.float()).all()
+    for recipe in ("fp8_rowwise", "fp8_blockwise"):
+        m = _inputs(recipe, masked_m=[3, 4], m_max=8, n=64, k=128)
+        y = cuda_gg.grouped_gemm(**{**_cuda(m), "masked_m": torch.tensor([-3, 1 << 30], dtype=torch.int32,
+                                                                         device="cuda")},
+                                 plan=_sm90_plan(m, BF16))
+        torch.cuda.synchronize()   # group 1 clamped to M_max rows: its poisoned tail is computed
+        assert (y[0] == 0).all() and torch.isfinite(y[1, :4].float()).all()
+
+
+@needs_sm90
+@pytest.mark.parametrize("recipe", ["fp8_rowwise", "fp8_blockwise"])
+def test_sm90_cuda_graph_capture(recipe):
+    inp = _cuda(_inputs(recipe, masked_m=[5, 0, 32], m_max=32, n=256, k=256))
+    plan = _sm90_plan(inp, BF16)
+    want = cuda_gg.grouped_gemm(**inp, plan=plan)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        cuda_gg.grouped_gemm(**inp, plan=plan)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = cuda_gg.grouped_gemm(**inp, plan=plan)
+    inp["masked_m"].copy_(torch.tensor([3, 0, 20], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert (y[0, 3:] == 0).all() and (y[2, 20:] == 0).all()
+    assert torch.equal(y[0, :3], want[0, :3])
+    ref = ref_gg(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
+    assert_close_parity(y.cpu(), ref, atol=2 ** -6 * max(1.0, float(ref.abs().max())), rtol=2 ** -6)

@@ -167,3 +167,26 @@ def test_bad_arguments_name_the_argument(args, kw, exc, match):
     kw.setdefault("device", H200)
     with pytest.raises(exc, match=match):
         plan_grouped_gemm(*args, **kw)
+
+
+def test_cuda_kernel_choice():
+    from dualops.tiling.grouped_gemm import cuda_kernel_for, sm90_min_rows
+
+    h100 = H100
+    lo = sm90_min_rows("bfloat16", h100)
+    assert 16 < lo <= 128
+    kw = dict(n=4096, dtype="bfloat16", scale_mode="none", out_dtype="bfloat16", device=h100)
+    assert cuda_kernel_for(4096, **kw) == "sm90" and cuda_kernel_for(16, **kw) == "sm90_small"
+    fp16 = {**kw, "dtype": "float16", "out_dtype": "float16"}                     # no small kernel
+    assert cuda_kernel_for(16, **fp16) == "mma" and cuda_kernel_for(4096, **fp16) == "sm90"
+    assert cuda_kernel_for(4096, **{**kw, "out_dtype": "float32"}) == "mma"      # no sm90 kernel for it
+    assert cuda_kernel_for(4096, **{**kw, "n": 4100}) == "mma"                   # rows not 16-byte pieces
+    assert cuda_kernel_for(4096, **{**kw, "dtype": "float8_e4m3fn", "scale_mode": "rowwise"}) == "sm90"
+    plan = plan_grouped_gemm([512, 512], n=256, k=256, device=h100)
+    assert plan.cuda_kernel == "sm90" and "sm90" in plan.describe()
+    assert plan_grouped_gemm([512], n=256, k=256, device=h100, kernel="mma").cuda_kernel == "mma"
+    with pytest.raises(ValueError, match="kernel"):
+        plan_grouped_gemm([512], n=256, k=256, device=h100, out_dtype="float32", kernel="sm90")
+    with pytest.raises(ValueError, match="kernel"):
+        plan_grouped_gemm([512], n=256, k=256, device=h100, kernel="wgmma")
+    assert plan_grouped_gemm([512], n=256, k=256, device=ASCEND_910B2).cuda_kernel == "mma"

@@ -21,6 +21,11 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
                "r"(src_bytes), "l"(evict_first_policy())
                : "memory");
 }
+// The same copy with the default L2 policy: for data other CTAs read again (GEMM operand tiles
+// shared by the CTAs working on one group).
+__device__ __forceinline__ void cp_async_16_keep(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 // L2 prefetch of `bytes` (a multiple of 16) from a 16-B aligned global address: a hint with no
 // data returned, so it may run before the grid-dependency wait -- L2 is the GPU's point of
 // coherence, so a line the kernel ahead writes after this prefetch is still read fresh later.

@@ -26,9 +26,11 @@ masked_m values: `plan_grouped_gemm_masked`) has ceil(m_max / tile_m) m tiles pe
 the kernel skips a tile whose first row is at or past masked_m[g] (read on the device) and
 clips the last one, so the plan never needs device values and suits CUDA-graph capture.
 
-The CUDA backend takes only tile M from a plan: its persistent kernel finds the same items
-(n tile fastest within an m tile) from group_offsets / masked_m on the device, so a contiguous
-call needs no host read of the offsets (docs/grouped_gemm_cuda.md).
+The CUDA backend takes tile M and the kernel from a plan: its persistent kernel finds the same
+items (n tile fastest within an m tile) from group_offsets / masked_m on the device, so a
+contiguous call needs no host read of the offsets (docs/grouped_gemm_cuda.md). `cuda_kernel`
+(not packed) is "mma" (that kernel, every case) or one of the CUTLASS grouped TMA + wgmma
+kernels (compute-bound groups: `cuda_kernel_for`, CUDA_KERNELS).
 
 Packed layout: header (FIELDS), then items [num_items, 3] = (group, m_tile, n_tile).
 """
@@ -69,6 +71,53 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
     if device.is_ascend:
         tile = round_up(tile, device.cube_fractal)
     return tile
+
+
+# CUDA kernels (docs/grouped_gemm_cuda.md): "mma" (own mma.sync kernel, every case) and the
+# CUTLASS sm90 kernels, each for some (x / w dtype, scale mode, output dtype): "sm90" (large
+# tiles), "sm90_small" (64-row tiles) and "sm90_fast" (fp8 with tensor-core-only accumulation,
+# like torch._scaled_grouped_mm; opt-in, never chosen by the planner). Measured on the H100
+# (BENCHMARKS.md), the planner picks: sm90_small for groups of <= SM90_SMALL_MAX_ROWS rows where
+# it exists (it streams the weights faster than the own kernel even at 4 rows per group), sm90
+# above; for recipes without a small kernel sm90 from this fraction of the weight-streaming
+# ridge on (rows per group at which a group's GEMM does as many FLOPs per weight byte as the
+# device's peak FLOPs per byte of bandwidth), the own kernel below.
+_FP8_SCALED = {("float8_e4m3fn", "per_tensor", "bfloat16"), ("float8_e4m3fn", "rowwise", "bfloat16")}
+SM90_KERNELS = {
+    "sm90": {("bfloat16", "none", "bfloat16"), ("float16", "none", "float16"),
+             ("float8_e4m3fn", "blockwise", "bfloat16")} | _FP8_SCALED,
+    "sm90_small": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
+    "sm90_fast": _FP8_SCALED,
+}
+CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
+SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2}   # the binding's config codes
+SM90_RIDGE_FRACTION = 0.25
+SM90_SMALL_MAX_ROWS = 128
+
+
+def sm90_min_rows(dtype: str, device: DeviceProfile) -> int:
+    """Average rows per group from which the CUDA backend runs a CUTLASS sm90 kernel."""
+    elem = IN_DTYPES[dtype][1]
+    peak = device.peak_bf16_tflops * (2 if elem == 1 else 1)   # fp8 / int8 tensor cores: 2x
+    ridge_rows = peak * 1e12 / (device.bandwidth_gbs * 1e9) * elem / 2
+    return max(1, round(ridge_rows * SM90_RIDGE_FRACTION))
+
+
+def sm90_supports(kernel: str, n: int, dtype: str, scale_mode: str, out_dtype: str) -> bool:
+    """Whether CUTLASS kernel `kernel` covers this call (recipe, and 16-byte output rows)."""
+    return (dtype, scale_mode, out_dtype) in SM90_KERNELS.get(kernel, ()) and (n * 2) % 16 == 0
+
+
+def cuda_kernel_for(avg_rows: int, *, n: int, dtype: str, scale_mode: str, out_dtype: str,
+                    device: DeviceProfile) -> str:
+    """The CUDA kernel the planner picks (module comment at CUDA_KERNELS)."""
+    if not device.is_cuda:
+        return "mma"
+    if avg_rows <= SM90_SMALL_MAX_ROWS and sm90_supports("sm90_small", n, dtype, scale_mode, out_dtype):
+        return "sm90_small"
+    if avg_rows >= sm90_min_rows(dtype, device) and sm90_supports("sm90", n, dtype, scale_mode, out_dtype):
+        return "sm90"
+    return "mma"
 
 
 ASCEND_LARGE_M = 256         # average group rows from which Ascend takes 128 x 256 tiles
@@ -154,6 +203,7 @@ class GroupedGemmPlan(PackedPlan):
     shape_only: int        # 1: made without device values (masked layout, m_max tiles/group)
     items: tuple[int, ...] = ()   # [num_items, 3] (group, m_tile, n_tile)
     onchip: str = dataclasses.field(default="", compare=False)   # Ascend: on-chip bytes / capacity (not packed)
+    cuda_kernel: str = dataclasses.field(default="mma", compare=False)  # CUDA_KERNELS (not packed)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "layout", "num_groups", "m_total", "m_max", "n", "k", "tile_m", "tile_n",
@@ -193,10 +243,11 @@ class GroupedGemmPlan(PackedPlan):
         return (f"grouped GEMM {layout}{shape} G={self.num_groups} M={self.m_total} N={self.n} "
                 f"K={self.k} {mode}: tile {self.tile_m}x{self.tile_n}x{self.tile_k}, "
                 f"{self.stages} stages, {self.num_items} items on {self.num_cores} cores"
-                + (f" ({self.onchip})" if self.onchip else ""))
+                + (f" ({self.onchip})" if self.onchip else "")
+                + (f", CUDA kernel {self.cuda_kernel}" if self.cuda_kernel != "mma" else ""))
 
 
-def _dtype_name(dtype) -> str:
+def _dtype_name(dtype, arg: str = "dtype") -> str:
     if isinstance(dtype, torch.dtype):
         name = str(dtype).removeprefix("torch.")
     elif isinstance(dtype, str):
@@ -204,8 +255,10 @@ def _dtype_name(dtype) -> str:
         name = {"bf16": "bfloat16", "fp16": "float16", "half": "float16",
                 "fp8": "float8_e4m3fn", "float8": "float8_e4m3fn"}.get(name, name)
     else:
-        raise TypeError(f"dtype must be a torch.dtype or str, got {type(dtype).__name__}")
-    return check_choice("dtype", name, tuple(IN_DTYPES))
+        raise TypeError(f"{arg} must be a torch.dtype or str, got {type(dtype).__name__}")
+    if arg == "out_dtype":
+        return check_choice(arg, name, ("float32", "float16", "bfloat16"))
+    return check_choice(arg, name, tuple(IN_DTYPES))
 
 
 def _stages(device, *, tile_m, tile_n, tile_k, elem_bytes, scale_mode) -> int:
@@ -230,7 +283,8 @@ def _onchip_text(device, **tiles) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _plan(rows: tuple[int, ...], *, layout: str, m_max: int, shape_only: bool, avg_rows: int,
-          n: int, k: int, dtype: str, scale_mode: str, device: DeviceProfile) -> GroupedGemmPlan:
+          n: int, k: int, dtype: str, scale_mode: str, device: DeviceProfile, out_dtype: str = "bfloat16",
+          kernel: str | None = None) -> GroupedGemmPlan:
     code, elem_bytes = IN_DTYPES[dtype]
     if device.is_ascend:
         tile_m, tile_n, tile_k = ascend_tiles(avg_rows, dtype, scale_mode, device)
@@ -253,9 +307,23 @@ def _plan(rows: tuple[int, ...], *, layout: str, m_max: int, shape_only: bool, a
         num_cores=max(1, min(device.num_cores, num_items)), in_dtype=code,
         scale_mode=SCALE_MODES[scale_mode], shape_only=int(shape_only), items=tuple(items),
         onchip=_onchip_text(device, tile_m=tile_m, tile_n=tile_n, tile_k=tile_k, stages=stages,
-                            elem_bytes=elem_bytes, scale_mode=scale_mode))
+                            elem_bytes=elem_bytes, scale_mode=scale_mode),
+        cuda_kernel=_cuda_kernel(kernel, avg_rows, n=n, dtype=dtype, scale_mode=scale_mode,
+                                 out_dtype=out_dtype, device=device))
     plan.pack()
     return plan
+
+
+def _cuda_kernel(kernel, avg_rows, *, n, dtype, scale_mode, out_dtype, device) -> str:
+    if kernel is None:
+        return cuda_kernel_for(avg_rows, n=n, dtype=dtype, scale_mode=scale_mode, out_dtype=out_dtype,
+                               device=device)
+    check_choice("kernel", kernel, CUDA_KERNELS)
+    if kernel != "mma" and not (device.is_cuda and sm90_supports(kernel, n, dtype, scale_mode, out_dtype)):
+        raise ValueError(f"kernel {kernel!r} does not cover dtype {dtype}, scale_mode {scale_mode!r}, "
+                         f"out_dtype {out_dtype}, N {n} on {device.name}: it takes "
+                         f"{sorted(SM90_KERNELS[kernel])} with N * 2 bytes a multiple of 16")
+    return kernel
 
 
 def _common(n, k, dtype, scale_mode, device):
@@ -274,29 +342,35 @@ def _common(n, k, dtype, scale_mode, device):
 
 def plan_grouped_gemm_masked(num_groups: int, m_max: int, *, n: int, k: int, device: DeviceProfile,
                              dtype="bfloat16", scale_mode: str = "none",
-                             expected_m: int | None = None) -> GroupedGemmPlan:
+                             expected_m: int | None = None, out_dtype="bfloat16",
+                             kernel: str | None = None) -> GroupedGemmPlan:
     """Shape-only masked-layout plan: ceil(m_max / tile_m) m tiles for every group, whatever
     masked_m holds at run time. expected_m (average valid rows per group, default m_max) only
-    picks tile M."""
+    picks tile M and the CUDA kernel."""
     n, k, dtype, device = _common(n, k, dtype, scale_mode, device)
     num_groups = check_int("num_groups", num_groups, min_value=1)
     m_max = check_int("m_max", m_max, min_value=0)
     avg = m_max if expected_m is None else check_int("expected_m", expected_m, min_value=0)
     return _plan((m_max,) * num_groups, layout="masked", m_max=m_max, shape_only=True,
-                 avg_rows=avg, n=n, k=k, dtype=dtype, scale_mode=scale_mode, device=device)
+                 avg_rows=avg, n=n, k=k, dtype=dtype, scale_mode=scale_mode, device=device,
+                 out_dtype=_dtype_name(out_dtype, "out_dtype"), kernel=kernel)
 
 
 def plan_grouped_gemm(group_sizes=None, *, group_offsets=None, masked_m=None, n: int, k: int,
                       device: DeviceProfile, layout: str = "contiguous", m_max: int | None = None,
                       num_groups: int | None = None, dtype="bfloat16", scale_mode: str = "none",
-                      expected_m: int | None = None) -> GroupedGemmPlan:
+                      expected_m: int | None = None, out_dtype="bfloat16",
+                      kernel: str | None = None) -> GroupedGemmPlan:
     """Plan a grouped GEMM.
 
     contiguous: give group_sizes [G] or group_offsets [G + 1] (offsets[0] = 0, non-decreasing).
     masked: give m_max (x.shape[1]) and either masked_m [G] (tiles only for valid rows) or
     num_groups alone for the shape-only plan (see plan_grouped_gemm_masked).
     Lists, tuples or integer tensors on any device are accepted (device tensors are copied to
-    the CPU once). dtype: x / w dtype (torch.dtype or name)."""
+    the CPU once). dtype: x / w dtype (torch.dtype or name); out_dtype: y's (it decides with the
+    shapes which CUDA kernel runs); kernel: force the CUDA kernel (CUDA_KERNELS; default:
+    `cuda_kernel_for`)."""
+    out = _dtype_name(out_dtype, "out_dtype")
     check_choice("layout", layout, tuple(LAYOUTS))
     n, k, dtype, device = _common(n, k, dtype, scale_mode, device)
     if layout == "contiguous":
@@ -329,7 +403,8 @@ def plan_grouped_gemm(group_sizes=None, *, group_offsets=None, masked_m=None, n:
         avg = ceil_div(sum(rows), len(rows)) if expected_m is None else \
             check_int("expected_m", expected_m, min_value=0)
         return _plan(tuple(rows), layout="contiguous", m_max=0, shape_only=False, avg_rows=avg,
-                     n=n, k=k, dtype=dtype, scale_mode=scale_mode, device=device)
+                     n=n, k=k, dtype=dtype, scale_mode=scale_mode, device=device, out_dtype=out,
+                     kernel=kernel)
 
     # masked
     if group_sizes is not None or group_offsets is not None:
@@ -342,7 +417,8 @@ def plan_grouped_gemm(group_sizes=None, *, group_offsets=None, masked_m=None, n:
         if num_groups is None:
             raise ValueError("layout='masked' without masked_m needs num_groups (shape-only plan)")
         return plan_grouped_gemm_masked(num_groups, m_max, n=n, k=k, device=device, dtype=dtype,
-                                        scale_mode=scale_mode, expected_m=expected_m)
+                                        scale_mode=scale_mode, expected_m=expected_m, out_dtype=out,
+                                        kernel=kernel)
     rows = int_list("masked_m", masked_m)
     if not rows:
         raise ValueError("masked_m must hold at least one group")
@@ -354,4 +430,4 @@ def plan_grouped_gemm(group_sizes=None, *, group_offsets=None, masked_m=None, n:
     avg = ceil_div(sum(rows), len(rows)) if expected_m is None else \
         check_int("expected_m", expected_m, min_value=0)
     return _plan(tuple(rows), layout="masked", m_max=m_max, shape_only=False, avg_rows=avg, n=n,
-                 k=k, dtype=dtype, scale_mode=scale_mode, device=device)
+                 k=k, dtype=dtype, scale_mode=scale_mode, device=device, out_dtype=out, kernel=kernel)

@@ -4,8 +4,9 @@
 Nothing here reads device values: the kernel finds its work items from group_offsets /
 masked_m on the device (clamped, so bad values cannot make it leave x or y), so a call can be
 captured in a CUDA graph. Value checks of offsets and masked_m run under validate="full".
-Only tile M comes from the planner (average rows per group: M / G, or M_max when masked);
-a plan passed in fixes it.
+Tile M and the kernel come from the planner (average rows per group: M / G, or M_max when
+masked): the persistent mma.sync kernel (every case) or, for compute-bound groups, the CUTLASS
+sm90 grouped kernel (`tiling.grouped_gemm.cuda_kernel_for`); a plan passed in fixes both.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.grouped_gemm import GroupedGemmPlan, SCALE_MODES, tile_m_for
+from ...tiling.grouped_gemm import SCALE_MODES, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for, sm90_supports, tile_m_for
 from . import status  # noqa: F401
 from ._common import current_stream, fields_template, params_struct
 
@@ -33,6 +34,10 @@ def _tile_m(avg_rows: int, device) -> int:
     t = min((c for c in TILE_MS if c >= tile_m_for(avg, detect(device))), default=TILE_MS[-1])
     pad = lambda c: -(-avg // c) * c - avg  # noqa: E731
     return max((c for c in TILE_MS if c >= t and pad(c) <= pad(t)), default=t)
+
+
+def _name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _f32(t, dev, name):
@@ -73,15 +78,24 @@ class GroupedGemmLaunch:
                 raise ValueError(f"plan was made for G={plan.num_groups} N={plan.n} K={plan.k}, "
                                  f"this call has G={G} N={N} K={K}")
             self.tile_m = min((c for c in TILE_MS if c >= plan.tile_m), default=TILE_MS[-1])
+            self.kernel = plan.cuda_kernel
         else:
             avg = self.m_max if masked else -(-self.m // G)
             self.tile_m = _tile_m(avg, x.device)
+            self.kernel = cuda_kernel_for(avg, n=N, dtype=_name(x.dtype), scale_mode=scale_mode,
+                                          out_dtype=_name(out_dtype), device=detect(x.device))
+        self.C = native.require()
+        if self.kernel != "mma" and not getattr(self.C, "cuda_gg_sm90_built", False):
+            self.kernel = "mma"   # a build without the CUTLASS headers runs every case on mma
+        if self.kernel != "mma" and not sm90_supports(self.kernel, N, _name(x.dtype), scale_mode, _name(out_dtype)):
+            raise ValueError(f"plan: its CUDA kernel {self.kernel!r} does not cover {_name(x.dtype)} "
+                             f"{scale_mode} -> {_name(out_dtype)} with N {N} (plan it with this out_dtype)")
+        self.ws_bytes = None
         esize = x.element_size()
         self.k_pad = K if (K * esize) % 16 == 0 else K + (16 // esize - K % (16 // esize))
         self.scale_mode = scale_mode
         self.out_dtype = out_dtype
         self.out_shape = (*x.shape[:-1], N)
-        self.C = native.require()
         self.tail = params_struct(_OP)[0].pack(*fields_template(
             _OP, m=self.m, n=N, k=self.k_pad, num_groups=G, m_max=self.m_max,
             scale_mode=SCALE_MODES[scale_mode], in_dtype=schema.dtype_code(x.dtype),
@@ -101,7 +115,15 @@ class GroupedGemmLaunch:
         ptrs = [t.data_ptr() if t is not None else 0 for t in (x, w, y, offs, mm, xs, ws)]
         params = params_struct(_OP)[0].pack(*fields_template(_OP, **dict(zip(
             ("x", "w", "y", "group_offsets", "masked_m", "x_scale", "w_scale"), ptrs))))[:7 * 8] + self.tail
-        self.C.cuda_grouped_gemm(params, self.tile_m, current_stream(x.get_device()))
+        if self.kernel != "mma":
+            config = SM90_CONFIG[self.kernel]
+            if self.ws_bytes is None:   # depends on the shapes and the device only
+                self.ws_bytes = int(self.C.cuda_grouped_gemm_sm90_workspace(params, config))
+            ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=dev)
+            self.C.cuda_grouped_gemm_sm90(params, config, ws.data_ptr(), self.ws_bytes,
+                                          current_stream(x.get_device()))
+        else:
+            self.C.cuda_grouped_gemm(params, self.tile_m, current_stream(x.get_device()))
         return y
 
 

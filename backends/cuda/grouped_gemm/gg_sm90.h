@@ -1,0 +1,25 @@
+// The CUTLASS sm90 path's kernels (gg_sm90.cuh) as the host entry sees them, without the CUTLASS
+// headers: one per (recipe, configuration), each with one output dtype (the planner sends other
+// output dtypes to the mma.sync kernel). Configurations: 0 large tiles, 1 small tiles (groups
+// of <= 128 rows), 2 fp8 with tensor-core-only accumulation (opt-in).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "dualops/params.h"
+
+namespace dualops::cuda::gg {
+
+enum Sm90Recipe : int {
+  kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise
+};
+enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2 };
+
+// ws == nullptr: stores the workspace bytes the call needs in *ws_bytes. Otherwise runs the
+// call with *ws_bytes bytes of device workspace at ws. nullptr or an error message.
+template <int R>
+const char* sm90_recipe(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, cudaStream_t stream);
+
+}  // namespace dualops::cuda::gg

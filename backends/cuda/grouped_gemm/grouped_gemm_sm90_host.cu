@@ -1,0 +1,81 @@
+// Host entry of the CUTLASS sm90 grouped-GEMM path: argument checks and recipe dispatch
+// (gg_sm90_<recipe>.cu instantiate each recipe; without the CUTLASS headers nothing is built
+// and the entry says so).
+#include "gg_sm90.h"
+#include "grouped_gemm.h"
+
+namespace dualops::cuda {
+
+namespace {
+// (dtype, scale mode, output dtype) and configuration (gg::Sm90Config) -> gg::Sm90Recipe, or -1.
+int sm90_recipe_of(const GroupedGemmParams& p, int config) {
+  using namespace gg;
+  const auto in = static_cast<DType>(p.in_dtype);
+  const auto out = static_cast<DType>(p.out_dtype);
+  if (p.scale_mode == 0 && in == DType::kBfloat16 && out == DType::kBfloat16)
+    return config == kSm90Large ? kSm90Bf16 : (config == kSm90Small ? kSm90Bf16Small : -1);
+  if (p.scale_mode == 0 && in == DType::kFloat16 && out == DType::kFloat16) return config == kSm90Large ? kSm90Fp16 : -1;
+  if (in != DType::kFloat8E4m3fn || out != DType::kBfloat16) return -1;
+  if (p.scale_mode == 1 || p.scale_mode == 2)
+    return config == kSm90Large ? kSm90Fp8 : (config == kSm90Small ? kSm90Fp8Small : kSm90Fp8Fast);
+  if (p.scale_mode == 3) return config == kSm90Large ? kSm90Fp8Blockwise : -1;
+  return -1;
+}
+
+[[maybe_unused]] int sm_count() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms > 0 ? sms : 1;
+}
+
+const char* dispatch(const GroupedGemmParams& p, int config, void* ws, size_t* bytes, cudaStream_t stream) {
+#if defined(DUALOPS_HAVE_CUTE)
+  const int sms = sm_count();
+  switch (sm90_recipe_of(p, config)) {
+    case gg::kSm90Bf16: return gg::sm90_recipe<gg::kSm90Bf16>(p, ws, bytes, sms, stream);
+    case gg::kSm90Bf16Small: return gg::sm90_recipe<gg::kSm90Bf16Small>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp16: return gg::sm90_recipe<gg::kSm90Fp16>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp8: return gg::sm90_recipe<gg::kSm90Fp8>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp8Small: return gg::sm90_recipe<gg::kSm90Fp8Small>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp8Fast: return gg::sm90_recipe<gg::kSm90Fp8Fast>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp8Blockwise: return gg::sm90_recipe<gg::kSm90Fp8Blockwise>(p, ws, bytes, sms, stream);
+    default: return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
+  }
+#else
+  (void)p, (void)config, (void)ws, (void)bytes, (void)stream;
+  return "grouped_gemm: the sm90 path was not built (no CUTLASS headers)";
+#endif
+}
+}  // namespace
+
+bool grouped_gemm_sm90_built() {
+#if defined(DUALOPS_HAVE_CUTE)
+  return true;
+#else
+  return false;
+#endif
+}
+
+const char* grouped_gemm_sm90_check(const GroupedGemmParams& p, int config) {
+  if (!grouped_gemm_sm90_built()) return "grouped_gemm: the sm90 path was not built (no CUTLASS headers)";
+  if (const char* err = grouped_gemm_check(p, 64)) return err;
+  if (sm90_recipe_of(p, config) < 0) return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
+  if ((p.n * 2) % 16) return "grouped_gemm: the sm90 path needs N * output size to be a multiple of 16 bytes";
+  if (p.n > (1 << 30) || p.k > (1 << 30) || p.m > (1ll << 31) - 1) return "grouped_gemm: sizes too large for sm90";
+  return nullptr;
+}
+
+const char* grouped_gemm_sm90_workspace(const GroupedGemmParams& p, int config, size_t* bytes) {
+  if (const char* err = grouped_gemm_sm90_check(p, config)) return err;
+  return dispatch(p, config, nullptr, bytes, nullptr);
+}
+
+const char* grouped_gemm_sm90(const GroupedGemmParams& p, int config, void* ws, size_t ws_bytes,
+                              cudaStream_t stream) {
+  if (const char* err = grouped_gemm_sm90_check(p, config)) return err;
+  if (!ws) return "grouped_gemm: the sm90 path needs a workspace";
+  return dispatch(p, config, ws, &ws_bytes, stream);
+}
+
+}  // namespace dualops::cuda
