@@ -41,8 +41,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   DUALOPS_IFA_TRACE_BEGIN(p.out);
   extern __shared__ __align__(128) uint8_t smem[];
   const SmemRegions sm = smem_regions<K>(smem);
+  const int tid = K::tid(), lane = K::lane(), warp = K::warp();
   const Unit u = unit_of<M_TILE>(t);
-  const int tid = u.tid, warp = u.warp;
   // The L2 prefetch of the first fill goes out first, ahead of the address set-up below (several
   // hundred instructions before the wait): where nothing runs ahead of the kernel to hide that
   // set-up, the DRAM stream starts that much earlier.
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   QSources<K> qs;
   q_sources<K>(qs, p, u);
   row_offsets<K>(p, t, u, sm);
-  KvSources<K> kv(t.block_size);
+  KvSources<K> kv(sm.kv_smem + warp * STAGES * C::kStageBytes, t.block_size);
   kv_sources<K>(kv, p, u, sm);
 
   // Launched as a programmatic dependent of the previous kernel in the stream: this CTA was
@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int kv_len_raw = *kv.kv_len_ptr;
   BlockWindow win;  // paged caches: block ids of this warp's next chunks
   if (kv.block_size > 0) {
-    win.cur = block_window(kv, u, 0);
-    win.nxt = block_window(kv, u, 32);
+    win.cur = block_window(kv, u, lane, 0);
+    win.nxt = block_window(kv, u, lane, 32);
   }
   QRaw<K> qr;
   load_q_raw<K>(qr, qs, u);
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const int n_chunks = (n_keys + kChunkKeys - 1) / kChunkKeys;
   const int my_chunks = n_chunks > warp ? (n_chunks - 1 - warp) / NW + 1 : 0;
   uint32_t bad_blocks = 0;  // bit (j % 32): chunk j's block id is out of range (its keys are hidden)
-  auto issue = [&](int j) { issue_chunk<K>(p, u, kv, win, bad_blocks, k_end, j); };
+  auto issue = [&](int j) { issue_chunk<K>(p, u, kv, win, bad_blocks, k_end, lane, j); };
   // Each main-loop step consumes SUB of this warp's chunks: its chunk count is rounded up to
   // whole steps, and the chunk past its keys is "issued" with no rows (nothing read, the stage
   // zero-filled) and masked like any key past kv_len. (Units of one chunk per warp, where that
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const ScoreBias bias{mask, pse, mask != nullptr || pse != nullptr};
   uint4 qreg[K::kQRegs > 0 ? K::kQRegs : 1];
 #pragma unroll
-  for (int i = 0; i < K::kQRegs; ++i) qreg[i] = sm.qfrag[i * 32 + u.lane];
+  for (int i = 0; i < K::kQRegs; ++i) qreg[i] = sm.qfrag[i * 32 + lane];
 
   int stage = 0;  // stage of this step's first chunk
   for (int st = 0; st < my_steps; ++st) {
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   row_stats<K>(sm, n_active DUALOPS_IFA_TRACE_ARG);
   __syncthreads();
   DUALOPS_IFA_MARK_BAR(kTrStats, sm.fin_m);
-  const bool half_rows = K::MTILES == 1 && u.q_rows - u.row0 <= 8;
+  const bool half_rows = K::MTILES == 1 && u.q_rows - K::row0() <= 8;
   stash_fragments<K>(rs, sm, u, n_active, half_rows);
   __syncthreads();
   DUALOPS_IFA_MARK_BAR(kTrEbuf, sm.fin_m);
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     }
     DUALOPS_IFA_MARK(kTrCounted);
     if (tid == 0) *ctr = 0;  // every CTA of the group has counted: ready for the next call
-    merge_splits<QT, D, M_TILE, NW>(p, t, u.b, u.kvh, u.part - u.split, u.row0);
+    merge_splits<QT, D, M_TILE, NW>(p, t, u.b, u.kvh, u.part - u.split, K::row0());
     DUALOPS_IFA_MARK(kTrMerged);
   }
   DUALOPS_IFA_MARK_EXIT();

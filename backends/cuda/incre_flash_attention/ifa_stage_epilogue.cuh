@@ -25,7 +25,7 @@ __device__ __forceinline__ void v_scales_early(float (&vsc)[K::kSlotRounds][4], 
     const float* v_offset = p.v_offset ? static_cast<const float*>(p.v_offset) + u.kvh * D : nullptr;
 #pragma unroll
     for (int k = 0; k < K::kSlotRounds; ++k) {
-      const int slot = u.tid + k * NT;
+      const int slot = K::tid() + k * NT;
       const int ln = slot & 31, jn = (slot >> 5) % NTILES;
       const int d0 = C::pv_d(jn, 2 * (ln & 3)), d1 = C::pv_d(jn, 2 * (ln & 3) + 1);
       const bool in = kSlots % NT == 0 || slot < kSlots;
@@ -50,17 +50,17 @@ __device__ __forceinline__ void warp_stats(RowState<K>& rs, const SmemRegions& s
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       rs.l_run[mt][hf] = l;
     }
-  if (u.tq == 0) {
+  if (K::tq() == 0) {
 #pragma unroll
     for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int rr = mt * 16 + u.g + 8 * hf;
+        const int rr = mt * 16 + K::g() + 8 * hf;
         // A warp that summed NaN scores (NaN q, key, bias or scale) has a NaN l, also where its
         // reference stayed -inf (every score NaN): l - l turns its reference NaN too, so that the
         // row merge below (a NaN-propagating max) makes the row's out and lse NaN.
-        sm.warp_m[u.warp * M_TILE + rr] = rs.m_run[mt][hf] + (rs.l_run[mt][hf] - rs.l_run[mt][hf]);
-        sm.warp_l[u.warp * M_TILE + rr] = rs.l_run[mt][hf];
+        sm.warp_m[K::warp() * M_TILE + rr] = rs.m_run[mt][hf] + (rs.l_run[mt][hf] - rs.l_run[mt][hf]);
+        sm.warp_l[K::warp() * M_TILE + rr] = rs.l_run[mt][hf];
       }
   }
 }
@@ -114,14 +114,14 @@ template <class K>
 __device__ __forceinline__ void stash_fragments(const RowState<K>& rs, const SmemRegions& sm, const Unit& u,
                                                 int n_active, bool half_rows) {
   constexpr int MTILES = K::MTILES, NTILES = K::NTILES;
-  const int warp = u.warp, lane = u.lane;
+  const int warp = K::warp(), lane = K::lane();
   float2* ebuf2 = reinterpret_cast<float2*>(sm.ebuf);  // [NW][NTILES][32] when half_rows
 #pragma unroll
   for (int mt = 0; mt < MTILES && warp < n_active; ++mt) {
     float f[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int rr = mt * 16 + u.g + 8 * hf;
+      const int rr = mt * 16 + K::g() + 8 * hf;
       const float lt = sm.fin_l[rr];
       // (!(lt <= 0): a NaN row l passes NaN on to the output)
       f[hf] = (!(lt <= 0.f) && rs.m_run[mt][hf] != -INFINITY) ? exp2f(rs.m_run[mt][hf] - sm.fin_m[rr]) / lt : 0.f;
@@ -158,7 +158,7 @@ __device__ __forceinline__ void write_rows(const IncreFlashAttentionParams& p, c
     dst[d0] = v0;
     dst[d1] = v1;
   };
-  for (int slot = u.tid, k = 0; slot < kSlots; slot += NT, ++k) {
+  for (int slot = K::tid(), k = 0; slot < kSlots; slot += NT, ++k) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);  // (.z / .w: rows 8..15, unused when half_rows)
     if (half_rows) {
 #pragma unroll
@@ -188,7 +188,7 @@ __device__ __forceinline__ void write_rows(const IncreFlashAttentionParams& p, c
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int rr = mt * 16 + (ln >> 2) + 8 * hf, r = u.row0 + rr;
+      const int rr = mt * 16 + (ln >> 2) + 8 * hf, r = K::row0() + rr;
       if (r >= u.q_rows) continue;
       const bool seen = !(sm.fin_l[rr] <= 0.f);  // (a NaN row is seen: NaN out)
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
@@ -222,8 +222,8 @@ __device__ __forceinline__ void write_staged_rows(const IncreFlashAttentionParam
     if (!(K::kClusterMerge && u.ns > 1 && merge_mode == kMergeCluster)) {  // (a cluster merge reads them there)
       __syncthreads();
       constexpr int C4 = D / 4;
-      const int rows = min(M_TILE, u.q_rows - u.row0);
-      for (int i = u.tid; i < rows * C4; i += NT) {
+      const int rows = min(M_TILE, u.q_rows - K::row0());
+      for (int i = K::tid(); i < rows * C4; i += NT) {
         const int rr = i / C4, c = (i % C4) * 4;
         const float4 x = *reinterpret_cast<const float4*>(sm.clu_out + rr * kOutPitch + c);
         if (u.ns == 1) {
@@ -242,8 +242,8 @@ __device__ __forceinline__ void write_staged_rows(const IncreFlashAttentionParam
 template <class K>
 __device__ __forceinline__ void write_lse(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
                                           int merge_mode) {
-  const int tid = u.tid;
-  if (tid < K::M_TILE && u.row0 + tid < u.q_rows) {
+  const int tid = K::tid();
+  if (tid < K::M_TILE && K::row0() + tid < u.q_rows) {
     const float lt = sm.fin_l[tid];
     // no key: lse +inf in the output, -inf in a partial (weight 0 in the merge)
     const float lse = !(lt <= 0.f) ? (sm.fin_m[tid] + __log2f(lt)) * kLn2 : (u.ns == 1 ? INFINITY : -INFINITY);
@@ -267,8 +267,8 @@ __device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   constexpr int C4 = D / 4;
-  const int ns = u.ns, tid = u.tid;
-  const int rows = min(M_TILE, u.q_rows - u.row0);
+  const int ns = u.ns, tid = K::tid();
+  const int rows = min(M_TILE, u.q_rows - K::row0());
   const int per = (rows * C4 + ns - 1) / ns;
   const int slot = u.split * per + tid;
   if (tid < per && slot < rows * C4) {
@@ -293,7 +293,7 @@ __device__ __forceinline__ bool counter_arrive(const IncreFlashAttentionParams& 
                                                const Unit& u, const SmemRegions& sm, int*& ctr) {
   __syncthreads();
   ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(u.b) * t.h_kv + u.kvh) * gridDim.y + blockIdx.y;
-  if (u.tid == 0) sm.scratch[0] = atom_add_acq_rel_gpu(ctr, 1);
+  if (K::tid() == 0) sm.scratch[0] = atom_add_acq_rel_gpu(ctr, 1);
   __syncthreads();
   return sm.scratch[0] == u.ns - 1;
 }

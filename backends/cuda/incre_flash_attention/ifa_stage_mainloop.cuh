@@ -37,8 +37,7 @@ __device__ __forceinline__ void row_state_init(RowState<K>& rs) {
 template <class K>
 struct StepChunks {
   int kc[K::SUB];
-  const uint8_t* sk[K::SUB];
-  const uint8_t* sv[K::SUB];
+  const uint8_t* sk[K::SUB];  // (V rows: kTensorBytesK on)
 };
 
 // Lockstep pipeline (kWideLs; launcher: lockstep_keys, the H100's long units): each warp keeps
@@ -87,7 +86,6 @@ __device__ __forceinline__ void step_chunks(StepChunks<K>& ch, const KvSources<K
     ch.kc[t] = kv.first_key + (j0 + t) * K::kStepKeys;
     const int stg = stage + t < K::STAGES ? stage + t : stage + t - K::STAGES;
     ch.sk[t] = kv.wbase + stg * K::C::kStageBytes;
-    ch.sv[t] = ch.sk[t] + K::C::kTensorBytesK;
   }
 }
 
@@ -99,7 +97,7 @@ __device__ __forceinline__ void step_scores(float (&s)[K::MTILES][2 * K::SUB][4]
   using C = typename K::C;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, KSTEPS = K::KSTEPS, QP = K::QP, D = K::D;
   constexpr int kQRegs = K::kQRegs;
-  const int lane = u.lane, g = u.g, tq = u.tq;
+  const int lane = K::lane(), g = K::g(), tq = K::tq();
 #pragma unroll
   for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
@@ -184,7 +182,7 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
                                              const Unit& u) {
   using MT = typename K::MT;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, NTILES = K::NTILES, PP = K::PP;
-  const int g = u.g, tq = u.tq;
+  const int g = K::g(), tq = K::tq();
   const uint8_t* mask = bias.mask;
   const float* pse = bias.pse;
 #pragma unroll
@@ -279,7 +277,7 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
   using MT = typename K::MT;
   using C = typename K::C;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, NTILES = K::NTILES, PP = K::PP, D = K::D;
-  const int lane = u.lane, g = u.g, tq = u.tq;
+  const int lane = K::lane(), g = K::g(), tq = K::tq();
   if constexpr ((kAblate & 4) != 0) {
     acc[0][0][0] += __uint_as_float(pa[0][0][0][0] ^ pa[MTILES - 1][PP - 1][SUB - 1][3]);  // measurement build: no p.v
   } else if constexpr (!C::kQuant) {
@@ -289,7 +287,7 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
 #pragma unroll
       for (int t = 0; t < SUB; ++t) {
         uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(smem_addr(ch.sv[t] + C::v_at(key, jn + (mi >> 1))), b0, b1, b2, b3);
+        ldmatrix_x4_trans(smem_addr(ch.sk[t] + C::kTensorBytesK + C::v_at(key, jn + (mi >> 1))), b0, b1, b2, b3);
 #pragma unroll
         for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
@@ -311,7 +309,7 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
         for (int rk = 0; rk < 4; ++rk) {
           const int vrow = 2 * tq + (rk & 1) + 8 * (rk >> 1);
           const int byte = uu * 8 * W + g * W;
-          const uint8_t* src = ch.sv[t] + C::v_at(vrow, byte >> 4) + (byte & 15);
+          const uint8_t* src = ch.sk[t] + C::kTensorBytesK + C::v_at(vrow, byte >> 4) + (byte & 15);
           if constexpr (W == 16) {
             const uint4 v4 = *reinterpret_cast<const uint4*>(src);
             const uint32_t vw[4] = {v4.x, v4.y, v4.z, v4.w};

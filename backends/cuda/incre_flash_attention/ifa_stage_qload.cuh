@@ -19,8 +19,8 @@ struct BlockWindow {
 
 // Block ids of chunks j0 .. j0 + 31 of this warp, one per lane (paged caches).
 template <class K>
-__device__ __forceinline__ int block_window(const KvSources<K>& kv, const Unit& u, int j0) {
-  const int kc = kv.first_key + (j0 + u.lane) * K::kStepKeys;
+__device__ __forceinline__ int block_window(const KvSources<K>& kv, const Unit& u, int lane, int j0) {
+  const int kc = kv.first_key + (j0 + lane) * K::kStepKeys;
   return kc < u.k_cap ? kv.bt_row[kv.pm.block(kc)] : -1;
 }
 
@@ -29,7 +29,7 @@ __device__ __forceinline__ int block_window(const KvSources<K>& kv, const Unit& 
 template <class K>
 __device__ __forceinline__ void issue_chunk(const IncreFlashAttentionParams& p, const Unit& u,
                                             const KvSources<K>& kv, BlockWindow& win, uint32_t& bad_blocks,
-                                            int k_end, int j) {
+                                            int k_end, int lane, int j) {
   using C = typename K::C;
   constexpr int64_t elt = K::elt;
   constexpr int kSwzN = K::kSwzN, kRows = K::kRows;
@@ -39,7 +39,7 @@ __device__ __forceinline__ void issue_chunk(const IncreFlashAttentionParams& p, 
   if (kv.block_size > 0) {
     if ((j & 31) == 0 && j > 0) {
       win.cur = win.nxt;
-      win.nxt = block_window(kv, u, j + 32);
+      win.nxt = block_window(kv, u, lane, j + 32);
     }
     const int blk = __shfl_sync(0xffffffffu, win.cur, j & 31);
     const int slot = kv.pm.slot(kc);  // a chunk's rows are consecutive slots of one block
@@ -86,7 +86,7 @@ __device__ __forceinline__ void load_q_raw(QRaw<K>& qr, const QSources<K>& qs, c
 #pragma unroll
   for (int it = 0; it < K::QIT; ++it) {
     int d = 0;  // 8-bit: q_src is the pair's own address
-    const uint16_t* src = C::kQuant ? qs.q_src[it] : qs.pair_row(u.tid, it, d);
+    const uint16_t* src = C::kQuant ? qs.q_src[it] : qs.pair_row(K::tid(), it, d);
     uint32_t raw = 0;
     if (src != nullptr) {
       raw = qs.q_word ? *reinterpret_cast<const unsigned int*>(src + d)
@@ -120,7 +120,7 @@ __device__ __forceinline__ float q_fragments(const IncreFlashAttentionParams& p,
   constexpr int D = K::D, M_TILE = K::M_TILE, NT = K::NT, NW = K::NW, QIT = K::QIT, KSTEPS = K::KSTEPS;
   constexpr int QP = K::QP, kQPairs = K::kQPairs;
   constexpr bool kOffsetsInRegs = K::kOffsetsInRegs;
-  const int tid = u.tid, lane = u.lane;
+  const int tid = K::tid(), lane = K::lane();
   float qmul = 1.f;
   if constexpr (C::kQuant) {
     if (tid == 0) sm.scratch[0] = 0;
@@ -174,10 +174,10 @@ __device__ __forceinline__ float q_fragments(const IncreFlashAttentionParams& p,
   // from the q values, scales and offsets already in registers; otherwise one warp per row reads
   // them (a global round trip).
   const float score_mul = p.softmax_scale * kLog2e / qmul;
-  for (int rr = u.warp; !kOffsetsInRegs && rr < M_TILE; rr += NW) {
+  for (int rr = K::warp(); !kOffsetsInRegs && rr < M_TILE; rr += NW) {
     float acc = 0.f;
-    if (qs.k_offset != nullptr && u.row0 + rr < u.q_rows) {
-      const int r = u.row0 + rr, gh = r / u.s_q, i = r - gh * u.s_q;
+    if (qs.k_offset != nullptr && K::row0() + rr < u.q_rows) {
+      const int r = K::row0() + rr, gh = r / u.s_q, i = r - gh * u.s_q;
       const QT* qrow = qs.q + u.b * p.q_stride_b + i * p.q_stride_s + (u.kvh * u.group + gh) * p.q_stride_h;
 #pragma unroll
       for (int d = lane; d < D; d += 32) acc += to_f32(qrow[d]) * __ldg(qs.k_scale + d) * __ldg(qs.k_offset + d);
@@ -204,8 +204,8 @@ __device__ __forceinline__ void row_limits(RowLimits<K>& rl, const IncreFlashAtt
   for (int mt = 0; mt < K::MTILES; ++mt)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int rr = mt * 16 + u.g + 8 * hf;
-      const int r = min(u.row0 + rr, u.q_rows - 1);
+      const int rr = mt * 16 + K::g() + 8 * hf;
+      const int r = min(K::row0() + rr, u.q_rows - 1);
       const int i = r % u.s_q;
       rl.radd[mt][hf] = sm.row_add[rr];
       rl.lim[mt][hf] = p.causal ? min(k_end, kv_len - u.s_q + i + 1) : k_end;

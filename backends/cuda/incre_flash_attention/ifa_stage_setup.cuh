@@ -83,13 +83,21 @@ struct Kern {
   static constexpr int kSlots = MTILES * NTILES * 32;
   static constexpr bool kVScalesEarly = C::kQuant && !C::kVScalesInSmem;
   static constexpr int kSlotRounds = kVScalesEarly ? (kSlots + NT - 1) / NT : 1;
+  // First q row of the CTA's tile.
+  static __device__ __forceinline__ int row0() { return blockIdx.y * M_TILE; }
+  // The thread's index, lane, warp and mma fragment row / column group (read from threadIdx
+  // where used).
+  static __device__ __forceinline__ int tid() { return threadIdx.x; }
+  static __device__ __forceinline__ int lane() { return tid() & 31; }
+  static __device__ __forceinline__ int warp() { return tid() >> 5; }
+  static __device__ __forceinline__ int g() { return (tid() & 31) >> 2; }
+  static __device__ __forceinline__ int tq() { return tid() & 3; }
 };
 
 // The CTA's unit and q tile. Unit u of the plan (docs/internals.md "IFA plan"): the first
 // t.whole_groups units take a whole (batch, KV head) group each, unsplit; the others take split
 // `split` of a later group.
 struct Unit {
-  int tid, lane, warp, g, tq;
   int ns;     // splits of this unit's group
   int split;
   int span;   // keys the plan gives the unit
@@ -104,8 +112,6 @@ struct Unit {
 template <int M_TILE>
 __device__ __forceinline__ Unit unit_of(const IncreFlashAttentionTiling& t) {
   Unit s;
-  s.tid = threadIdx.x, s.lane = s.tid & 31, s.warp = s.tid >> 5;
-  s.g = s.lane >> 2, s.tq = s.lane & 3;
   const int u = blockIdx.x;
   const bool whole = u < t.whole_groups;
   s.ns = whole ? 1 : t.num_splits;
@@ -219,13 +225,13 @@ __device__ __forceinline__ void q_sources(QSources<K>& s, const IncreFlashAttent
   s.q = static_cast<const QT*>(p.q);
   s.k_scale = C::kQuant ? static_cast<const float*>(p.k_scale) + u.kvh * D : nullptr;
   s.k_offset = (C::kQuant && p.k_offset) ? static_cast<const float*>(p.k_offset) + u.kvh * D : nullptr;
-  const int tid = u.tid;
+  const int tid = K::tid();
   const int q_ln = (tid >> 2) & 31, q_reg = tid & 3;
   const int q_rr = (q_ln >> 2) + 8 * (q_reg & 1);  // row within an m-tile
   s.q_kk = 2 * (q_ln & 3) + 8 * (q_reg >> 1);
 #pragma unroll
   for (int mt = 0; mt < K::MTILES; ++mt) {
-    const int r = u.row0 + mt * 16 + q_rr, gh = r / u.s_q, i = r - gh * u.s_q;
+    const int r = K::row0() + mt * 16 + q_rr, gh = r / u.s_q, i = r - gh * u.s_q;
     s.q_row[mt] = r < u.q_rows ? reinterpret_cast<const uint16_t*>(s.q + u.b * p.q_stride_b + i * p.q_stride_s +
                                                                     (u.kvh * u.group + gh) * p.q_stride_h)
                                : nullptr;
@@ -269,10 +275,10 @@ __device__ __forceinline__ void row_offsets(const IncreFlashAttentionParams& p, 
     sm.lse_row[rr] = u.ns == 1 ? lse_row_final(t, u, r - u.row0) : u.part * u.q_rows + r;
   };
   if constexpr (K::C::kQuant) {
-    if (const int rr = u.tid - (NT - M_TILE); rr >= 0) one(rr);
+    if (const int rr = K::tid() - (NT - M_TILE); rr >= 0) one(rr);
   } else {
-    for (int rr = u.warp; rr < M_TILE; rr += NW)
-      if (u.lane == 0) one(rr);
+    for (int rr = K::warp(); rr < M_TILE; rr += NW)
+      if (K::lane() == 0) one(rr);
   }
 }
 
@@ -299,7 +305,7 @@ struct KvSources {
   // i - D; without offsets, no bytes: zeros), copied to shared memory after the wait.
   const float* vs_src[K::kVsRounds];
   uint32_t vs_bytes[K::kVsRounds];
-  __device__ __forceinline__ KvSources(int bs) : block_size(bs), pm(bs) {}
+  __device__ __forceinline__ KvSources(uint8_t* wb, int bs) : wbase(wb), block_size(bs), pm(bs) {}
 };
 
 template <class K>
@@ -309,10 +315,9 @@ __device__ __forceinline__ void kv_sources(KvSources<K>& s, const IncreFlashAtte
   constexpr int D = K::D, NT = K::NT;
   constexpr int64_t elt = K::elt;
   const int kvh = u.kvh, b = u.b;
-  s.wbase = sm.kv_smem + u.warp * K::STAGES * C::kStageBytes;
-  s.first_key = u.k_begin + u.warp * kChunkKeys;
+  s.first_key = u.k_begin + K::warp() * kChunkKeys;
   s.bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(b) * p.block_table_stride;
-  s.lrow = u.lane / K::kCpr, s.lcol = u.lane % K::kCpr;
+  s.lrow = K::lane() / K::kCpr, s.lcol = K::lane() % K::kCpr;
   s.k_lane = static_cast<const char*>(p.k) + ((kvh * p.k_stride_2 + s.lrow * p.k_stride_1) * elt + s.lcol * 16);
   s.v_lane = static_cast<const char*>(p.v) + ((kvh * p.v_stride_2 + s.lrow * p.v_stride_1) * elt + s.lcol * 16);
   s.k_step = K::kRows * p.k_stride_1 * elt, s.v_step = K::kRows * p.v_stride_1 * elt;
@@ -338,7 +343,7 @@ __device__ __forceinline__ void kv_sources(KvSources<K>& s, const IncreFlashAtte
     const float* v_offset = p.v_offset ? static_cast<const float*>(p.v_offset) + kvh * D : nullptr;
 #pragma unroll
     for (int r = 0; r < K::kVsRounds; ++r) {
-      const int i = u.tid + r * NT;
+      const int i = K::tid() + r * NT;
       const bool off = i >= D;
       s.vs_src[r] = off ? (v_offset ? v_offset + (i - D) : v_scale) : v_scale + i;
       s.vs_bytes[r] = off && v_offset == nullptr ? 0u : 4u;
