@@ -32,8 +32,6 @@ BF16 = torch.bfloat16
 KNOWN = {
     ("incre_flash_attention", "ascend_sim"): "Ascend IFA kernel: NaN handling being fixed "
                                              "(online softmax / split merge treat NaN rows as empty)",
-    ("incre_flash_attention", "cuda"): "CUDA IFA kernel: -inf / +inf values and keys it never attends "
-                                       "reach the tensor cores' p.v as 0 * inf or 0 * NaN",
 }
 # No-effect cases those kernels also miss today: masked keys with NaN / inf in k, v and pse_shift
 # reach the p.v product (0 * inf).
@@ -41,9 +39,7 @@ KNOWN_NO_EFFECT = {"masked_keys"}
 # Where a kernel follows the semantics except in these cases, only they are marked: the Ascend IFA
 # kernel propagates NaN / inf as the reference does, but values it never attends (masked or
 # causally hidden keys: p = 0) still reach the cube's P.V as 0 * NaN / 0 * inf.
-KNOWN_ONLY = {("incre_flash_attention", "ascend_sim"): {"masked_keys", "causal_hidden_key"},
-              ("incre_flash_attention", "cuda"): {"neg_inf_value", "pos_inf_pse", "masked_keys",
-                                                  "causal_hidden_key"}}
+KNOWN_ONLY = {("incre_flash_attention", "ascend_sim"): {"masked_keys", "causal_hidden_key"}}
 
 
 @dataclasses.dataclass

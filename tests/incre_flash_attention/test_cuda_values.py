@@ -12,7 +12,8 @@ from dualops.testing import LSE_TOLERANCE, assert_close_parity
 # (pytest_generate_tests, forced_launch and _forced_launch_override: every test runs under the forced
 # launches that name it, ifa_cuda_cases.FORCED_LAUNCHES)
 from ifa_cuda_cases import (  # noqa: F401
-    _backend_kwargs, _id, _poison_case, check, cuda_backend, make_case, needs_cuda, ref_ifa, _forced_launch_override, forced_launch, pytest_generate_tests)
+    BF16, FP16, _backend_kwargs, _id, _poison_case, check, cuda_backend, make_case, needs_cuda, ref_ifa,
+    _forced_launch_override, forced_launch, pytest_generate_tests)
 
 
 # ----------------------------------------------------------------------------- non-finite values
@@ -54,11 +55,71 @@ def test_non_finite_inputs_reach_the_row(case):
 
 
 @needs_cuda
-@pytest.mark.xfail(reason="p.v runs on the tensor cores with p as hi + lo parts (bf16) or with the other "
-                          "keys' zero weights: (-inf) x 0 or (-inf) + (+inf) give NaN where the reference "
-                          "gives -inf; fixing it needs a per-element check in the main loop", strict=False)
-@pytest.mark.parametrize("kv", ["same"])
-def test_minus_inf_value_gives_minus_inf(kv):
-    q, k, v, kw = make_case(B=1, h_q=8, h_kv=1, kv=kv, lens=[512], s_max=512, seed=5)
+@pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
+def test_minus_inf_value_gives_minus_inf(dtype):
+    q, k, v, kw = make_case(B=1, h_q=8, h_kv=1, dtype=dtype, lens=[512], s_max=512, seed=5)
     v[0, 100, 0, 7] = float("-inf")
-    check(q, k, v, kw, name="-inf value")
+    out, _ = check(q, k, v, kw, name="-inf value")
+    assert (out[0, 0, :, 7] == float("-inf")).all()
+
+
+# inf / NaN values at keys a row does not attend (masked by atten_mask, hidden by the causal
+# mask) have no effect; at keys it attends they reach that row's channel (+inf, -inf, NaN; two
+# infinities of both signs: NaN) -- in chunks of the 16-bit kernels' p.v that mix both, paged and
+# contiguous, every head dim, with and without split-KV.
+UNATTENDED = [dict(dtype=dt, D=D, page=pg, splits=ns)
+              for dt in (BF16, FP16) for D in (64, 128, 256) for pg in (0, 64) for ns in (0, 3)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", UNATTENDED, ids=[_id(c) for c in UNATTENDED])
+def test_non_finite_values_at_unattended_keys(case):
+    S_q, lens = 3, [300, 41, 2]
+    q, k, v, kw = make_case(B=3, S_q=S_q, h_q=8, h_kv=2, D=case["D"], dtype=case["dtype"], page=case["page"],
+                            lens=lens, s_max=320, causal=True, mask="per_batch",
+                            seed=zlib.crc32(_id(case).encode()) % 1000)
+    mask = kw["atten_mask"]  # [B, 1, 1, s_kv]
+    vals = (float("inf"), float("-inf"), float("nan"))
+    table = kw.get("block_table")
+    for b, n in enumerate(lens):
+        def slot(j):  # (tensor index of key j of request b)
+            return (int(table[b, j // case["page"]]), j % case["page"]) if case["page"] else (b, j)
+        # masked keys and the last key (hidden from all q rows but the last by the causal mask)
+        masked = [j for j in range(n) if bool(mask[b, 0, 0, j])][:3] + [n - 1]
+        for i, j in enumerate(masked):
+            v[slot(j)][0, (5 * i) % case["D"]] = vals[i % 3]
+        # attended keys: +inf and -inf in one channel of KV head 1 (NaN), -inf in another
+        if n > 8:
+            mask[b, 0, 0, 4:7] = False
+            v[slot(4)][1, 9] = float("inf")
+            v[slot(5)][1, 9] = float("-inf")
+            v[slot(6)][1, 11] = float("-inf")
+    plan = cuda_backend.make_ifa_plan(q, k, table)
+    if case["splits"]:
+        plan = plan.with_splits(case["splits"])
+    bk = dict(_backend_kwargs(q, k, kw), atten_mask=mask, pse_shift=None)
+    out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert torch.isnan(ref_out).any() and torch.isinf(ref_out).any()
+    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+
+
+@needs_cuda
+@pytest.mark.parametrize("splits", [0, 3, 70])
+@pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
+def test_plus_inf_bias_gives_inf_lse(dtype, splits):
+    """A +inf score: the row's lse is +inf and its out NaN, also through every split merge."""
+    q, k, v, kw = make_case(B=2, h_q=8, h_kv=2, dtype=dtype, lens=[300, 40], pse="full", seed=9)
+    kw["pse_shift"][0, 3, 0, 17] = float("inf")
+    plan = cuda_backend.make_ifa_plan(q, k, None)
+    if splits:
+        plan = plan.with_splits(splits)
+    bk = dict(_backend_kwargs(q, k, kw), pse_shift=kw["pse_shift"])
+    out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert_close_parity(out, ref_out, name="+inf pse out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="+inf pse lse")
+    assert torch.isinf(lse[0, 3]).all() and torch.isnan(out[0, 0, 3]).all()
