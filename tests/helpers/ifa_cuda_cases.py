@@ -41,7 +41,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 #    stepping together; 8-bit kernels also prefetch their first fill) for every unit of >= 16 keys
 #    in its barrier-first and its burst order, and off (by default the H100's long units only).
 _MERGE_TESTS = ("forced_split_plans", "split_merge_repeats", "concurrent_streams", "graph_decode_step",
-                "whole_groups_then_splits", "non_finite_inputs")
+                "whole_groups_then_splits", "non_finite_inputs", "non_finite_values", "plus_inf_bias")
 _SHAPE_TESTS = ("dtypes_head_dims_layouts", "multi_token_queries", "masks_and_bias", "8bit_query_rows",
                 "forced_split_plans", "one_chunk_units", "split_kv_long_context", "multi_wave_grids",
                 "graph_decode_step", "whole_groups_then_splits", "biased_q_short_requests", "smoke")
