@@ -269,15 +269,16 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
   }
 }
 
-// 16-bit value fragments: x * 0 + acc for both halves of w, so that acc (from 0) stays +-0 while
-// every value is finite and turns NaN at the first inf or NaN.
+// Two 16-bit value pairs in one: a * 0 + c per half, which is c where a is finite and NaN where
+// it is inf or NaN, so the result holds an inf or NaN exactly where a or c does (a tree of these
+// checks 2n registers with 2n - 1 fma, n levels deep).
 template <typename MT>
-__device__ __forceinline__ uint32_t zero_fma2(uint32_t w, uint32_t acc) {
+__device__ __forceinline__ uint32_t keep_nonfinite2(uint32_t a, uint32_t c) {
   uint32_t d;
   if constexpr (std::is_same_v<MT, __nv_bfloat16>)
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(0u), "r"(acc));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0u), "r"(c));
   else
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(w), "r"(0u), "r"(acc));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0u), "r"(c));
   return d;
 }
 
@@ -362,8 +363,8 @@ __device__ __forceinline__ void pv_nonfinite(float (&acc)[K::MTILES][K::NTILES][
 }
 
 // O += p . v (hi and lo parts of p against the same v fragments), one k-step per chunk.
-// 16-bit caches check each chunk's value fragments for inf / NaN (one fma per register, a warp
-// vote per chunk): a chunk that holds one takes its non-finite values out of the tensor-core
+// 16-bit caches check each chunk's value fragments for inf / NaN (a tree of fma, one per register,
+// and a warp vote per chunk): a chunk that holds one takes its non-finite values out of the tensor-core
 // product and adds their exact terms (pv_nonfinite), so that a key a row does not attend adds
 // nothing and an attended one adds p * v as the reference has it (0 * inf on the tensor cores
 // would be NaN for every row of the tile). 8-bit caches: int8 holds no inf or NaN.
@@ -388,15 +389,18 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
 #pragma unroll
       for (int j0 = 0; j0 < NTILES; j0 += G) {
         uint32_t b[G / 2][4];
-        uint32_t chk = 0;
 #pragma unroll
-        for (int jj = 0; jj < G / 2; ++jj) {
+        for (int jj = 0; jj < G / 2; ++jj)
           ldmatrix_x4_trans(smem_addr(ch.sk[t] + C::kTensorBytesK + C::v_at(key, j0 + 2 * jj + (mi >> 1))), b[jj][0],
                             b[jj][1], b[jj][2], b[jj][3]);
+        uint32_t chk[G];
 #pragma unroll
-          for (int x = 0; x < 4; ++x) chk = zero_fma2<MT>(b[jj][x], chk);
-        }
-        if (__any_sync(0xffffffffu, (chk & 0x7fff7fffu) != 0))
+        for (int i = 0; i < G; ++i) chk[i] = keep_nonfinite2<MT>(b[i / 2][2 * (i % 2)], b[i / 2][2 * (i % 2) + 1]);
+#pragma unroll
+        for (int n = G / 2; n >= 1; n /= 2)
+#pragma unroll
+          for (int i = 0; i < n; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
+        if (__any_sync(0xffffffffu, nonfinite_halves<MT>(chk[0]) != 0))
           pv_nonfinite<K, G>(acc, b, j0, t, pa, ch, blk_ok, rl, bias, p, sm);
 #pragma unroll
         for (int jj = 0; jj < G / 2; ++jj) {
