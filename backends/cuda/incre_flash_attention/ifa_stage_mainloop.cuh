@@ -396,10 +396,15 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
         uint32_t chk[G];
 #pragma unroll
         for (int i = 0; i < G; ++i) chk[i] = keep_nonfinite2<MT>(b[i / 2][2 * (i % 2)], b[i / 2][2 * (i % 2) + 1]);
+        static_assert(G == 8 || G == 16, "a whole tree");  // (levels of constant widths: unrolled)
 #pragma unroll
-        for (int n = G / 2; n >= 1; n /= 2)
+        for (int i = 0; i < G / 2; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
 #pragma unroll
-          for (int i = 0; i < n; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
+        for (int i = 0; i < G / 4; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
+#pragma unroll
+        for (int i = 0; i < G / 8; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
+#pragma unroll
+        for (int i = 0; i < G / 16; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
         if (__any_sync(0xffffffffu, nonfinite_halves<MT>(chk[0]) != 0))
           pv_nonfinite<K, G>(acc, b, j0, t, pa, ch, blk_ok, rl, bias, p, sm);
 #pragma unroll
