@@ -282,13 +282,17 @@ __device__ __forceinline__ uint32_t keep_nonfinite2(uint32_t a, uint32_t c) {
   return d;
 }
 
-// 0xffff in each 16-bit half of w that holds an inf or NaN (exponent all ones), else 0.
+// Bit 15 / 31 set where that 16-bit half of w holds an inf or NaN (its exponent all ones).
 template <typename MT>
-__device__ __forceinline__ uint32_t nonfinite_halves(uint32_t w) {
+__device__ __forceinline__ uint32_t nonfinite_tops(uint32_t w) {
   constexpr uint32_t kExp = std::is_same_v<MT, __nv_bfloat16> ? 0x7f807f80u : 0x7c007c00u;
   constexpr uint32_t kOne = std::is_same_v<MT, __nv_bfloat16> ? 0x00800080u : 0x04000400u;
-  const uint32_t top = ((w & kExp) + kOne) & 0x80008000u;  // bit 15 / 31: that half's exponent was all ones
-  return (top >> 15) * 0xffffu;
+  return ((w & kExp) + kOne) & 0x80008000u;
+}
+// 0xffff in each 16-bit half of w that holds an inf or NaN, else 0.
+template <typename MT>
+__device__ __forceinline__ uint32_t nonfinite_halves(uint32_t w) {
+  return (nonfinite_tops<MT>(w) >> 15) * 0xffffu;
 }
 
 // The exact p . v terms of a chunk's non-finite values (inf, NaN) in n-tiles j0 .. j0 + G - 1,
@@ -405,7 +409,7 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
         for (int i = 0; i < G / 8; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
 #pragma unroll
         for (int i = 0; i < G / 16; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
-        if (__any_sync(0xffffffffu, nonfinite_halves<MT>(chk[0]) != 0))
+        if (__any_sync(0xffffffffu, nonfinite_tops<MT>(chk[0]) != 0))
           pv_nonfinite<K, G>(acc, b, j0, t, pa, ch, blk_ok, rl, bias, p, sm);
 #pragma unroll
         for (int jj = 0; jj < G / 2; ++jj) {
