@@ -27,18 +27,12 @@ NAN, INF = float("nan"), float("inf")
 BACKENDS = ("reference", "ascend_sim", "cuda")
 BF16 = torch.bfloat16
 
-# Kernels that do not follow the semantics yet (NaN rows come out finite or as "saw no keys",
-# -inf values as NaN, NaN splits dropped by the merge); their fixes are under way.
-KNOWN = {
-    ("incre_flash_attention", "cuda"): "CUDA IFA kernel: -inf / +inf values and keys it never attends "
-                                       "reach the tensor cores' p.v as 0 * inf or 0 * NaN",
-}
-# No-effect cases those kernels also miss today: masked keys with NaN / inf in k, v and pse_shift
-# reach the p.v product (0 * inf).
+# Kernels that do not follow the semantics in some cases: (op, backend) -> why. Every kernel
+# follows them on these cases today; an entry marks its cases xfail (KNOWN_ONLY: only the named
+# cases; else the propagating ones and KNOWN_NO_EFFECT's).
+KNOWN: dict = {}
 KNOWN_NO_EFFECT = {"masked_keys"}
-# Where a kernel follows the semantics except in these cases, only they are marked.
-KNOWN_ONLY = {("incre_flash_attention", "cuda"): {"neg_inf_value", "pos_inf_pse", "masked_keys",
-                                                  "causal_hidden_key"}}
+KNOWN_ONLY: dict = {}
 
 
 @dataclasses.dataclass
