@@ -427,10 +427,16 @@ def _forced_split_call(op, backend, values, splits):
     return {"out": out.cpu(), "lse": lse.cpu()}
 
 
-def _check(op, case, got):
+def _check(op, case, got, backend=None):
     expected = _call(op, "reference", case.values)
     for name in OUTPUTS[op]:
         tol = testing.LSE_TOLERANCE if name == "lse" else testing.tolerance_for(got[name].dtype)
+        if op == "grouped_gemm" and backend == "cuda" and case.values["x"].dtype == torch.float8_e4m3fn:
+            # fp8 on the CUDA tensor cores sums with about 14 bits between fp32 promotions
+            # (docs/grouped_gemm_cuda.md): bound by 2^-6 of the largest finite output
+            ref = expected[name].float()
+            peak = float(ref[torch.isfinite(ref)].abs().max()) if torch.isfinite(ref).any() else 1.0
+            tol = (2 ** -6 * max(1.0, peak), 2 ** -6, tol[2])
         c = testing.compare(got[name], expected[name], atol=tol[0], rtol=tol[1], cos_eps=tol[2])
         assert c.ok, f"{op}/{case.name} {name} differs from the reference: {c}"
     if case.expect is not None:
@@ -460,7 +466,7 @@ def test_nonfinite(op, name, backend):
     why = _skip_reason(op, backend, case.values)
     if why:
         pytest.skip(why)
-    _check(op, case, _call(op, backend, case.values))
+    _check(op, case, _call(op, backend, case.values), backend)
 
 
 def _split_params():

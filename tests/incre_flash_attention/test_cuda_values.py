@@ -97,7 +97,10 @@ def test_non_finite_values_at_unattended_keys(case):
     plan = cuda_backend.make_ifa_plan(q, k, table)
     if case["splits"]:
         plan = plan.with_splits(case["splits"])
-    bk = dict(_backend_kwargs(q, k, kw), atten_mask=mask, pse_shift=None)
+    # the backend takes the mask broadcast to [B, H_q, S_q, S_kv] (stride 0 over the broadcast
+    # dims), as the op's argument conversion hands it over
+    full = (q.shape[0], q.shape[2], q.shape[1], mask.shape[-1])
+    bk = dict(_backend_kwargs(q, k, kw), atten_mask=mask.expand(full), pse_shift=None)
     out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
     torch.cuda.synchronize()
     ref_out, ref_lse = ref_ifa(q, k, v, **kw)
