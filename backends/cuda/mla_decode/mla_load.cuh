@@ -94,42 +94,9 @@ __device__ __forceinline__ uint4 bf16x8_to(uint4 v) {
   }
 }
 
-// Two e4m3 bytes of w (PRMT selector: bytes k0, k1 to bytes 1 and 3) -> bf16x2 of value * 2^-120:
-// sign, exponent and mantissa bits moved to their bf16 places (bias 7 -> 127; e4m3 subnormals
-// land on bf16 subnormals, exactly). NaN codes are not mapped (the caller checks for them).
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_down(uint32_t w, uint32_t sel) {
-  uint32_t t;
-  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(t) : "r"(w), "r"(sel));
-  return (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
-}
-// bf16x2 a * b, rounded once (fma with -0: subnormals kept).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-// Does any of the 4 e4m3 bytes of w hold a NaN code (low 7 bits all ones)?
-__device__ __forceinline__ bool e4m3x4_has_nan(uint32_t w) {
-  return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0u;
-}
-
-// 8 e4m3 values times a scale -> 8 values of MT (16 bytes): e4m3 * scale rounded once to MT.
-// bf16 with a scale that bf16 holds exactly (the FP8 formats' power-of-two scales) and no NaN
-// code: integer bit moves and one bf16x2 multiply by scale * 2^120 per pair (the same rounding:
-// the product of a 4-bit and an 8-bit significand is exact in fp32); otherwise through fp32.
+// 8 e4m3 values times a scale -> 8 values of MT (16 bytes).
 template <typename MT>
 __device__ __forceinline__ uint4 e4m3x8_scaled(uint2 raw, float s) {
-  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {
-    const float s_up = s * 0x1p120f;
-    const bool exact = (__float_as_uint(s) & 0xffffu) == 0u && fabsf(s_up) <= 3.0e38f;
-    if (exact && !e4m3x4_has_nan(raw.x) && !e4m3x4_has_nan(raw.y)) {
-      const uint32_t sb = (__float_as_uint(s_up) >> 16) * 0x10001u;
-      return make_uint4(bf16x2_mul(e4m3x2_to_bf16x2_down(raw.x, 0x1404u), sb),
-                        bf16x2_mul(e4m3x2_to_bf16x2_down(raw.x, 0x3424u), sb),
-                        bf16x2_mul(e4m3x2_to_bf16x2_down(raw.y, 0x1404u), sb),
-                        bf16x2_mul(e4m3x2_to_bf16x2_down(raw.y, 0x3424u), sb));
-    }
-  }
   uint32_t w[4];
   const uint32_t in[2] = {raw.x, raw.y};
 #pragma unroll
