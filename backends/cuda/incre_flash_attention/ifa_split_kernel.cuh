@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     step_scores<K>(s, ch, u, sm.qfrag, qreg);
     uint32_t pa[K::MTILES][K::PP][SUB][4];
     step_softmax<K>(pa, s, rs, ch, blk_ok, rl, bias, score_mul, p, sm, u);
-    step_pv<K>(rs.acc, pa, ch, blk_ok, rl, bias, p, sm);
+    step_pv<K>(rs.acc, pa, ch, u);
     __syncwarp();  // the stages are refilled next
     stage = stage + SUB < STAGES ? stage + SUB : stage + SUB - STAGES;
   }

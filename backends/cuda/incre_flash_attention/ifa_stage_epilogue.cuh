@@ -58,11 +58,8 @@ __device__ __forceinline__ void warp_stats(RowState<K>& rs, const SmemRegions& s
         const int rr = mt * 16 + K::g() + 8 * hf;
         // A warp that summed NaN scores (NaN q, key, bias or scale) has a NaN l, also where its
         // reference stayed -inf (every score NaN): l - l turns its reference NaN too, so that the
-        // row merge below (a NaN-propagating max) makes the row's out and lse NaN. A +inf score
-        // (+inf in pse_shift) leaves the reference +inf and l NaN (its weight: inf - inf): the
-        // row's lse is +inf and its out NaN, as in the reference.
-        const float m = rs.m_run[mt][hf];
-        sm.warp_m[K::warp() * M_TILE + rr] = m == INFINITY ? m : m + (rs.l_run[mt][hf] - rs.l_run[mt][hf]);
+        // row merge below (a NaN-propagating max) makes the row's out and lse NaN.
+        sm.warp_m[K::warp() * M_TILE + rr] = rs.m_run[mt][hf] + (rs.l_run[mt][hf] - rs.l_run[mt][hf]);
         sm.warp_l[K::warp() * M_TILE + rr] = rs.l_run[mt][hf];
       }
   }
@@ -104,7 +101,7 @@ __device__ __forceinline__ void row_stats(const SmemRegions& sm, int n_active DU
     DUALOPS_IFA_MARK(kTrStatsSum);
 #endif
     sm.fin_m[tid] = mx;
-    sm.fin_l[tid] = mx == INFINITY ? 1.f : l;  // (+inf score: lse +inf; out NaN through exp2(inf - inf))
+    sm.fin_l[tid] = l;
   }
 }
 

@@ -269,116 +269,11 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
   }
 }
 
-// Two 16-bit value pairs in one: a * 0 + c per half, which is c where a is finite and NaN where
-// it is inf or NaN, so the result holds an inf or NaN exactly where a or c does (a tree of these
-// checks 2n registers with 2n - 1 fma, n levels deep).
-template <typename MT>
-__device__ __forceinline__ uint32_t keep_nonfinite2(uint32_t a, uint32_t c) {
-  uint32_t d;
-  if constexpr (std::is_same_v<MT, __nv_bfloat16>)
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0u), "r"(c));
-  else
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0u), "r"(c));
-  return d;
-}
-
-// Bit 15 / 31 set where that 16-bit half of w holds an inf or NaN (its exponent all ones).
-template <typename MT>
-__device__ __forceinline__ uint32_t nonfinite_tops(uint32_t w) {
-  constexpr uint32_t kExp = std::is_same_v<MT, __nv_bfloat16> ? 0x7f807f80u : 0x7c007c00u;
-  constexpr uint32_t kOne = std::is_same_v<MT, __nv_bfloat16> ? 0x00800080u : 0x04000400u;
-  return ((w & kExp) + kOne) & 0x80008000u;
-}
-// 0xffff in each 16-bit half of w that holds an inf or NaN, else 0.
-template <typename MT>
-__device__ __forceinline__ uint32_t nonfinite_halves(uint32_t w) {
-  return (nonfinite_tops<MT>(w) >> 15) * 0xffffu;
-}
-
-// The exact p . v terms of a chunk's non-finite values (inf, NaN) in n-tiles j0 .. j0 + G - 1,
-// whose fragments b (as ldmatrix_x4_trans gave them) hold at least one: IEEE p * v in fp32 for
-// the keys a row attends -- p = 0 gives NaN, as in the reference -- and nothing for the keys it
-// does not (past its limit, in an invalid block, masked); then those values are zeroed in b, so
-// that the tensor cores add the chunk's finite values as usual. Runs only for such chunks: a
-// loop over the non-finite values, one per round, that lane (g, tq) of the fragments holds as
-// key 2 tq + h (+ 8 for odd words) of n-tile column g.
-template <class K, int G>
-__device__ __forceinline__ void pv_nonfinite(float (&acc)[K::MTILES][K::NTILES][4], uint32_t (&b)[G / 2][4],
-                                             int j0, int t, const uint32_t (&pa)[K::MTILES][K::PP][K::SUB][4],
-                                             const StepChunks<K>& ch, const bool (&blk_ok)[K::SUB],
-                                             const RowLimits<K>& rl, const ScoreBias& bias,
-                                             const IncreFlashAttentionParams& p, const SmemRegions& sm) {
-  using MT = typename K::MT;
-  using C = typename K::C;
-  constexpr int MTILES = K::MTILES;
-  const int lane = K::lane(), g = K::g(), tq = K::tq();
-  uint64_t pending = 0;  // bit 8 jj + 2 x + h: half h of word x of fragment jj is inf / NaN
-#pragma unroll
-  for (int jj = 0; jj < G / 2; ++jj)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const uint32_t e = nonfinite_halves<MT>(b[jj][x]);
-      pending |= static_cast<uint64_t>((e & 1u) | ((e >> 15) & 2u)) << (8 * jj + 2 * x);
-    }
-  for (;;) {
-    const unsigned who = __ballot_sync(0xffffffffu, pending != 0);
-    if (who == 0) break;
-    const int src = __ffs(who) - 1;
-    int idx = 0;
-    if (lane == src) {
-      idx = __ffsll(static_cast<long long>(pending)) - 1;
-      pending &= pending - 1;
-    }
-    idx = __shfl_sync(0xffffffffu, idx, src);
-    const int x = (idx >> 1) & 3, jn = j0 + 2 * (idx >> 3) + (x >> 1);
-    const int k = 2 * (src & 3) + (idx & 1) + 8 * (x & 1);  // key within the chunk
-    const int col = src >> 2;                                // column within n-tile jn
-    // the value, read by every lane from the stage (V row k, head-dim position 8 jn + col)
-    const uint8_t* vrow = ch.sk[t] + C::kTensorBytesK + C::v_at(k, jn) + 2 * col;
-    const float v = bits_to_f32<MT>(*reinterpret_cast<const uint16_t*>(vrow));
-    const int key = ch.kc[t] + k;
-    const bool mine = tq == (col >> 1);
-#pragma unroll
-    for (int mt = 0; mt < MTILES; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        // p of this lane's row for key k (its A-fragment word hf + 2 (k / 8), half k % 2), from the
-        // lane that holds it. A non-finite v makes p * v +-inf or NaN whatever p's size: only
-        // p > 0, p = 0 or NaN matter, and the 16-bit p (bf16: its hi part) keeps them.
-        const uint32_t pw = (k & 8) ? pa[mt][0][t][hf + 2] : pa[mt][0][t][hf];
-        const uint32_t pb = __shfl_sync(0xffffffffu, pw, (lane & ~3) | ((k & 7) >> 1));
-        const float pr = bits_to_f32<MT>((k & 1) ? pb >> 16 : pb & 0xffffu);
-        const int rr = mt * 16 + g + 8 * hf;
-        bool hidden = key >= rl.lim[mt][hf] || !blk_ok[t];
-        if (!hidden && bias.mask != nullptr) hidden = bias.mask[sm.mask_row[rr] + key * p.mask_stride_k] != 0;
-        const float term = hidden || !mine ? 0.f : pr * v;
-        const float t0 = (col & 1) ? 0.f : term, t1 = (col & 1) ? term : 0.f;
-#pragma unroll
-        for (int j = 0; j < G; ++j) {  // (adds 0 elsewhere: no indexed register array)
-          acc[mt][j0 + j][2 * hf] += j0 + j == jn ? t0 : 0.f;
-          acc[mt][j0 + j][2 * hf + 1] += j0 + j == jn ? t1 : 0.f;
-        }
-      }
-  }
-#pragma unroll
-  for (int jj = 0; jj < G / 2; ++jj)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) b[jj][x] &= ~nonfinite_halves<MT>(b[jj][x]);
-}
-
-// O += p . v (hi and lo parts of p against the same v fragments), one k-step per chunk.
-// 16-bit caches check each chunk's value fragments for inf / NaN (a tree of fma, one per register,
-// and a warp vote per chunk): a chunk that holds one takes its non-finite values out of the tensor-core
-// product and adds their exact terms (pv_nonfinite), so that a key a row does not attend adds
-// nothing and an attended one adds p * v as the reference has it (0 * inf on the tensor cores
-// would be NaN for every row of the tile). 8-bit caches: int8 holds no inf or NaN.
+// O += p . v (hi and lo parts of p against the same v fragments), one k-step per chunk
 template <class K>
 __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
-                                        const uint32_t (&pa)[K::MTILES][K::PP][K::SUB][4],
-                                        const StepChunks<K>& ch,
-                                        const bool (&blk_ok)[K::SUB], const RowLimits<K>& rl,
-                                        const ScoreBias& bias, const IncreFlashAttentionParams& p,
-                                        const SmemRegions& sm) {
+                                        const uint32_t (&pa)[K::MTILES][K::PP][K::SUB][4], const StepChunks<K>& ch,
+                                        const Unit& u) {
   using MT = typename K::MT;
   using C = typename K::C;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, NTILES = K::NTILES, PP = K::PP, D = K::D;
@@ -387,42 +282,21 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
     acc[0][0][0] += __uint_as_float(pa[0][0][0][0] ^ pa[MTILES - 1][PP - 1][SUB - 1][3]);  // measurement build: no p.v
   } else if constexpr (!C::kQuant) {
     const int mi = lane >> 3, key = ((mi & 1) << 3) + (lane & 7);
-    constexpr int G = NTILES < 16 ? NTILES : 16;  // n-tiles per check (D 256: two)
 #pragma unroll
-    for (int t = 0; t < SUB; ++t)
+    for (int jn = 0; jn < NTILES; jn += 2) {
 #pragma unroll
-      for (int j0 = 0; j0 < NTILES; j0 += G) {
-        uint32_t b[G / 2][4];
+      for (int t = 0; t < SUB; ++t) {
+        uint32_t b0, b1, b2, b3;
+        ldmatrix_x4_trans(smem_addr(ch.sk[t] + C::kTensorBytesK + C::v_at(key, jn + (mi >> 1))), b0, b1, b2, b3);
 #pragma unroll
-        for (int jj = 0; jj < G / 2; ++jj)
-          ldmatrix_x4_trans(smem_addr(ch.sk[t] + C::kTensorBytesK + C::v_at(key, j0 + 2 * jj + (mi >> 1))), b[jj][0],
-                            b[jj][1], b[jj][2], b[jj][3]);
-        uint32_t chk[G];
+        for (int mt = 0; mt < MTILES; ++mt)
 #pragma unroll
-        for (int i = 0; i < G; ++i) chk[i] = keep_nonfinite2<MT>(b[i / 2][2 * (i % 2)], b[i / 2][2 * (i % 2) + 1]);
-        static_assert(G == 8 || G == 16, "a whole tree");  // (levels of constant widths: unrolled)
-#pragma unroll
-        for (int i = 0; i < G / 2; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
-#pragma unroll
-        for (int i = 0; i < G / 4; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
-#pragma unroll
-        for (int i = 0; i < G / 8; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
-#pragma unroll
-        for (int i = 0; i < G / 16; ++i) chk[i] = keep_nonfinite2<MT>(chk[2 * i], chk[2 * i + 1]);
-        if (__any_sync(0xffffffffu, nonfinite_tops<MT>(chk[0]) != 0))
-          pv_nonfinite<K, G>(acc, b, j0, t, pa, ch, blk_ok, rl, bias, p, sm);
-#pragma unroll
-        for (int jj = 0; jj < G / 2; ++jj) {
-          const int jn = j0 + 2 * jj;
-#pragma unroll
-          for (int mt = 0; mt < MTILES; ++mt)
-#pragma unroll
-            for (int part = 0; part < PP; ++part) {
-              mma_16816<MT>(acc[mt][jn], pa[mt][part][t], b[jj][0], b[jj][1]);
-              mma_16816<MT>(acc[mt][jn + 1], pa[mt][part][t], b[jj][2], b[jj][3]);
-            }
-        }
+          for (int part = 0; part < PP; ++part) {
+            mma_16816<MT>(acc[mt][jn], pa[mt][part][t], b0, b1);
+            mma_16816<MT>(acc[mt][jn + 1], pa[mt][part][t], b2, b3);
+          }
       }
+    }
   } else {
     using Cvt = typename CvtOf<typename K::KVT>::type;
     constexpr int W = C::kVW, WORDS = W / 4;
