@@ -10,6 +10,7 @@
 //   K/V copies, q load, q fragments         ifa_stage_qload.cuh
 //   main-loop step                          ifa_stage_mainloop.cuh (copies, q.k^T, softmax, p.v)
 //   warp merge, epilogue, split merge       ifa_stage_epilogue.cuh, ifa_split_merge.cuh
+//   rows whose output is inf / NaN          ifa_stage_exact.cuh (exact p . v, 16-bit caches)
 // Tracing and ablation hooks: ifa_measure.cuh (nothing in library builds).
 #pragma once
 #include <dualops/params.h>
@@ -22,6 +23,7 @@
 #include "ifa_primitives.cuh"
 #include "ifa_split_merge.cuh"
 #include "ifa_stage_epilogue.cuh"
+#include "ifa_stage_exact.cuh"
 #include "ifa_stage_mainloop.cuh"
 #include "ifa_stage_qload.cuh"
 #include "ifa_stage_setup.cuh"
@@ -203,7 +205,10 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   DUALOPS_IFA_MARK_BAR(kTrEbuf, sm.fin_m);
 
   // ---- epilogue -----------------------------------------------------------------------------
-  write_rows<K>(p, u, sm, vsc, n_active, half_rows, merge_mode);
+  const bool nonfinite = write_rows<K>(p, u, sm, vsc, n_active, half_rows, merge_mode);
+  if constexpr (!C::kQuant) {  // an inf / NaN reached the output: the tile's rows exactly (rare)
+    if (__syncthreads_or(nonfinite)) exact_rows<K>(p, t, u, sm, merge_mode);
+  }
   write_staged_rows<K>(p, u, sm, merge_mode);
   write_lse<K>(p, u, sm, merge_mode);
   DUALOPS_IFA_MARK(kTrStored);

@@ -58,8 +58,11 @@ __device__ __forceinline__ void warp_stats(RowState<K>& rs, const SmemRegions& s
         const int rr = mt * 16 + K::g() + 8 * hf;
         // A warp that summed NaN scores (NaN q, key, bias or scale) has a NaN l, also where its
         // reference stayed -inf (every score NaN): l - l turns its reference NaN too, so that the
-        // row merge below (a NaN-propagating max) makes the row's out and lse NaN.
-        sm.warp_m[K::warp() * M_TILE + rr] = rs.m_run[mt][hf] + (rs.l_run[mt][hf] - rs.l_run[mt][hf]);
+        // row merge below (a NaN-propagating max) makes the row's out and lse NaN. A +inf score
+        // (+inf in pse_shift) leaves the reference +inf and l NaN (its weight: inf - inf): the
+        // row's lse is +inf and its out NaN, as in the reference.
+        const float m = rs.m_run[mt][hf];
+        sm.warp_m[K::warp() * M_TILE + rr] = m == INFINITY ? m : m + (rs.l_run[mt][hf] - rs.l_run[mt][hf]);
         sm.warp_l[K::warp() * M_TILE + rr] = rs.l_run[mt][hf];
       }
   }
@@ -101,7 +104,7 @@ __device__ __forceinline__ void row_stats(const SmemRegions& sm, int n_active DU
     DUALOPS_IFA_MARK(kTrStatsSum);
 #endif
     sm.fin_m[tid] = mx;
-    sm.fin_l[tid] = l;
+    sm.fin_l[tid] = mx == INFINITY ? 1.f : l;  // (+inf score: lse +inf; out NaN through exp2(inf - inf))
   }
 }
 
@@ -142,9 +145,10 @@ __device__ __forceinline__ void stash_fragments(const RowState<K>& rs, const Sme
 
 // Every thread sums its slots over the warps, applies the value scales / offsets (8-bit caches)
 // and writes them: to out (no split), the fp32 partials, or the CTA's rows in shared memory
-// (kStageOut, cluster merge).
+// (kStageOut, cluster merge). Returns whether this thread wrote an inf or NaN (16-bit caches:
+// the exact stage, ifa_stage_exact.cuh, then redoes the tile's rows).
 template <class K>
-__device__ __forceinline__ void write_rows(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
+__device__ __forceinline__ bool write_rows(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
                                            const float (&vsc)[K::kSlotRounds][4], int n_active, bool half_rows,
                                            int merge_mode) {
   using QT = typename K::QT;
@@ -158,6 +162,7 @@ __device__ __forceinline__ void write_rows(const IncreFlashAttentionParams& p, c
     dst[d0] = v0;
     dst[d1] = v1;
   };
+  float chk = 0.f;  // x * 0 + chk: stays 0 while every value written is finite
   for (int slot = K::tid(), k = 0; slot < kSlots; slot += NT, ++k) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);  // (.z / .w: rows 8..15, unused when half_rows)
     if (half_rows) {
@@ -194,6 +199,7 @@ __device__ __forceinline__ void write_rows(const IncreFlashAttentionParams& p, c
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
+      if constexpr (!C::kQuant) chk = fmaf(v1, 0.f, fmaf(v0, 0.f, chk));
       // (kStageOut first, a branch of its own: folded into the cluster merge's condition, the
       // 16-bit kernels' main loops are scheduled anew)
       if (K::kStageOut) {
@@ -209,6 +215,7 @@ __device__ __forceinline__ void write_rows(const IncreFlashAttentionParams& p, c
       }
     }
   }
+  return chk != 0.f;
 }
 
 // kStageOut: the CTA's rows from shared memory to out or the partials, whole 16-B runs of a row
