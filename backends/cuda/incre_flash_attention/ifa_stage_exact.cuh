@@ -21,17 +21,19 @@ namespace dualops::cuda::ifa {
 // A warp per row, lane pairs of columns (2 lane + 64 c); K / V rows read from global memory.
 template <class K>
 __device__ __forceinline__ void exact_rows(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
-                                           const Unit& u, const SmemRegions& sm, int merge_mode) {
+                                           uint8_t* smem, int merge_mode) {
   using QT = typename K::QT;
   using KVT = typename K::KVT;
   constexpr int D = K::D, NP = D / 64, NW = K::NW, M_TILE = K::M_TILE;
   const int lane = K::lane();
   const uint8_t* mask = static_cast<const uint8_t*>(p.atten_mask);
   const float* pse = static_cast<const float*>(p.pse_shift);
+  // (the unit, kv_len, k_end and the score multiplier as the kernel has them, recomputed from the
+  // parameters: nothing more is kept live across the main loop)
+  const Unit u = unit_of<M_TILE>(t);
+  const SmemRegions sm = smem_regions<K>(smem);
   const int* bt_row = static_cast<const int*>(p.block_table) + static_cast<int64_t>(u.b) * p.block_table_stride;
   const PageMath pm(t.block_size);
-  // (kv_len, k_end and the score multiplier as the kernel has them, recomputed: nothing more is
-  // kept live across the main loop)
   const int kv_len = min(max(static_cast<const int*>(p.kv_lens)[u.b], 0), t.max_kv_len);
   const int k_end = min(u.k_begin + u.span, kv_len);
   const float score_mul = p.softmax_scale * kLog2e;  // (16-bit q: no q scaling)
