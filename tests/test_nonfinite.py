@@ -29,13 +29,9 @@ BF16 = torch.bfloat16
 
 # Kernels that do not follow the semantics in some cases: (op, backend) -> why. An entry marks its cases xfail (KNOWN_ONLY: only the named
 # cases; else the propagating ones and KNOWN_NO_EFFECT's).
-KNOWN = {
-    ("incre_flash_attention", "cuda"): "CUDA IFA kernel: -inf / +inf values and keys it never attends "
-                                       "reach the tensor cores' p.v as 0 * inf or 0 * NaN",
-}
+KNOWN: dict = {}
 KNOWN_NO_EFFECT = {"masked_keys"}
-KNOWN_ONLY = {("incre_flash_attention", "cuda"): {"neg_inf_value", "pos_inf_pse", "masked_keys",
-                                                  "causal_hidden_key"}}
+KNOWN_ONLY: dict = {}
 
 
 @dataclasses.dataclass

@@ -54,16 +54,8 @@ def test_non_finite_inputs_reach_the_row(case):
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{plan.describe()} lse")
 
 
-# The CUDA IFA kernel's p.v runs on the tensor cores with p as hi + lo parts (bf16) or with the
-# other keys' zero weights: (-inf) x 0, (+inf) + (-inf) and 0 x NaN at unattended keys give NaN
-# where the reference does not (docs/values.md, "Where kernels still differ").
-_PV_GAP = pytest.mark.xfail(reason="CUDA IFA p.v on the tensor cores forms 0 x inf / 0 x NaN "
-                                   "(docs/values.md)", strict=False)
-
-
 @needs_cuda
 @pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
-@_PV_GAP
 def test_minus_inf_value_gives_minus_inf(dtype):
     q, k, v, kw = make_case(B=1, h_q=8, h_kv=1, dtype=dtype, lens=[512], s_max=512, seed=5)
     v[0, 100, 0, 7] = float("-inf")
@@ -80,7 +72,6 @@ UNATTENDED = [dict(dtype=dt, D=D, page=pg, splits=ns)
 
 
 @needs_cuda
-@_PV_GAP
 @pytest.mark.parametrize("case", UNATTENDED, ids=[_id(c) for c in UNATTENDED])
 def test_non_finite_values_at_unattended_keys(case):
     S_q, lens = 3, [300, 41, 2]
@@ -119,7 +110,6 @@ def test_non_finite_values_at_unattended_keys(case):
 
 
 @needs_cuda
-@_PV_GAP
 @pytest.mark.parametrize("splits", [0, 3, 70])
 @pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
 def test_plus_inf_bias_gives_inf_lse(dtype, splits):
