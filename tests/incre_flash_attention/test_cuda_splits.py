@@ -45,6 +45,20 @@ def test_forced_split_plans(split_len, num_splits):
     assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="forced split lse")
 
 
+@needs_cuda
+@pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
+def test_forced_split_plans_d256_many_rows(dtype):
+    # D 256 (4-warp CTAs) with 12 q rows over 3 splits: each CTA's slice of the cluster merge
+    # (12 x 64 / 3 slots) passes its 128 threads.
+    q, k, v, kw = make_case(B=2, h_q=8, h_kv=2, S_q=3, D=256, dtype=dtype, causal=True, lens=[300, 41],
+                            s_max=320, seed=7)
+    plan = cuda_backend.make_ifa_plan(q, k, None).with_splits(3)
+    out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **_backend_kwargs(q, k, kw))
+    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    assert_close_parity(out, ref_out, name="D256 split out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="D256 split lse")
+
+
 # Units of at most one 16-key chunk per warp (splits of <= 128 keys, requests of <= 128 keys): the
 # variants whose wide kernel steps two chunks at a time (8-bit caches, D 64) run a one-chunk wide
 # kernel there (ifa_launch.cuh, kWide1); tuning ifa_cta_shape=wide (the forced-launch runs below) runs the
