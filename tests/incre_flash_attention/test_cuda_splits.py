@@ -48,8 +48,8 @@ def test_forced_split_plans(split_len, num_splits):
 @needs_cuda
 @pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
 def test_forced_split_plans_d256_many_rows(dtype):
-    # D 256 (4-warp CTAs) with 12 q rows over 3 splits: each CTA's slice of the cluster merge
-    # (12 x 64 / 3 slots) passes its 128 threads.
+    # D 256 (4-warp CTAs) with 12 q rows over 3 splits: a CTA's slice of a cluster merge (12 x 64 / 3
+    # slots) would pass its 128 threads, so the plan (and the launcher) take another merge.
     q, k, v, kw = make_case(B=2, h_q=8, h_kv=2, S_q=3, D=256, dtype=dtype, causal=True, lens=[300, 41],
                             s_max=320, seed=7)
     plan = cuda_backend.make_ifa_plan(q, k, None).with_splits(3)

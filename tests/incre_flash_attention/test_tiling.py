@@ -145,6 +145,15 @@ def test_forced_splits_keep_the_unit_count_and_cover_the_keys():
         p.with_splits()
 
 
+def test_cluster_merge_only_where_a_slice_fits_the_cta():
+    """Each CTA of a cluster merges a slice of the tile's rows x head_dim / 4 slots, one per thread:
+    D 256 (4-warp CTAs) with 12 q rows over 3 splits would need 256 a CTA, so another merge runs."""
+    from dualops.tiling._ifa_launch import MERGE_CLUSTER
+    for d, s_q, cluster in ((256, 3, False), (256, 1, True), (128, 3, True)):
+        p = plan(H100, batch=2, s_q=s_q, h_q=8, h_kv=2, head_dim=d, max_kv_len=320).with_splits(3)
+        assert (p.merge == MERGE_CLUSTER) == cluster, p.describe()
+
+
 @pytest.mark.parametrize("dev", [H100, H200], ids=lambda d: d.name)
 def test_multi_wave_grids_split_only_their_last_wave(dev):
     """b128 h32/8 s8k: 1024 groups on 132 SMs = 7 whole waves + 100 groups. The 924 groups of the

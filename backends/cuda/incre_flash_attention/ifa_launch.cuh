@@ -46,15 +46,19 @@ int max_active_clusters(int size) {
 }
 
 // The plan's merge of split-KV partials (MergeMode, ifa_split_kernel.cuh) as this launch can run
-// it: the cluster merge needs every cluster resident at once (else the plan's fallback), the
-// counter merge the arrival counters (absent in a graph captured before the glue allocated
-// them: then the combine kernel).
+// it: the cluster merge needs every cluster resident at once and each CTA's slice of the tile's
+// rows x (D / 4) merge slots within its threads (else the plan's fallback), the counter merge
+// the arrival counters (absent in a graph captured before the glue allocated them: then the
+// combine kernel).
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 int merge_mode(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
   int mode = t.merge;
   if (mode == kMergeCluster) {
     const int64_t clusters = static_cast<int64_t>(t.batch) * t.h_kv * ((t.q_rows + M_TILE - 1) / M_TILE);
-    if (clusters > max_active_clusters<QT, KVT, D, M_TILE, SHAPE>(t.num_splits)) mode = t.merge_fallback;
+    const int slice = ((M_TILE < t.q_rows ? M_TILE : t.q_rows) * (D / 4) + t.num_splits - 1) / t.num_splits;
+    if (clusters > max_active_clusters<QT, KVT, D, M_TILE, SHAPE>(t.num_splits) ||
+        slice > Kern<QT, KVT, D, M_TILE, SHAPE>::NT)
+      mode = t.merge_fallback;
   }
   if (mode == kMergeCounter && p.merge_counters == nullptr) mode = kMergeKernel;
   return mode;

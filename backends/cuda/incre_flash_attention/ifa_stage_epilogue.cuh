@@ -277,10 +277,8 @@ __device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p
   const int ns = u.ns, tid = K::tid();
   const int rows = min(M_TILE, u.q_rows - K::row0());
   const int per = (rows * C4 + ns - 1) / ns;
-  // (per may pass the CTA's threads: D 256 with 4 warps, 12 rows, 3 splits -- 256 slots each)
-  for (int k = tid; k < per; k += K::NT) {
-    const int slot = u.split * per + k;
-    if (slot >= rows * C4) break;
+  const int slot = u.split * per + tid;
+  if (tid < per && slot < rows * C4) {
     const int rr = slot / C4, c = (slot % C4) * 4;
     PartialMerge st;
     st.add_splits<kMaxClusterSplits>(0, ns, 1, [&](int s, float& lse, float4& o) {

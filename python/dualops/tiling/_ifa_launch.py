@@ -152,8 +152,10 @@ def _merge(p, variant: int, m: int) -> tuple[int, int]:
     counter = (p.batch * p.h_kv * tiles <= MAX_MERGE_GROUPS
                and p.num_splits * rows * p.head_dim * 4 <= MERGE_IN_KERNEL_BYTES)
     fallback = MERGE_COUNTER if counter else MERGE_KERNEL
+    # (each CTA of a cluster merges a slice of the rows x head_dim / 4 slots, one per thread)
+    slice_ok = -(-rows * (p.head_dim // 4) // p.num_splits) <= 32 * cfg(variant, p.head_dim, p.kv_dtype_bytes)["warps"]
     if (forced != "counter" and cluster_merge_fits(variant, p.head_dim, p.kv_dtype_bytes, m)
-            and p.num_splits <= MAX_CLUSTER_SPLITS and p.whole_groups == 0):
+            and p.num_splits <= MAX_CLUSTER_SPLITS and p.whole_groups == 0 and slice_ok):
         return MERGE_CLUSTER, fallback
     return fallback, fallback
 
