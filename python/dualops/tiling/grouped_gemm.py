@@ -88,9 +88,13 @@ SM90_KERNELS = {
              ("float8_e4m3fn", "blockwise", "bfloat16")} | _FP8_SCALED,
     "sm90_small": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
     "sm90_fast": _FP8_SCALED,
+    "sm90_mid": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
+    "sm90_c11": {("bfloat16", "none", "bfloat16")},
+    "sm90_c12": {("bfloat16", "none", "bfloat16")},
+    "sm90_pp": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
 }
 CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
-SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2}   # the binding's config codes
+SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2, "sm90_mid": 3, "sm90_c11": 4, "sm90_c12": 5, "sm90_pp": 6}   # the binding's config codes
 SM90_RIDGE_FRACTION = 0.25
 SM90_SMALL_MAX_ROWS = 128
 
