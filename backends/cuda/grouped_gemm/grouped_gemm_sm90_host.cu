@@ -31,7 +31,7 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       case kSm90Small: return kSm90Fp8Small;
       case kSm90Fast: return kSm90Fp8Fast;
       case kSm90Mid: return kSm90Fp8Mid;
-      case kSm90Pp: return kSm90Fp8Pp;
+      case kSm90C12: return kSm90Fp8C12;
       default: return -1;
     }
   }
@@ -62,7 +62,7 @@ const char* dispatch(const GroupedGemmParams& p, int config, void* ws, size_t* b
     case gg::kSm90Bf16C11: return gg::sm90_recipe<gg::kSm90Bf16C11>(p, ws, bytes, sms, stream);
     case gg::kSm90Bf16C12: return gg::sm90_recipe<gg::kSm90Bf16C12>(p, ws, bytes, sms, stream);
     case gg::kSm90Bf16Pp: return gg::sm90_recipe<gg::kSm90Bf16Pp>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8Pp: return gg::sm90_recipe<gg::kSm90Fp8Pp>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp8C12: return gg::sm90_recipe<gg::kSm90Fp8C12>(p, ws, bytes, sms, stream);
     default: return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
   }
 #else

@@ -90,8 +90,8 @@ SM90_KERNELS = {
     "sm90_fast": _FP8_SCALED,
     "sm90_mid": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
     "sm90_c11": {("bfloat16", "none", "bfloat16")},
-    "sm90_c12": {("bfloat16", "none", "bfloat16")},
-    "sm90_pp": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
+    "sm90_c12": {("bfloat16", "none", "bfloat16")} | _FP8_SCALED,
+    "sm90_pp": {("bfloat16", "none", "bfloat16")},
 }
 CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
 SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2, "sm90_mid": 3, "sm90_c11": 4, "sm90_c12": 5, "sm90_pp": 6}   # the binding's config codes
