@@ -1,9 +1,8 @@
 // The CUTLASS sm90 path's kernels (gg_sm90.cuh) as the host entry sees them, without the CUTLASS
 // headers: one per (recipe, configuration), each with one output dtype (the planner sends other
 // output dtypes to the mma.sync kernel). Configurations: 0 large tiles, 1 small tiles (groups
-// of <= 128 rows), 2 fp8 with tensor-core-only accumulation (opt-in), 3 small tiles with the
-// weights multicast to 2 row tiles, 4 / 5 large tiles in 1 x 1 (bf16) / 1 x 2
-// clusters, 6 bf16 128 x 128 ping-pong tiles.
+// of <= 64 rows), 2 fp8 with tensor-core-only accumulation (opt-in), 3 the large tiles in 1 x 2
+// clusters (groups of 65-128 rows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,9 +15,9 @@ namespace dualops::cuda::gg {
 
 enum Sm90Recipe : int {
   kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise,
-  kSm90Bf16Mid, kSm90Fp8Mid, kSm90Bf16C11, kSm90Bf16C12, kSm90Bf16Pp, kSm90Fp8C12
+  kSm90Bf16Mid, kSm90Fp8Mid
 };
-enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3, kSm90C11 = 4, kSm90C12 = 5, kSm90Pp = 6 };
+enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3 };
 
 // ws == nullptr: stores the workspace bytes the call needs in *ws_bytes. Otherwise runs the
 // call with *ws_bytes bytes of device workspace at ws. nullptr or an error message.

@@ -17,9 +17,6 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       case kSm90Large: return kSm90Bf16;
       case kSm90Small: return kSm90Bf16Small;
       case kSm90Mid: return kSm90Bf16Mid;
-      case kSm90C11: return kSm90Bf16C11;
-      case kSm90C12: return kSm90Bf16C12;
-      case kSm90Pp: return kSm90Bf16Pp;
       default: return -1;
     }
   }
@@ -31,7 +28,6 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       case kSm90Small: return kSm90Fp8Small;
       case kSm90Fast: return kSm90Fp8Fast;
       case kSm90Mid: return kSm90Fp8Mid;
-      case kSm90C12: return kSm90Fp8C12;
       default: return -1;
     }
   }
@@ -59,10 +55,6 @@ const char* dispatch(const GroupedGemmParams& p, int config, void* ws, size_t* b
     case gg::kSm90Fp8Blockwise: return gg::sm90_recipe<gg::kSm90Fp8Blockwise>(p, ws, bytes, sms, stream);
     case gg::kSm90Bf16Mid: return gg::sm90_recipe<gg::kSm90Bf16Mid>(p, ws, bytes, sms, stream);
     case gg::kSm90Fp8Mid: return gg::sm90_recipe<gg::kSm90Fp8Mid>(p, ws, bytes, sms, stream);
-    case gg::kSm90Bf16C11: return gg::sm90_recipe<gg::kSm90Bf16C11>(p, ws, bytes, sms, stream);
-    case gg::kSm90Bf16C12: return gg::sm90_recipe<gg::kSm90Bf16C12>(p, ws, bytes, sms, stream);
-    case gg::kSm90Bf16Pp: return gg::sm90_recipe<gg::kSm90Bf16Pp>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8C12: return gg::sm90_recipe<gg::kSm90Fp8C12>(p, ws, bytes, sms, stream);
     default: return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
   }
 #else
