@@ -61,7 +61,7 @@ $PY -c "import dualops.backends.cuda as c; print('cuda backend:', c.status())"
 
 if has test; then
   echo "== tests"
-  timeout 600 $PY -m pytest tests/*/test_cuda.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -40
+  timeout 600 $PY -m pytest tests/*/test_cuda*.py -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -40
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
@@ -90,7 +90,7 @@ if has sanitize; then
   sanitize() {
     local tool=$1 log=$2 sel=$3; shift 3
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/incre_flash_attention/test_cuda.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
+      $PY -m pytest tests/incre_flash_attention/test_cuda*.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
@@ -99,7 +99,7 @@ if has sanitize; then
     # the lockstep pipeline (on by default only on the H100, for long units) forced on everywhere,
     # in its burst order on contiguous caches
     echo "== compute-sanitizer $tool, lockstep pipeline forced"
-    # (tests/incre_flash_attention/test_cuda.py FORCED_LAUNCHES: the launch_<name> test ids)
+    # (tests/helpers/ifa_cuda_cases.py FORCED_LAUNCHES: the launch_<name> test ids)
     sanitize $tool ${tool}_lockstep "launch_lockstep16_burst and (smoke or (first_fill_prefetch and page16) or (whole_groups and (same or int8)) or (8bit_query_rows and 256))"
     # the 8-bit narrow kernel with the first-fill prefetch (on by default only on the H100, for
     # grids of many short units) on every call

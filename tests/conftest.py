@@ -9,6 +9,8 @@ try:
     import dualops  # noqa: F401
 except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+# Shared test helpers (tests/helpers/) import by module name.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 
 
 @pytest.fixture

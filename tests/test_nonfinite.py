@@ -27,18 +27,12 @@ NAN, INF = float("nan"), float("inf")
 BACKENDS = ("reference", "ascend_sim", "cuda")
 BF16 = torch.bfloat16
 
-# Kernels that do not follow the semantics yet (NaN rows come out finite or as "saw no keys",
-# -inf values as NaN, NaN splits dropped by the merge); their fixes are under way.
-KNOWN = {
-    ("incre_flash_attention", "cuda"): "CUDA IFA kernel: -inf / +inf values and keys it never attends "
-                                       "reach the tensor cores' p.v as 0 * inf or 0 * NaN",
-}
-# No-effect cases those kernels also miss today: masked keys with NaN / inf in k, v and pse_shift
-# reach the p.v product (0 * inf).
+# Kernels that do not follow the semantics in some cases: (op, backend) -> why. Every kernel
+# follows them on these cases today; an entry marks its cases xfail (KNOWN_ONLY: only the named
+# cases; else the propagating ones and KNOWN_NO_EFFECT's).
+KNOWN: dict = {}
 KNOWN_NO_EFFECT = {"masked_keys"}
-# Where a kernel follows the semantics except in these cases, only they are marked.
-KNOWN_ONLY = {("incre_flash_attention", "cuda"): {"neg_inf_value", "pos_inf_pse", "masked_keys",
-                                                  "causal_hidden_key"}}
+KNOWN_ONLY: dict = {}
 
 
 @dataclasses.dataclass
@@ -433,10 +427,16 @@ def _forced_split_call(op, backend, values, splits):
     return {"out": out.cpu(), "lse": lse.cpu()}
 
 
-def _check(op, case, got):
+def _check(op, case, got, backend=None):
     expected = _call(op, "reference", case.values)
     for name in OUTPUTS[op]:
         tol = testing.LSE_TOLERANCE if name == "lse" else testing.tolerance_for(got[name].dtype)
+        if op == "grouped_gemm" and backend == "cuda" and case.values["x"].dtype == torch.float8_e4m3fn:
+            # fp8 on the CUDA tensor cores sums with about 14 bits between fp32 promotions
+            # (docs/grouped_gemm_cuda.md): bound by 2^-6 of the largest finite output
+            ref = expected[name].float()
+            peak = float(ref[torch.isfinite(ref)].abs().max()) if torch.isfinite(ref).any() else 1.0
+            tol = (2 ** -6 * max(1.0, peak), 2 ** -6, tol[2])
         c = testing.compare(got[name], expected[name], atol=tol[0], rtol=tol[1], cos_eps=tol[2])
         assert c.ok, f"{op}/{case.name} {name} differs from the reference: {c}"
     if case.expect is not None:
@@ -466,7 +466,7 @@ def test_nonfinite(op, name, backend):
     why = _skip_reason(op, backend, case.values)
     if why:
         pytest.skip(why)
-    _check(op, case, _call(op, backend, case.values))
+    _check(op, case, _call(op, backend, case.values), backend)
 
 
 def _split_params():

@@ -1,11 +1,9 @@
 // Times the real IFA split kernel (backends/cuda/incre_flash_attention) on bf16 caches (int8
 // with -DABLATE_KV_INT8=1, fp8 e4m3 with -DABLATE_KV_INT8=2), d 128 (-DABLATE_D=N), bf16 q, the
 // CTA shape the launcher picks (the plan's, from the library's planner: plan_launch),
-// built with DUALOPS_IFA_ABLATE = N (see ifa_config.cuh): each bit removes one part of the
-// per-chunk math, so the time a part costs is the difference to the N = 0 build. Results are
-// wrong in the ablated builds; only the time is read. run_kernel_ablate.sh builds every N.
-//
-// Method as ifa_stream_read.cu: one run = one call on every input set (sets rotated so a run
+// built with DUALOPS_IFA_ABLATE = N (ifa_measure.cuh): each bit removes one part of the per-chunk
+// math, so the time a part costs is the difference to the N = 0 build (results are wrong then;
+// only the time is read). run_kernel_ablate.sh builds every N. Method as ifa_stream_read.cu: one run = one call on every input set (sets rotated so a run
 // streams >= 3x L2), started behind a ~100 us GPU spin; median of 25 runs after 3 warm-ups.
 // Each shape is timed twice: eager launches ("eager") and one CUDA-graph replay of the same
 // calls ("graph", as the sweep times them: no host launch cost between calls).
@@ -13,7 +11,7 @@
 // ABLATE_PAGE=N > 0 reads the caches as pages of N keys in a randomly permuted pool (a block
 // table per request, as the sweep's paged rows) instead of contiguous [b, s, h, d] tensors.
 // With -DDUALOPS_IFA_TRACE=1 (token "+t" of run_kernel_ablate.sh) it also prints where the time
-// of two consecutive calls goes: per phase of the kernel (ifa_trace.cuh), the median and max
+// of two consecutive calls goes: per phase of the kernel (ifa_measure.cuh), the median and max
 // over CTAs, and when the calls' CTAs start and end.
 #include <cuda_runtime.h>
 

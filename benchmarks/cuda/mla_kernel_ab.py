@@ -1,16 +1,20 @@
-"""A/B of the two CUDA MLA split kernels (mma.sync and wgmma) on 16-bit caches: per-call GPU time
-from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
-Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [b,h_q,s_q,s_k,page ...]"""
+"""A/B of the two CUDA MLA split kernels (mma.sync and wgmma) on every cache format: per-call GPU
+time from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
+Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [b,h_q,s_q,s_k,page[,kv_format] ...]
+(kv_format: bf16, fp8_v32 or fp8_model1; bf16 when left out)."""
 import statistics
 import sys
 
 import torch
 
 import dualops
+from dualops import quant
 from dualops.backends.cuda import mla_decode as cuda_mla
 
 PLANNED = cuda_mla.cuda_mla_kernel
 KERNELS = [k for k in cuda_mla.MLA_CUDA_KERNELS]
+D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512}
+TOKEN_BYTES = {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584}
 
 
 def ev_time(fn, n=10):
@@ -27,16 +31,22 @@ def ev_time(fn, n=10):
     return statistics.median(ts)
 
 
-def run(b, h, sq, sk, pbs, kernel):
-    cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, **kw: kernel)
-    d = 576
+def inputs(b, h, sq, sk, pbs, fmt):
+    d = D_QK[fmt]
     per = -(-sk // pbs)
     q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(b * per, pbs, 1, d, device="cuda", dtype=torch.bfloat16)
+    if fmt != "bf16":
+        kv = quant.pack_mla_kv(kv, fmt)
     table = torch.randperm(b * per, device="cuda").to(torch.int32).view(b, per)
     lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
-    plan = dualops.get_mla_metadata(lens, num_heads_q=h, s_q=sq, page_block_size=pbs)
-    fn = lambda: dualops.mla_decode(q, kv, table, lens, plan=plan, causal=sq > 1)  # noqa: E731
+    plan = dualops.get_mla_metadata(lens, num_heads_q=h, s_q=sq, kv_format=fmt, page_block_size=pbs)
+    return dict(q=q, kv_cache=kv, block_table=table, cache_seqlens=lens, plan=plan, causal=sq > 1, kv_format=fmt)
+
+
+def run(args, b, h, sq, sk, fmt, kernel):
+    cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, **kw: kernel)
+    fn = lambda: dualops.mla_decode(**args)  # noqa: E731
     fn()
     torch.cuda.synchronize()
     gr = torch.cuda.CUDAGraph()
@@ -44,16 +54,22 @@ def run(b, h, sq, sk, pbs, kernel):
         for _ in range(10):
             fn()
     us = ev_time(gr.replay) / 10
-    fl = 2 * h * sq * b * sk * (d + 512)
-    by = b * sk * d * 2
+    fl = 2 * h * sq * b * sk * (D_QK[fmt] + 512)
+    by = b * sk * TOKEN_BYTES[fmt]
     return us, fl / us / 1e6, by / us / 1e3
 
 
-shapes = [tuple(int(x) for x in a.split(",")) for a in sys.argv[1:]] or [
-    (128, 128, 1, 4096, 64), (64, 16, 1, 4096, 64), (64, 32, 1, 4096, 64), (64, 64, 1, 4096, 64),
-    (64, 16, 2, 4096, 64), (64, 8, 1, 4096, 64)]
+shapes = [a.split(",") for a in sys.argv[1:]] or [
+    s.split(",") for s in ("128,128,1,4096,64", "64,16,1,4096,64", "64,32,1,4096,64", "64,64,1,4096,64",
+                           "64,16,2,4096,64", "64,8,1,4096,64")]
 print(torch.cuda.get_device_name())
-for b, h, sq, sk, pbs in shapes:
-    res = {k: run(b, h, sq, sk, pbs, k) for k in KERNELS}
-    print(f"b{b} h{h} s_q{sq} s_k{sk} page{pbs}: " + "  ".join(
-        f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()))
+for s in shapes:
+    b, h, sq, sk, pbs = (int(x) for x in s[:5])
+    fmt = s[5] if len(s) > 5 else "bf16"
+    args = inputs(b, h, sq, sk, pbs, fmt)
+    res = {k: run(args, b, h, sq, sk, fmt, k) for k in KERNELS}
+    planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h)
+    print(f"{fmt} b{b} h{h} s_q{sq} s_k{sk} page{pbs} (planned {planned}): " + "  ".join(
+        f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()), flush=True)
+    del args
+    torch.cuda.empty_cache()

@@ -19,7 +19,7 @@ from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import expected as exp
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import MlaPlan, cuda_mla_kernel
+from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_MIN_Q_ROWS, MlaPlan, cuda_mla_kernel
 
 HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
     "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
@@ -57,24 +57,27 @@ def test_kernel_choice_is_plan_data():
     assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=128) == "wgmma"
     assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=33) == "wgmma"
     assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=32) == "mma"
-    assert cuda_mla_kernel(h100, kv_format="fp8_v32", q_rows=128) == "mma"
-    assert cuda_mla_kernel(h100, kv_format="fp8_model1", q_rows=16) == "mma"
+    for fmt in ("fp8_v32", "fp8_model1"):
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128) == "wgmma"
+        rows = MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt]
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=rows) == "wgmma"
+        assert rows == 1 or cuda_mla_kernel(h100, kv_format=fmt, q_rows=rows - 1) == "mma"
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
     assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
 
 
 @pytest.fixture(params=["planned", "mma", "wgmma"])
 def kernel(request, monkeypatch):
-    """Runs a test with the planned kernel, and again with each other CUDA kernel of the 16-bit
-    caches forced (all of them stay tested)."""
+    """Runs a test with the planned kernel, and again with each CUDA kernel forced (all of them
+    stay tested for every cache format)."""
     if request.param != "planned":
         monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: request.param)
     return request.param
 
 
 def _skip_duplicate(kernel, fmt):
-    if kernel != "planned" and fmt != "bf16":
-        pytest.skip("FP8 caches always run the mma.sync kernel")
+    if kernel == "planned" and fmt != "bf16":
+        pytest.skip("FP8 caches: each kernel is forced in turn (the planned one among them)")
 
 
 # ----------------------------------------------------------------------------- builders

@@ -51,14 +51,17 @@ struct PartialMerge {
     }
     m = mx;
   }
-  // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then).
+  // out = weighted mean (0 when no split saw a key); lse = m + log(l) (+inf then; +inf too where
+  // a split holds a +inf score: its weight exp(inf - inf) makes out NaN, as in one softmax).
   template <typename QT>
   __device__ __forceinline__ void store(QT* dst, int c) const {
     const float inv = !(l <= 0.f) ? 1.f / l : 0.f;  // (NaN l: NaN out)
     store2<QT>(dst, c, c + 1, acc.x * inv, acc.y * inv);
     store2<QT>(dst, c + 2, c + 3, acc.z * inv, acc.w * inv);
   }
-  __device__ __forceinline__ float lse() const { return !(l <= 0.f) ? m + __logf(l) : INFINITY; }
+  __device__ __forceinline__ float lse() const {
+    return m == INFINITY ? m : !(l <= 0.f) ? m + __logf(l) : INFINITY;
+  }
 };
 
 }  // namespace dualops::cuda::common

@@ -161,6 +161,9 @@ __device__ __forceinline__ unsigned long long* trace_row(unsigned long long (&ta
 #define DUALOPS_IFA_MARK_EXIT() \
   do { if (tr_row_) tr_row_[::dualops::cuda::ifa::kTrGlobalExit] = ::dualops::cuda::ifa::global_ns(); } while (0)
 #define DUALOPS_IFA_DEP(x) ::dualops::cuda::ifa::trace_dep(x)
+// A stage function that marks inside takes the kernel's trace row as its last parameter.
+#define DUALOPS_IFA_TRACE_PARAM , unsigned long long* const tr_row_
+#define DUALOPS_IFA_TRACE_ARG , tr_row_
 #else
 #define DUALOPS_IFA_TRACE_BEGIN(out) \
   do {                               \
@@ -183,6 +186,8 @@ __device__ __forceinline__ unsigned long long* trace_row(unsigned long long (&ta
 #define DUALOPS_IFA_CTRACE(m) \
   do {                        \
   } while (0)
+#define DUALOPS_IFA_TRACE_PARAM
+#define DUALOPS_IFA_TRACE_ARG
 #endif
 
 }  // namespace dualops::cuda::ifa

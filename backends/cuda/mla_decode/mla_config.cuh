@@ -9,8 +9,8 @@
 namespace dualops::cuda::mla {
 
 enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
-// The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync
-// (every format) or wgmma (16-bit caches).
+// The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync or
+// wgmma (both run every format).
 enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
 
 constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
@@ -45,14 +45,16 @@ struct Traits {
   static constexpr int kQBytes = kRows * kRowBytes;
   // Layout: Q tile | KV tile(s) | [raw staging] | P tile | row reductions (max, sum) for 2 halves.
   static constexpr int kOffKv = kQBytes;
-  static constexpr int kNumKvBufs = kDirect ? 2 : 1;
+  // The wgmma kernel stages an FP8 tile's raw bytes inside the KV buffer it dequantizes into
+  // (mla_wg_load.cuh): two KV buffers and no separate staging tile for every format.
+  static constexpr int kNumKvBufs = kDirect || kWg ? 2 : 1;
   static constexpr int kOffStage = kOffKv + kNumKvBufs * kTileBytes;
-  static constexpr int kStageBytes = kDirect ? 0 : kTile * kRawRow;
+  static constexpr int kStageBytes = kDirect || kWg ? 0 : kTile * kRawRow;
   static constexpr int kOffP = kOffStage + kStageBytes;
   // P goes to the MMA as hi + lo 16-bit parts (~16 mantissa bits of the softmax weights). The
   // lo tile has its own area where shared memory allows; the 576-dim direct variant (two KV
   // buffers) puts it in the current KV tile's RoPE columns 512..575, dead once S is computed.
-  static constexpr bool kLoInKv = kDirect && D == 576;
+  static constexpr bool kLoInKv = (kDirect || kWg) && D == 576;
   // Where the lo tile sits in a KV tile (the RoPE columns: block 8 of the wgmma layout) and its row pitch.
   static constexpr int kLoInKvOff = kWg ? (kDv / 64) * kBlockBytes : kDv * 2;
   static constexpr int kLoRowBytes = !kLoInKv ? kPRowBytes : kWg ? 128 : kRowBytes;
@@ -60,7 +62,6 @@ struct Traits {
   static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes);
   static constexpr int kSmemBytes = kOffRed + 4 * kRows * 4;
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
-  static_assert(!kWg || kDirect, "the wgmma kernel reads 16-bit caches of q's dtype");
 
   // Byte offset of 16-byte chunk `chunk` of row `row` (q row or token) in a Q / KV tile.
   static __device__ __forceinline__ uint32_t off(int row, int chunk) {

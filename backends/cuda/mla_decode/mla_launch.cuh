@@ -1,7 +1,7 @@
-// Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync, or wgmma for the
-// 16-bit caches), then (when any request may be split) the
-// combine kernel chained with programmatic dependent launch. Instantiated once per (q dtype,
-// cache format, d_qk) in the small mla_<q>_<cache>.cu files so they compile in parallel.
+// Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync or wgmma), then
+// (when any request may be split) the combine kernel chained with programmatic dependent
+// launch. Instantiated once per (q dtype, cache format, d_qk) in the small mla_<q>_<cache>.cu
+// files so they compile in parallel.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -17,16 +17,13 @@ template <typename MT, int FMT, int D>
 cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream) {
   const dim3 grid(t.num_m_blocks, t.h_kv, t.num_sm_parts);
-  if constexpr (FMT == kFmtBf16) {
-    if (p.kernel == kKernelWgmma) {
-      using Tw = Traits<MT, FMT, D, kKernelWgmma>;
-      static const cudaError_t attr = cudaFuncSetAttribute(
-          mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
-      if (attr != cudaSuccess) return attr;
-      mla_wg_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t);
-    }
-  }
-  if (FMT != kFmtBf16 || p.kernel != kKernelWgmma) {
+  if (p.kernel == kKernelWgmma) {
+    using Tw = Traits<MT, FMT, D, kKernelWgmma>;
+    static const cudaError_t attr = cudaFuncSetAttribute(
+        mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
+    if (attr != cudaSuccess) return attr;
+    mla_wg_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t);
+  } else {
     using Tr = Traits<MT, FMT, D>;
     // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
     static const cudaError_t attr = cudaFuncSetAttribute(

@@ -67,9 +67,9 @@ __device__ __forceinline__ void wg_follow_softmax(RowState& st, const float* red
 
 // O (64 rows x value columns 256c ..) += P V: A = the P tile (K-major, 64 tokens), B = value
 // blocks 4c .. 4c + 3 of the KV tile (MN-major: 64-column blocks 8 KB apart, 8-token groups
-// 1 KB apart). Waits for completion.
+// 1 KB apart). Issued and committed; wg_pv_wait waits for completion.
 template <class Tr>
-__device__ __forceinline__ void wg_pv(RowState& st, uint32_t p_base, uint32_t lo_base, uint32_t kv_base, int c) {
+__device__ __forceinline__ void wg_pv_issue(RowState& st, uint32_t p_base, uint32_t lo_base, uint32_t kv_base, int c) {
   using MT = typename Tr::MT;
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   const uint32_t v_base = kv_base + 4 * c * Tr::kBlockBytes;
@@ -85,6 +85,10 @@ __device__ __forceinline__ void wg_pv(RowState& st, uint32_t p_base, uint32_t lo
   }
   wgmma_commit();
   wgmma_fence_regs(of);
+}
+
+__device__ __forceinline__ void wg_pv_wait(RowState& st) {
+  float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   wgmma_wait<0>();
   wgmma_fence_regs(of);
 }

@@ -1,10 +1,12 @@
-// The wgmma MLA decode split kernel (16-bit caches of q's dtype): the same grid, plan walk,
-// loads (cp.async into the blocked 128-byte-swizzled layout, two KV buffers), NaN rules and
-// epilogue as mla_split_kernel; the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+// The wgmma MLA decode split kernel: the same grid, plan walk, NaN rules and epilogue as
+// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout (16-bit caches:
+// cp.async as they are; FP8 caches: raw bytes staged in the KV buffer and dequantized there by
+// warpgroup 1, mla_wg_load.cuh); the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"
 #include "mla_wg_attend.cuh"
+#include "mla_wg_load.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -54,13 +56,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the previous request's readers of Q / KV / P are done
     if (ntiles > 0) {
       load_q<Tr>(p, t, sq, r, row0);
-      load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+      if constexpr (Tr::kDirect) {
+        load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+      } else if (c == 1) {  // FP8: warpgroup 1 copies and dequantizes tile 0
+        load_kv_raw_wg<Tr>(p, kvbuf(0), r, start, end, threadIdx.x - kWgLoaders);
+        cp_async_commit();
+        cp_async_wait<0>();
+        dequant_kv_wg<Tr>(kvbuf(0), threadIdx.x - kWgLoaders);
+      }
       cp_async_commit();
       for (int n = 0; n < ntiles; ++n) {
         const int tile0 = start + n * kTile;
         unsigned char* kv = kvbuf(n & 1);
-        // Tile n (this thread's copies) visible to the wgmma (async proxy); every reader of the
-        // other buffer, the P tiles and red (tile n - 1) is done.
+        // Tile n (this thread's copies, or warpgroup 1's dequantized values) visible to the
+        // wgmma (async proxy); every reader of the other buffer, the P tiles and red (tile n - 1) is done.
         cp_async_wait<0>();
         fence_proxy_async_smem();
         __syncthreads();
@@ -70,7 +79,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
           wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, lim, scale_log2, g);
         } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
-          load_kv_tile<Tr, kThreads / 2>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kThreads / 2);
+          if constexpr (Tr::kDirect) {
+            load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+          } else {
+            load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+          }
           cp_async_commit();
         }
         fence_proxy_async_smem();
@@ -83,7 +96,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           fence_proxy_async_smem();
           __syncthreads();
         }
-        wg_pv<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
+        wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
+        if constexpr (!Tr::kDirect) {
+          // FP8: warpgroup 1 dequantizes the next tile while the tensor cores run P V
+          if (c == 1 && n + 1 < ntiles) {
+            cp_async_wait<0>();
+            dequant_kv_wg<Tr>(kvbuf((n + 1) & 1), threadIdx.x - kWgLoaders);
+          }
+        }
+        wg_pv_wait(st);
       }
     }
     write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, c);

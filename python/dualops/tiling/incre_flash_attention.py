@@ -35,39 +35,28 @@ CUDA_STAGES = 2              # K/V tiles in flight in shared memory
 CUDA_KV_TILE_MAX = 128
 CUDA_KV_TILE_PREF = 64       # below this the per-tile sync overhead dominates
 CUDA_Q_TILE_MAX = 64         # rows of one CTA's q tile (mma M granule 16)
-CUDA_MIN_SPLIT = 128         # keys per split. Measured on H200: while the
-                             # grid leaves SMs idle, more and shorter splits win down to one
-                             # 16-key chunk per warp (b1 h8/1 s1k: 8 splits 9.2 us, 4 splits 10.5;
-                             # s8k: 64 splits 10.5 us, 32 splits 12.4)
-CUDA_MIN_SPLIT_8BIT = 128    # int8 / fp8 caches: as 16-bit with the one-chunk kernel (the
-                             # two-chunk step left a 128-key split's warps half a step of
-                             # zero-filled keys otherwise) ...
+CUDA_MIN_SPLIT = 128         # keys per split: while the grid leaves SMs idle, more and shorter splits win
+                             # down to one 16-key chunk per warp (H200 b1 h8/1 s1k: 8 splits 9.2 us,
+                             # 4 splits 10.5; s8k: 64 splits 10.5 us, 32 splits 12.4)
+CUDA_MIN_SPLIT_8BIT = 128    # int8 / fp8 caches: as 16-bit, with the one-chunk kernel ...
 CUDA_SHORT_SPLIT_8BIT = 256  # ... but splits shorter than this only while the split grid keeps at
-CUDA_SHORT_SPLIT_MAX_UNITS = 64  # most this many units (H200, int8 / fp8 graph us: b1 h8/1
-                             # s1k 8 splits 6.9 / 6.7 vs 4: 7.5 / 7.4, s8k 64: 8.6 / 8.5 vs 32:
-                             # 9.0 / 8.7 (H100 level), b1 h32/8 s1k 8: 7.0 / 6.8 vs 4: 7.2 / 7.1;
-                             # b16 h8/1 s1k, 128 units, 8 splits 10.4 / 10.2 vs 4: 8.0 / 7.9 --
-                             # its 16 clusters of 8 CTAs do not all fit, and its merge falls back
-                             # to the arrival counter)
+CUDA_SHORT_SPLIT_MAX_UNITS = 64  # most this many units (H200 int8 / fp8 graph us: b1 h8/1 s1k 8 splits
+                             # 6.9 / 6.7 vs 4: 7.5 / 7.4; b16 h8/1 s1k, 128 units, 8 splits 10.4 /
+                             # 10.2 vs 4: 8.0 / 7.9 -- its clusters do not all fit)
 CUDA_UNIT_OVERHEAD = 256     # per-unit fixed cost (launch, q load, pipeline fill), in keys
-CUDA_MAX_SPLITS = 64         # 16-bit caches: beyond 64 splits the partials go through the
-                             # combine kernel, and more splits of short ranges lost or tied
-                             # (H200: b1 h8/1 s32k 64 splits 10.8 us vs 128: 10.7,
-                             # and 11.5 vs 12.8 without the L2 prefetch) ...
-CUDA_MAX_SPLITS_LONG = 128   # ... but up to 128 where every split keeps CUDA_LONG_SPLIT keys:
-CUDA_LONG_SPLIT = 1024       # then a split's first pipeline fill is prefetched into L2 under the
-                             # kernel ahead (ifa_split_kernel.cuh) and 128 SMs stream (b1
-                             # h8/1 s128k: 64 splits 23.9 us vs 128: 22.2)
+CUDA_MAX_SPLITS = 64         # 16-bit caches: more splits of short ranges lost or tied (H200 b1 h8/1
+                             # s32k 64 splits 10.8 us vs 128: 10.7) ...
+CUDA_MAX_SPLITS_LONG = 128   # ... but up to 128 where every split keeps CUDA_LONG_SPLIT keys: its
+CUDA_LONG_SPLIT = 1024       # first fill is prefetched into L2 under the kernel ahead and 128 SMs
+                             # stream (b1 h8/1 s128k: 64 splits 23.9 us vs 128: 22.2)
 # Multi-wave grids of a 16-bit cache split only their last, partial wave's groups (_choose_tail;
-# H200 graph us: b128 h32/8 s8k 954 -> 931, s16k 1885 -> 1849, b16
-# h128/128 s8k 1886 -> 1862; 8-bit caches lost 1-5 %):
+# H200 graph us: b128 h32/8 s8k 954 -> 931, s16k 1885 -> 1849; 8-bit caches lost 1-5 %):
 CUDA_TAIL_MIN_UNIT_BYTES = 2 << 20  # where a unit streams at least this much K+V
 CUDA_TAIL_MIN_WAVES = 2      # and the groups fill at least this many whole waves,
 CUDA_TAIL_SPLITS = 4         # in at least this many pieces
 CUDA_TAIL_MIN_KEYS = 1024    # of at least this many keys
-CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8 caches: a split costs the 8-bit kernel more math per
-                             # byte, so 64 SMs do not saturate HBM (b1 h8/1 s128k: int8
-                             # 64 splits 24.3 us vs 128: 20.0, fp8 22.9 vs 17.7; s32k level)
+CUDA_MAX_SPLITS_8BIT = 128   # int8 / fp8: more math per byte, 64 SMs do not saturate HBM (b1 h8/1
+                             # s128k: int8 64 splits 24.3 us vs 128: 20.0, fp8 22.9 vs 17.7)
 
 # --- Ascend choices -------------------------------------------------------------------------
 ASCEND_KV_TILE_MAX = 2048

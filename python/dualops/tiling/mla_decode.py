@@ -149,21 +149,24 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
     return max(device.num_cores // h_kv // ceil_div(q_rows, MLA_Q_BLOCK_ROWS), 1)
 
 
-# The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16 (every cache format) and
-# Hopper wgmma (16-bit caches of q's dtype; docs/mla_decode_cuda.md).
+# The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16 and Hopper wgmma, both for
+# every cache format (docs/mla_decode_cuda.md).
 MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1}
 MLA_CUDA_WGMMA_SMEM_BYTES = 230400  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions
-# q rows (s_q * h_q) above which the wgmma kernel beats the mma.sync one: its MMAs always cover
-# 64 rows, the mma.sync kernel skips 16-row groups with no q row (H100: 1-9 % faster up to 32).
-MLA_CUDA_WGMMA_MIN_Q_ROWS = 33
+# Per cache format, the q rows (s_q * h_q) from which the wgmma kernel beats the mma.sync one
+# 16-bit caches (H100): the wgmma MMAs always cover 64 rows, the mma.sync kernel skips 16-row
+# groups with no q row (1-9 % faster up to 32 rows). FP8 caches (H200): the wgmma kernel
+# dequantizes each tile in warpgroup 1 while the tensor cores run P V, the mma.sync kernel
+# between its MMAs (the wgmma kernel is 8-35 % faster from h_q 16 to 128).
+MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
 
 
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int) -> str:
-    """The CUDA split kernel of a dense call: wgmma for the 16-bit caches with more than 32 q
-    rows (s_q * h_q) where the GPU lets one block opt into the kernel's shared memory, mma.sync
-    otherwise (the FP8 formats, few q rows)."""
+    """The CUDA split kernel of a dense call: wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
+    q rows (s_q * h_q) where the GPU lets one block opt into the kernel's shared memory,
+    mma.sync otherwise."""
     fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
-    use = kv_format == "bf16" and fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS
+    use = fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
     return "wgmma" if use else "mma"
 
 

@@ -1,0 +1,109 @@
+// FP8 KV tiles of the wgmma MLA kernel: warpgroup 1 copies a tile's raw bytes with cp.async into
+// the KV buffer it will fill (no separate staging tile: the kernel's shared memory holds Q and two
+// 16-bit KV tiles), then dequantizes them in place to the blocked 128-byte-swizzled layout of
+// q's dtype while the tensor cores run P V of the previous tile.
+//
+// In-buffer staging of one tile (64 tokens; block j = 8 KiB = dims 64j .. 64j + 63 once dequantized):
+//  * the e4m3 bytes of dims 64j .. 64j + 63 (4 KiB) in the upper half of block j, for the
+//    kFp8Blocks FP8 blocks (v32: 8, model1: 7). 16-byte chunk s (dims 64j + 16s ..) of token t
+//    sits at (s & 1) * 2048 + (2t + (s >> 1)) * 16, so that thread 2t + h reads its 32 bytes
+//    (chunks 2h, 2h + 1) with two conflict-free 16-byte loads;
+//  * the token's scales (v32: 4 fp32 per 128 dims; model1: 7 e8m0 bytes and a pad) at t * 16 of
+//    block 0 (its lower half, free until block 0 is written);
+//  * the RoPE part (64 bf16 values) straight into its final swizzled block kFp8Blocks (for fp16
+//    q converted in place).
+// Tokens past the range end or with a block id out of range are zero-filled (dequantized to 0).
+#pragma once
+#include "../common/wgmma.cuh"
+#include "mla_load.cuh"
+
+namespace dualops::cuda::mla {
+
+constexpr int kWgLoaders = kThreads / 2;  // warpgroup 1
+constexpr int kWgLoadBarrier = 5;         // named barrier of warpgroup 1 (1 .. 4: mma.sync row groups)
+
+template <class Tr>
+struct Fp8Tile {
+  static constexpr int kFp8Blocks = Tr::kFmt == kFmtV32 ? 8 : 7;  // e4m3 dims / 64
+  static constexpr int kRopeSrc = Tr::kFmt == kFmtV32 ? 528 : 448;  // RoPE bytes in the token's data row
+  static constexpr int kDataRow = Tr::kFmt == kFmtV32 ? 656 : 576;  // data row pitch in a cache block
+  static constexpr int kTokenBytes = Tr::kFmt == kFmtV32 ? 656 : 584;
+  static constexpr int kRawHalf = Tr::kBlockBytes / 2;
+  static __device__ __forceinline__ uint32_t raw_off(int j, int t, int s) {
+    return static_cast<uint32_t>(j * Tr::kBlockBytes + kRawHalf + (s & 1) * 2048 + (2 * t + (s >> 1)) * 16);
+  }
+};
+
+// Raw bytes of tokens tile0 .. tile0 + 63 of request r into KV buffer dst (in-buffer staging),
+// by the 128 threads of warpgroup 1 (tid 0 .. 127, two per token). Not waited for.
+template <class Tr>
+__device__ __forceinline__ void load_kv_raw_wg(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
+                                               int end, int tid) {
+  using F = Fp8Tile<Tr>;
+  const int t = tid >> 1, h = tid & 1;
+  const uint32_t base = smem_addr(dst);
+  int off;
+  const unsigned char* blk =
+      token_block(p, r, tile0 + t, end, static_cast<int64_t>(p.page_block_size) * F::kTokenBytes, off);
+  const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
+  const unsigned char* row = blk ? blk + static_cast<int64_t>(off) * F::kDataRow : nullptr;
+  const uint32_t n = row ? 16u : 0u;
+#pragma unroll
+  for (int ci = h; ci < F::kFp8Blocks * 4; ci += 2)  // chunk ci: block ci / 4, 16-byte step ci % 4
+    cp_async_16(base + F::raw_off(ci >> 2, t, ci & 3), n ? row + ci * 16 : any, n);
+#pragma unroll
+  for (int k = h; k < 8; k += 2)
+    cp_async_16(base + Tr::off(t, 8 * F::kFp8Blocks + k), n ? row + F::kRopeSrc + k * 16 : any, n);
+  if (h == 0) {
+    if constexpr (Tr::kFmt == kFmtV32) {
+      cp_async_16(base + t * 16, n ? row + 512 : any, n);
+    } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
+      const unsigned char* sc = row ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
+      cp_async_8(base + t * 16, sc, n ? 8u : 0u);
+    }
+  }
+}
+
+// Warpgroup 1, once its raw copies of `kv` are complete (cp.async.wait by each thread): the tile
+// dequantized in place (e4m3 * scale in fp32, rounded to q's dtype, as mla_load.cuh's
+// dequant_tile), then made visible to the async proxy. Thread 2t + h writes 16-byte chunks
+// 4h .. 4h + 3 of token t in every block.
+template <class Tr>
+__device__ __forceinline__ void dequant_kv_wg(unsigned char* kv, int tid) {
+  using MT = typename Tr::MT;
+  using F = Fp8Tile<Tr>;
+  const int t = tid >> 1, h = tid & 1;
+  named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
+  float sc[F::kFp8Blocks];
+  if constexpr (Tr::kFmt == kFmtV32) {
+    const float4 v = *reinterpret_cast<const float4*>(kv + t * 16);
+    const float s4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sc[j] = s4[j >> 1];
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(kv + t * 16);
+#pragma unroll
+    for (int j = 0; j < 7; ++j) sc[j] = e8m0_scale(((j < 4 ? v.x : v.y) >> ((j & 3) * 8)) & 0xffu);
+  }
+#pragma unroll 1
+  for (int j = 0; j < F::kFp8Blocks; ++j) {
+    const uint4 a = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h));
+    const uint4 b = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h + 1));
+    // block j's output covers its raw half (and, for j = 0, the scales): all reads first
+    named_barrier(kWgLoadBarrier, kWgLoaders);
+    const uint2 raw[4] = {make_uint2(a.x, a.y), make_uint2(a.z, a.w), make_uint2(b.x, b.y), make_uint2(b.z, b.w)};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = e4m3x8_scaled<MT>(raw[k], sc[j]);
+  }
+  if constexpr (!std::is_same_v<MT, __nv_bfloat16>) {  // the RoPE part is bf16 in the cache
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint4* w = reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * F::kFp8Blocks + 4 * h + k));
+      *w = bf16x8_to<MT>(*w);
+    }
+  }
+  common::fence_proxy_async_smem();  // the wgmma reads the tile through the async proxy
+}
+
+}  // namespace dualops::cuda::mla
