@@ -3,7 +3,11 @@ sm90 kernels (forced through the plan), with torch._grouped_mm / torch._scaled_g
 gg-targets shapes (CUDA graph of 5 back-to-back calls, median of 15 replays). The planner's
 choice (`tiling.grouped_gemm.cuda_kernel_for`) follows these figures (docs/grouped_gemm_cuda.md).
 
-    python benchmarks/cuda/gg_kernel_choice.py [--quick]"""
+    python benchmarks/cuda/gg_kernel_choice.py [--quick | --miss] [--kernels mma,sm90,...]
+
+--miss: only the shapes where a configuration choice is close (64-128 tokens per group, bf16 and
+fp8 rowwise; 8 x 4096 bf16); --kernels: only these kernels (mma, when listed, is the reference of
+the "diff" column)."""
 from __future__ import annotations
 
 import statistics
@@ -65,6 +69,13 @@ def main():
                dict(g=16, m=96, n=4096, k=7168, recipe="fp8_rowwise")]
     if quick:
         shapes = shapes[::4]
+    if "--miss" in sys.argv:
+        shapes = [dict(g=g, m=m, n=n, k=k, recipe=r) for (n, k) in ((4096, 7168), (7168, 2048))
+                  for r in ("bf16", "fp8_rowwise") for (g, m) in ((32, 128), (64, 96), (64, 64))]
+        shapes += [dict(g=8, m=4096, n=n, k=k) for (n, k) in ((4096, 7168), (7168, 2048))]
+    kernels = CUDA_KERNELS
+    if "--kernels" in sys.argv:
+        kernels = tuple(sys.argv[sys.argv.index("--kernels") + 1].split(","))
     gen = torch.Generator().manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}")
     for sh in shapes:
@@ -76,7 +87,7 @@ def main():
                                device=detect(w.device))
         line = f"{wl.label(s):40s} plan {pick:10s}"
         res = {}
-        for kernel in CUDA_KERNELS:
+        for kernel in kernels:
             if kernel != "mma" and not sm90_supports(kernel, s["n"], name, inp["scale_mode"], "bfloat16"):
                 continue
             try:

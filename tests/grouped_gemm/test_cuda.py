@@ -206,7 +206,8 @@ def test_cuda_graph_capture():
 SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": BF16, "fp8_blockwise": BF16}
 SM90_PAIRS = [("bf16", "sm90"), ("bf16", "sm90_small"), ("fp16", "sm90"), ("fp8_per_tensor", "sm90"),
               ("fp8_per_tensor", "sm90_small"), ("fp8_per_tensor", "sm90_fast"), ("fp8_rowwise", "sm90"),
-              ("fp8_rowwise", "sm90_small"), ("fp8_rowwise", "sm90_fast"), ("fp8_blockwise", "sm90")]
+              ("fp8_rowwise", "sm90_small"), ("fp8_rowwise", "sm90_fast"), ("fp8_blockwise", "sm90"),
+              ("bf16", "sm90_mid"), ("fp8_per_tensor", "sm90_mid"), ("fp8_rowwise", "sm90_mid")]
 SM90_BUILT = bool(HAS_CUDA and getattr(native.require(), "cuda_gg_sm90_built", False))
 needs_sm90 = pytest.mark.skipif(not SM90_BUILT, reason="needs the CUDA build with the CUTLASS headers")
 

@@ -1,7 +1,8 @@
 // The CUTLASS sm90 path's kernels (gg_sm90.cuh) as the host entry sees them, without the CUTLASS
 // headers: one per (recipe, configuration), each with one output dtype (the planner sends other
 // output dtypes to the mma.sync kernel). Configurations: 0 large tiles, 1 small tiles (groups
-// of <= 128 rows), 2 fp8 with tensor-core-only accumulation (opt-in).
+// of <= 64 rows), 2 fp8 with tensor-core-only accumulation (opt-in), 3 the large tiles in 1 x 2
+// clusters (groups of 65-128 rows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,9 +14,10 @@
 namespace dualops::cuda::gg {
 
 enum Sm90Recipe : int {
-  kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise
+  kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise,
+  kSm90Bf16Mid, kSm90Fp8Mid
 };
-enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2 };
+enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3 };
 
 // ws == nullptr: stores the workspace bytes the call needs in *ws_bytes. Otherwise runs the
 // call with *ws_bytes bytes of device workspace at ws. nullptr or an error message.

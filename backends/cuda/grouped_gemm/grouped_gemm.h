@@ -18,7 +18,7 @@ const char* grouped_gemm(const GroupedGemmParams& p, int tile_m, cudaStream_t st
 // CUTLASS headers. Recipes bf16 -> bf16, fp16 -> fp16, fp8 per_tensor / rowwise / blockwise ->
 // bf16; N * output size must be a multiple of 16 bytes. config: 0 large tiles, 1 small tiles
 // (bf16, fp8 per_tensor / rowwise), 2 fp8 per_tensor / rowwise with tensor-core-only
-// accumulation (gg_sm90.h).
+// accumulation, 3 large tiles in 1 x 2 clusters (bf16, fp8 per_tensor / rowwise) (gg_sm90.h).
 bool grouped_gemm_sm90_built();
 // nullptr when the call can run on it, else why not.
 const char* grouped_gemm_sm90_check(const GroupedGemmParams& p, int config);

@@ -12,12 +12,25 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
   using namespace gg;
   const auto in = static_cast<DType>(p.in_dtype);
   const auto out = static_cast<DType>(p.out_dtype);
-  if (p.scale_mode == 0 && in == DType::kBfloat16 && out == DType::kBfloat16)
-    return config == kSm90Large ? kSm90Bf16 : (config == kSm90Small ? kSm90Bf16Small : -1);
+  if (p.scale_mode == 0 && in == DType::kBfloat16 && out == DType::kBfloat16) {
+    switch (config) {
+      case kSm90Large: return kSm90Bf16;
+      case kSm90Small: return kSm90Bf16Small;
+      case kSm90Mid: return kSm90Bf16Mid;
+      default: return -1;
+    }
+  }
   if (p.scale_mode == 0 && in == DType::kFloat16 && out == DType::kFloat16) return config == kSm90Large ? kSm90Fp16 : -1;
   if (in != DType::kFloat8E4m3fn || out != DType::kBfloat16) return -1;
-  if (p.scale_mode == 1 || p.scale_mode == 2)
-    return config == kSm90Large ? kSm90Fp8 : (config == kSm90Small ? kSm90Fp8Small : kSm90Fp8Fast);
+  if (p.scale_mode == 1 || p.scale_mode == 2) {
+    switch (config) {
+      case kSm90Large: return kSm90Fp8;
+      case kSm90Small: return kSm90Fp8Small;
+      case kSm90Fast: return kSm90Fp8Fast;
+      case kSm90Mid: return kSm90Fp8Mid;
+      default: return -1;
+    }
+  }
   if (p.scale_mode == 3) return config == kSm90Large ? kSm90Fp8Blockwise : -1;
   return -1;
 }
@@ -40,6 +53,8 @@ const char* dispatch(const GroupedGemmParams& p, int config, void* ws, size_t* b
     case gg::kSm90Fp8Small: return gg::sm90_recipe<gg::kSm90Fp8Small>(p, ws, bytes, sms, stream);
     case gg::kSm90Fp8Fast: return gg::sm90_recipe<gg::kSm90Fp8Fast>(p, ws, bytes, sms, stream);
     case gg::kSm90Fp8Blockwise: return gg::sm90_recipe<gg::kSm90Fp8Blockwise>(p, ws, bytes, sms, stream);
+    case gg::kSm90Bf16Mid: return gg::sm90_recipe<gg::kSm90Bf16Mid>(p, ws, bytes, sms, stream);
+    case gg::kSm90Fp8Mid: return gg::sm90_recipe<gg::kSm90Fp8Mid>(p, ws, bytes, sms, stream);
     default: return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
   }
 #else

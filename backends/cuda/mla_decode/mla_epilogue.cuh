@@ -1,6 +1,6 @@
 // End of one request piece: finish the row sums across the two warps of row group g (halves
 // c = 0, 1: value columns 256c .. 256c + 255), then write either the final out / lse (request
-// with one split) or the fp32 partials of its split slot.
+// with one split) or the fp32 partials of its split slot. Both warps of the pair call it.
 // Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
 // reference's p = 0 times a NaN value), and a NaN sum gives NaN out and lse.
 #pragma once
@@ -52,6 +52,8 @@ __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaD
       if (c == 0 && (lane & 3) == 0) static_cast<float*>(p.lse_accum)[prow] = lse;
     }
   }
+  // The pair's next piece writes red_sum again: both warps have read this piece's sums first.
+  named_barrier(1 + g, 64);
 }
 
 }  // namespace dualops::cuda::mla
