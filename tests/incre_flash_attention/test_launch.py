@@ -156,8 +156,11 @@ class OldLauncher:
         o = self.merge_override()
         if o == kMergeKernel:
             return kMergeKernel
+        # (plus a rule the old launcher lacked: each CTA's slice of the merge, a slot per thread)
+        rows_ = t.q_rows if t.q_rows < m else m
+        slice_ok = -(-rows_ * (t.head_dim // 4) // t.num_splits) <= 32 * self.cfg(t.head_dim, t.kv_dtype_bytes, shape)["warps"]
         if (o != kMergeCounter and self.cluster_fits(t.head_dim, t.kv_dtype_bytes, m, shape)
-                and t.num_splits <= 8 and t.whole_groups == 0):
+                and t.num_splits <= 8 and t.whole_groups == 0 and slice_ok):
             clusters = t.batch * t.h_kv * ((t.q_rows + m - 1) // m)
             if clusters <= self.max_clusters:
                 return kMergeCluster
