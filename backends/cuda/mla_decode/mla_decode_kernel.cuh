@@ -5,6 +5,7 @@
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"
+#include "mla_piece.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -24,34 +25,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // The combine kernel (a programmatic dependent) may be scheduled now; it waits for this grid.
   pdl_launch_dependents();
-  const int* plan = static_cast<const int*>(p.plan);
-  const int* rec = plan + kHeaderInts + blockIdx.z * t.part_stride;
-  const int* ns = plan + kHeaderInts + t.num_sm_parts * t.part_stride;
-  const int* seqlens = static_cast<const int*>(p.cache_seqlens);
-  const int begin_req = rec[0], end_req = min(rec[1], t.batch - 1), begin_tok = rec[2], end_tok = rec[3];
-  const int begin_split = rec[4];
+  const MlaPart part = mla_part(p, t);
   const int row0 = blockIdx.x * kRows;
   const int lane = threadIdx.x & 31, g = row_group();
   const int rows_valid = min(kRows, t.q_rows - row0);
   const float scale_log2 = p.softmax_scale * kLog2e;
 
-  for (int r = max(begin_req, 0); r <= end_req; ++r) {
-    const int len = max(seqlens[r], 0);
-    const int end = r == end_req ? min(end_tok, len) : len;
-    const int start = r == begin_req ? begin_tok : 0;
-    const int ntiles = end > start ? (end - start + kTile - 1) / kTile : 0;
-    const int n_splits = ns[r + 1] - ns[r];
-    const int slot = ns[r] + (r == begin_req ? begin_split : 0);
-    // Causal calls with s_q > 1 hide keys hidden0 .. len - 1 from some q rows (at most s_q - 1,
-    // all in the last tile(s)); a tile holding some checks their values for NaN / inf.
-    const int hidden0 = p.causal ? len - t.s_q + 1 : end;
-    int lim[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int gr = row0 + g * 16 + (lane >> 2) + 8 * j;
-      const int i = gr < t.q_rows ? gr / t.h_q : 0;
-      lim[j] = p.causal ? min(end, len - t.s_q + i + 1) : end;
-    }
+  for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
+    const MlaPiece pc = mla_piece(t, part, r, row0 + g * 16 + (lane >> 2), p.causal != 0);
+    const int start = pc.start, end = pc.end, ntiles = pc.ntiles, hidden0 = pc.hidden0;
     RowState st;
     init_state(st);
     __syncthreads();  // the previous request's readers of Q / KV / P are done
@@ -70,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           __syncthreads();
           const bool exact = hidden_values_nonfinite<Tr>(kvbuf(n & 1), start + n * kTile, hidden0, end);
-          attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, lo_of(kvbuf(n & 1)), lo_rb, red_max, start + n * kTile, lim,
+          attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, lo_of(kvbuf(n & 1)), lo_rb, red_max, start + n * kTile, pc.lim,
                           scale_log2, rows_valid, exact);
           __syncthreads();
         }
@@ -87,13 +69,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             load_kv_tile<Tr>(p, stage, r, start + (n + 1) * kTile, end);
             cp_async_commit();
           }
-          attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, lim, scale_log2,
+          attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, pc.lim, scale_log2,
                           rows_valid, exact);
           __syncthreads();
         }
       }
     }
-    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, warp_half());
+    write_piece<Tr>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, warp_half());
   }
 }
 

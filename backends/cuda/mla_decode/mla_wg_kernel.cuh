@@ -5,6 +5,7 @@
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"
+#include "mla_piece.cuh"
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
 
@@ -23,12 +24,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + Tr::kLoInKvOff : smem_wg + Tr::kOffPLo; };
 
   pdl_launch_dependents();
-  const int* plan = static_cast<const int*>(p.plan);
-  const int* rec = plan + kHeaderInts + blockIdx.z * t.part_stride;
-  const int* ns = plan + kHeaderInts + t.num_sm_parts * t.part_stride;
-  const int* seqlens = static_cast<const int*>(p.cache_seqlens);
-  const int begin_req = rec[0], end_req = min(rec[1], t.batch - 1), begin_tok = rec[2], end_tok = rec[3];
-  const int begin_split = rec[4];
+  const MlaPart part = mla_part(p, t);
   const int row0 = blockIdx.x * kRows;
   const int lane = threadIdx.x & 31;
   const int c = threadIdx.x >> 7, g = (threadIdx.x >> 5) & 3;  // warpgroup, warp in it (= row group)
@@ -36,21 +32,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t q_base = smem_addr(sq);
   if (q_base & 1023u) __trap();  // the 128-byte swizzle needs 1024-byte aligned tiles
 
-  for (int r = max(begin_req, 0); r <= end_req; ++r) {
-    const int len = max(seqlens[r], 0);
-    const int end = r == end_req ? min(end_tok, len) : len;
-    const int start = r == begin_req ? begin_tok : 0;
-    const int ntiles = end > start ? (end - start + kTile - 1) / kTile : 0;
-    const int n_splits = ns[r + 1] - ns[r];
-    const int slot = ns[r] + (r == begin_req ? begin_split : 0);
-    const int hidden0 = p.causal ? len - t.s_q + 1 : end;
-    int lim[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int gr = row0 + g * 16 + (lane >> 2) + 8 * j;
-      const int i = gr < t.q_rows ? gr / t.h_q : 0;
-      lim[j] = p.causal ? min(end, len - t.s_q + i + 1) : end;
-    }
+  for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
+    const MlaPiece pc = mla_piece(t, part, r, row0 + g * 16 + (lane >> 2), p.causal != 0);
+    const int start = pc.start, end = pc.end, ntiles = pc.ntiles, hidden0 = pc.hidden0;
     RowState st;
     init_state(st);
     __syncthreads();  // the previous request's readers of Q / KV / P are done
@@ -77,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float s[8][4];
         if (c == 0) {
           wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
-          wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, lim, scale_log2, g);
+          wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
         } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
           if constexpr (Tr::kDirect) {
             load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
@@ -90,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
         if (c == 1) wg_follow_softmax(st, red, g);
         if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
-          add_nonfinite_values<Tr>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, lim, g * 16 + (lane >> 2), c);
+          add_nonfinite_values<Tr>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
           __syncthreads();  // every thread has read the values
           zero_nonfinite_values<Tr>(kv);
           fence_proxy_async_smem();
@@ -107,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wg_pv_wait(st);
       }
     }
-    write_piece<Tr>(p, t, st, red_sum, r, row0, n_splits, slot, g, c);
+    write_piece<Tr>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);
   }
 }
 
