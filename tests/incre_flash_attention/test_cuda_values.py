@@ -74,26 +74,60 @@ UNATTENDED = [dict(dtype=dt, D=D, page=pg, splits=ns)
 @needs_cuda
 @pytest.mark.parametrize("case", UNATTENDED, ids=[_id(c) for c in UNATTENDED])
 def test_non_finite_values_at_unattended_keys(case):
-    S_q, lens = 3, [300, 41, 2]
-    q, k, v, kw = make_case(B=3, S_q=S_q, h_q=8, h_kv=2, D=case["D"], dtype=case["dtype"], page=case["page"],
-                            lens=lens, s_max=320, causal=True, mask="per_batch",
-                            seed=zlib.crc32(_id(case).encode()) % 1000)
-    mask = kw["atten_mask"]  # [B, 1, 1, s_kv]
     vals = (float("inf"), float("-inf"), float("nan"))
+
+    def poison(v, slot, masked, attended):
+        for i, j in enumerate(masked):
+            v[slot(j)][0, (5 * i) % case["D"]] = vals[i % 3]
+        if attended:  # +inf and -inf in one channel of KV head 1 (NaN), -inf in another
+            v[slot(4)][1, 9] = float("inf")
+            v[slot(5)][1, 9] = float("-inf")
+            v[slot(6)][1, 11] = float("-inf")
+
+    out, lse, ref_out, ref_lse = _unattended_call(case, dict(dtype=case["dtype"]), poison)
+    assert torch.isnan(ref_out).any() and torch.isinf(ref_out).any()
+    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+
+
+# The same with 8-bit caches: fp8 e4m3 holds NaN (no inf), int8 neither; NaN at keys a row does
+# not attend has no effect, at an attended key it reaches the row's channel.
+UNATTENDED_FP8 = [dict(kv="fp8", D=D, page=pg, splits=ns) for D in (64, 128) for pg in (0, 64) for ns in (0, 3)]
+
+
+@needs_cuda
+@pytest.mark.parametrize("case", UNATTENDED_FP8, ids=[_id(c) for c in UNATTENDED_FP8])
+def test_nan_values_at_unattended_keys_of_an_fp8_cache(case):
+    def poison(v, slot, masked, attended):
+        bits = v.view(torch.uint8)
+        for i, j in enumerate(masked):
+            bits[slot(j)][0, (5 * i) % case["D"]] = 0x7F  # e4m3 NaN
+        if attended:
+            bits[slot(5)][1, 9] = 0x7F
+
+    out, lse, ref_out, ref_lse = _unattended_call(case, dict(kv="fp8"), poison)
+    assert torch.isnan(ref_out).any()
+    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+
+
+def _unattended_call(case, cache, poison):
+    """Three causal s_q 3 requests under a per-request mask: poison(v, slot, masked, attended)
+    writes non-finite values at masked keys and the last key (hidden from every q row but the
+    last), and, when attended, at keys 4-6 after unmasking them. Returns out, lse of the CUDA
+    kernel under the case's plan and of the reference."""
+    S_q, lens = 3, [300, 41, 2]
+    q, k, v, kw = make_case(B=3, S_q=S_q, h_q=8, h_kv=2, D=case["D"], page=case["page"], lens=lens, s_max=320,
+                            causal=True, mask="per_batch", seed=zlib.crc32(_id(case).encode()) % 1000, **cache)
+    mask = kw["atten_mask"]  # [B, 1, 1, s_kv]
     table = kw.get("block_table")
     for b, n in enumerate(lens):
         def slot(j):  # (tensor index of key j of request b)
             return (int(table[b, j // case["page"]]), j % case["page"]) if case["page"] else (b, j)
-        # masked keys and the last key (hidden from all q rows but the last by the causal mask)
         masked = [j for j in range(n) if bool(mask[b, 0, 0, j])][:3] + [n - 1]
-        for i, j in enumerate(masked):
-            v[slot(j)][0, (5 * i) % case["D"]] = vals[i % 3]
-        # attended keys: +inf and -inf in one channel of KV head 1 (NaN), -inf in another
         if n > 8:
             mask[b, 0, 0, 4:7] = False
-            v[slot(4)][1, 9] = float("inf")
-            v[slot(5)][1, 9] = float("-inf")
-            v[slot(6)][1, 11] = float("-inf")
+        poison(v, slot, masked, n > 8)
     plan = cuda_backend.make_ifa_plan(q, k, table)
     if case["splits"]:
         plan = plan.with_splits(case["splits"])
@@ -104,9 +138,7 @@ def test_non_finite_values_at_unattended_keys(case):
     out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
     torch.cuda.synchronize()
     ref_out, ref_lse = ref_ifa(q, k, v, **kw)
-    assert torch.isnan(ref_out).any() and torch.isinf(ref_out).any()
-    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
-    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+    return out, lse, ref_out, ref_lse
 
 
 @needs_cuda

@@ -206,9 +206,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
 
   // ---- epilogue -----------------------------------------------------------------------------
   const bool nonfinite = write_rows<K>(p, u, sm, vsc, n_active, half_rows, merge_mode);
-  if constexpr (!C::kQuant) {  // an inf / NaN reached the output: the tile's rows exactly (rare)
-    if (__syncthreads_or(nonfinite)) exact_rows<K>(p, t, smem, merge_mode);
-  }
+  // an inf / NaN reached the output: the tile's rows exactly (rare)
+  if (__syncthreads_or(nonfinite)) exact_rows<K>(p, t, smem, merge_mode);
   write_staged_rows<K>(p, u, sm, merge_mode);
   write_lse<K>(p, u, sm, merge_mode);
   DUALOPS_IFA_MARK(kTrStored);

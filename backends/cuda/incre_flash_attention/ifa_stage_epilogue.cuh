@@ -199,7 +199,7 @@ __device__ __forceinline__ bool write_rows(const IncreFlashAttentionParams& p, c
       float v0 = hf ? o.z : o.x, v1 = hf ? o.w : o.y;
       v0 = seen ? sc0 * (v0 + of0) : 0.f;
       v1 = seen ? sc1 * (v1 + of1) : 0.f;
-      if constexpr (!C::kQuant) chk = fmaf(v1, 0.f, fmaf(v0, 0.f, chk));
+      chk = fmaf(v1, 0.f, fmaf(v0, 0.f, chk));
       // (kStageOut first, a branch of its own: folded into the cluster merge's condition, the
       // 16-bit kernels' main loops are scheduled anew)
       if (K::kStageOut) {

@@ -1,4 +1,4 @@
-// The split kernel's exact stage for rows whose output came out non-finite (16-bit caches).
+// The split kernel's exact stage for rows whose output came out non-finite.
 // The main loop's p . v runs on the tensor cores (p as bf16 hi + lo parts, or fp16, against
 // whole 16-key fragments of v): an inf or NaN value meets the zero weights of the keys a row
 // does not attend (masked, causally hidden, past kv_len, in an invalid block) and the zero lo
@@ -18,6 +18,16 @@
 
 namespace dualops::cuda::ifa {
 
+// One cache element as fp32 (int8 and fp8 e4m3 before their scale / offset).
+template <class T>
+__device__ __forceinline__ float cache_f32(T x) {
+  if constexpr (sizeof(T) == 1) {
+    return static_cast<float>(x);
+  } else {
+    return to_f32(x);
+  }
+}
+
 // A warp per row, lane pairs of columns (2 lane + 64 c); K / V rows read from global memory.
 template <class K>
 __device__ __forceinline__ void exact_rows(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
@@ -36,7 +46,13 @@ __device__ __forceinline__ void exact_rows(const IncreFlashAttentionParams& p, c
   const PageMath pm(t.block_size);
   const int kv_len = min(max(static_cast<const int*>(p.kv_lens)[u.b], 0), t.max_kv_len);
   const int k_end = min(u.k_begin + u.span, kv_len);
-  const float score_mul = p.softmax_scale * kLog2e;  // (16-bit q: no q scaling)
+  const float score_mul = p.softmax_scale * kLog2e;  // (q unscaled here: 8-bit key scales below)
+  constexpr bool kQuant = sizeof(KVT) == 1;
+  // 8-bit caches: per-channel scales (and int8 offsets) of this KV head; the key offsets' score
+  // term is the row's row_add, as in the main loop
+  const float* ksc = kQuant ? static_cast<const float*>(p.k_scale) + u.kvh * D : nullptr;
+  const float* vsc = kQuant ? static_cast<const float*>(p.v_scale) + u.kvh * D : nullptr;
+  const float* voff = kQuant && p.v_offset != nullptr ? static_cast<const float*>(p.v_offset) + u.kvh * D : nullptr;
   const int rows = min(M_TILE, u.q_rows - K::row0());
   for (int rr = K::warp(); rr < rows; rr += NW) {
     const float m = sm.fin_m[rr], l = sm.fin_l[rr];
@@ -69,7 +85,9 @@ __device__ __forceinline__ void exact_rows(const IncreFlashAttentionParams& p, c
 #pragma unroll
       for (int c = 0; c < NP; ++c) {
         const int d = 2 * lane + 64 * c;
-        dot += qv[c][0] * to_f32(krow[d]) + qv[c][1] * to_f32(krow[d + 1]);
+        float k0 = cache_f32(krow[d]), k1 = cache_f32(krow[d + 1]);
+        if constexpr (kQuant) k0 *= __ldg(ksc + d), k1 *= __ldg(ksc + d + 1);
+        dot += qv[c][0] * k0 + qv[c][1] * k1;
       }
       dot = warp_sum(dot);
       float s = dot * score_mul + sm.row_add[rr];
@@ -78,8 +96,13 @@ __device__ __forceinline__ void exact_rows(const IncreFlashAttentionParams& p, c
 #pragma unroll
       for (int c = 0; c < NP; ++c) {
         const int d = 2 * lane + 64 * c;
-        acc[c][0] += pj * to_f32(vrow[d]);
-        acc[c][1] += pj * to_f32(vrow[d + 1]);
+        float v0 = cache_f32(vrow[d]), v1 = cache_f32(vrow[d + 1]);
+        if constexpr (kQuant) {
+          if (voff != nullptr) v0 += __ldg(voff + d), v1 += __ldg(voff + d + 1);
+          v0 *= __ldg(vsc + d), v1 *= __ldg(vsc + d + 1);
+        }
+        acc[c][0] += pj * v0;
+        acc[c][1] += pj * v1;
       }
     }
     const float inv = 1.f / l;  // (NaN l: NaN out)
