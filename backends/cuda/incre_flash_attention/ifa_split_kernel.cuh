@@ -10,7 +10,7 @@
 //   K/V copies, q load, q fragments         ifa_stage_qload.cuh
 //   main-loop step                          ifa_stage_mainloop.cuh (copies, q.k^T, softmax, p.v)
 //   warp merge, epilogue, split merge       ifa_stage_epilogue.cuh, ifa_split_merge.cuh
-//   rows whose output is inf / NaN          ifa_stage_exact.cuh (exact p . v, 16-bit caches)
+//   rows whose output is inf / NaN          ifa_stage_exact.cuh (exact p . v)
 // Tracing and ablation hooks: ifa_measure.cuh (nothing in library builds).
 #pragma once
 #include <dualops/params.h>

@@ -145,7 +145,7 @@ __device__ __forceinline__ void stash_fragments(const RowState<K>& rs, const Sme
 
 // Every thread sums its slots over the warps, applies the value scales / offsets (8-bit caches)
 // and writes them: to out (no split), the fp32 partials, or the CTA's rows in shared memory
-// (kStageOut, cluster merge). Returns whether this thread wrote an inf or NaN (16-bit caches:
+// (kStageOut, cluster merge). Returns whether this thread wrote an inf or NaN (then
 // the exact stage, ifa_stage_exact.cuh, then redoes the tile's rows).
 template <class K>
 __device__ __forceinline__ bool write_rows(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
