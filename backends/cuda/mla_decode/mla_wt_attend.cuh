@@ -28,7 +28,7 @@ using common::wgmma_wait;
 
 template <class L>
 struct WtState {
-  float o[4][L::kAcc];  // O^T fragments: value dims 64 (4c + b) .., q rows as above
+  float o[4][L::kAccO];  // O^T fragments: value dims 64 (4c + b) ..; q rows as above (kCat: then their lo parts)
   float m[L::kCols];    // running max (log2 domain) of the thread's q rows
   float l[L::kCols];    // this thread's share of their running sums (its tokens)
 };
@@ -40,7 +40,7 @@ __device__ __forceinline__ void wt_init(WtState<L>& st) {
 #pragma unroll
   for (int b = 0; b < 4; ++b)
 #pragma unroll
-    for (int i = 0; i < L::kAcc; ++i) st.o[b][i] = 0.f;
+    for (int i = 0; i < L::kAccO; ++i) st.o[b][i] = 0.f;
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
     st.m[k] = -INFINITY;
@@ -141,11 +141,12 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
 #pragma unroll
   for (int b = 0; b < 4; ++b)
 #pragma unroll
-    for (int i = 0; i < L::kAcc; ++i) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
+    for (int i = 0; i < L::kAccO; ++i) st.o[b][i] *= alpha[2 * ((i >> 2) % (L::kNq / 8)) + (i & 1)];
 }
 
 // O^T (value dims 256c ..) += V^T P^T: A = value block 4c + b of the KV tile read MN-major (64
-// dims contiguous per token, 8-token groups 1 KB apart), B = the P^T tile(s). Issued and waited for.
+// dims contiguous per token, 8-token groups 1 KB apart), B = the P^T tile(s): kCat: hi and lo
+// tiles as one operand of 2 NQ rows; otherwise a pass per tile. Issued and waited for.
 template <class Tr, class L>
 __device__ __forceinline__ void wt_pv(WtState<L>& st, uint32_t kv_base, uint32_t p_base, uint32_t lo_base, int c) {
   using MT = typename Tr::MT;
@@ -153,12 +154,12 @@ __device__ __forceinline__ void wt_pv(WtState<L>& st, uint32_t kv_base, uint32_t
   for (int b = 0; b < 4; ++b) wgmma_fence_regs(st.o[b]);
   wgmma_fence();
 #pragma unroll
-  for (int part = 0; part < (L::kTwoPass ? 2 : 1); ++part)
+  for (int part = 0; part < (L::kTwoPass && !L::kCat ? 2 : 1); ++part)
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk)
 #pragma unroll
       for (int b = 0; b < 4; ++b)
-        common::wgmma_m64nNk16<MT, L::kNq, 1, 0>(
+        common::wgmma_m64nNk16<MT, L::kNPv, 1, 0>(
             st.o[b], wgmma_desc_sw128(kv_base + (4 * c + b) * Tr::kBlockBytes + kk * 16 * 128, Tr::kBlockBytes, 1024),
             wt_kmajor((part ? lo_base : p_base) + kk * 32), 1);
   wgmma_commit();

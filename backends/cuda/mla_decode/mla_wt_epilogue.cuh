@@ -35,14 +35,22 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
     const int i = gr / t.h_q, h = gr - i * t.h_q;
     const int dim0 = 256 * c + 16 * w + (lane >> 2);
     const int e0 = 4 * (k >> 1) + (k & 1);  // accumulator entries e0 (dim0 + 64 b) and e0 + 2 (+ 8)
+    float o[4][2];  // (kCat: hi part + lo part, NQ / 2 entries apart)
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        o[bb][hh] = st.o[bb][e0 + 2 * hh];
+        if constexpr (L::kCat) o[bb][hh] += st.o[bb][e0 + 2 * hh + L::kNq / 2];
+      }
     if (final_out) {
       if (p.attn_sink != nullptr && !empty)
         inv *= 1.f / (1.f + expf(static_cast<const float*>(p.attn_sink)[h] - lse));
       MT* out = static_cast<MT*>(p.out) + ((static_cast<int64_t>(b) * t.s_q + i) * t.h_q + h) * kDv + dim0;
 #pragma unroll
       for (int bb = 0; bb < 4; ++bb) {
-        out[64 * bb] = static_cast<MT>(st.o[bb][e0] * inv);
-        out[64 * bb + 8] = static_cast<MT>(st.o[bb][e0 + 2] * inv);
+        out[64 * bb] = static_cast<MT>(o[bb][0] * inv);
+        out[64 * bb + 8] = static_cast<MT>(o[bb][1] * inv);
       }
       if (c == 0 && w == 0 && lane < 4)
         static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * t.s_q + i] = lse;
@@ -51,8 +59,8 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
       float* oa = static_cast<float*>(p.o_accum) + prow * kDv + dim0;
 #pragma unroll
       for (int bb = 0; bb < 4; ++bb) {
-        oa[64 * bb] = st.o[bb][e0] * inv;
-        oa[64 * bb + 8] = st.o[bb][e0 + 2] * inv;
+        oa[64 * bb] = o[bb][0] * inv;
+        oa[64 * bb + 8] = o[bb][1] * inv;
       }
       if (c == 0 && w == 0 && lane < 4) static_cast<float*>(p.lse_accum)[prow] = lse;
     }

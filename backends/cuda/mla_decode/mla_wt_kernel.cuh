@@ -6,27 +6,11 @@
 // threads, issued as soon as a buffer frees); FP8 caches a ring of raw tiles, each dequantized
 // into the one 16-bit tile by the whole CTA (docs/mla_decode_cuda.md).
 #pragma once
-#include "mla_load.cuh"
 #include "mla_piece.cuh"
 #include "mla_wt_epilogue.cuh"
+#include "mla_wt_load.cuh"
 
 namespace dualops::cuda::mla {
-
-// q rows 0 .. NQ - 1 of request b (zero past q_rows) into the blocked Q tile.
-template <class Tr, class L>
-__device__ __forceinline__ void wt_load_q(const MlaDecodeParams& p, const MlaDecodeTiling& t, unsigned char* sq,
-                                          int b) {
-  using MT = typename Tr::MT;
-  const MT* q = static_cast<const MT*>(p.q);
-  const uint32_t base = smem_addr(sq);
-  for (int c = threadIdx.x; c < L::kNq * Tr::kChunks; c += kThreads) {
-    const int row = c / Tr::kChunks, chunk = c - row * Tr::kChunks;
-    const bool ok = row < t.q_rows;
-    const int i = ok ? row / t.h_q : 0, h = ok ? row - i * t.h_q : 0;
-    const MT* src = q + b * p.q_stride_b + i * p.q_stride_s + h * p.q_stride_h + chunk * 8;
-    cp_async_16(base + L::q_off(row, chunk), ok ? src : q, ok ? 16u : 0u);
-  }
-}
 
 template <class Tr, int NQ>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -66,16 +50,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the previous request's readers of Q / KV / P / staging are done
     if (ntiles > 0) {
       wt_load_q<Tr, L>(p, t, sq, r);
+      // Tile m is copied by 4 threads per token; the block id of the thread's token of the next
+      // tile to copy is read one tile ahead (nid), so no copy waits for a block-table read.
+      const int ltok = threadIdx.x >> 2, lsub = threadIdx.x & 3;
+      const int64_t bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();
+      int nid = token_block_id(p, r, start + ltok, end);
+      auto issue = [&](unsigned char* dst, int m) {  // tile m (m < ntiles), then the id for tile m + 1
+        const int tok = start + m * kTile + ltok;
+        load_kv_token<Tr, 4>(p, smem_addr(dst), ltok, lsub, block_base(p, nid, bbytes), tok % p.page_block_size);
+        nid = token_block_id(p, r, tok + kTile, end);
+      };
       // Prologue: tiles 0 .. S - 2 (16-bit) or raw tiles 0 .. S - 1 (FP8), one group each.
 #pragma unroll
       for (int i = 0; i < (Tr::kDirect ? S - 1 : S); ++i) {
-        if (i < ntiles) {
-          if constexpr (Tr::kDirect) {
-            load_kv_tile<Tr>(p, kvbuf(i), r, start + i * kTile, end);
-          } else {
-            load_kv_tile<Tr>(p, raw(i), r, start + i * kTile, end);
-          }
-        }
+        if (i < ntiles) issue(Tr::kDirect ? kvbuf(i) : raw(i), i);
         cp_async_commit();
       }
       for (int n = 0; n < ntiles; ++n) {
@@ -85,17 +73,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           cp_async_wait<S - 2>();  // tile n's copies (this thread's)
           fence_proxy_async_smem();
           __syncthreads();  // tile n visible; every reader of tile n - 1's buffer and of P is done
-          if (n + S - 1 < ntiles) load_kv_tile<Tr>(p, kvbuf((n + S - 1) % S), r, tile0 + (S - 1) * kTile, end);
+          if (n + S - 1 < ntiles) issue(kvbuf((n + S - 1) % S), n + S - 1);
           cp_async_commit();
           kv = kvbuf(n % S);
         } else {
           cp_async_wait<S - 1>();
           __syncthreads();  // raw tile n visible; the 16-bit tile and P are free
           kv = kvbuf(0);
-          dequant_tile<Tr>(raw(n % S), kv);
+          wt_dequant<Tr>(raw(n % S), kv);
           fence_proxy_async_smem();
           __syncthreads();  // the 16-bit tile visible to the wgmma; raw stage n % S free
-          if (n + S < ntiles) load_kv_tile<Tr>(p, raw(n % S), r, tile0 + S * kTile, end);
+          if (n + S < ntiles) issue(raw(n % S), n + S);
           cp_async_commit();
         }
         const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, pc.hidden0, end);

@@ -17,6 +17,11 @@ struct WtLayout {
   static constexpr int kAcc = NQ / 2;   // accumulators of one m64nNQ fragment per thread
   static constexpr int kCols = NQ / 4;  // distinct q rows (fragment columns) of a thread
   static constexpr bool kTwoPass = std::is_same_v<MT, __nv_bfloat16>;  // P as hi + lo (bf16 only)
+  // hi and lo P^T tiles as one B operand of 2 NQ rows (one wgmma reads V once for both; the two
+  // halves of the O^T fragment are added at the end), where the accumulators fit (NQ <= 16).
+  static constexpr bool kCat = kTwoPass && NQ <= 16;
+  static constexpr int kNPv = kCat ? 2 * NQ : NQ;   // N of the P V wgmma
+  static constexpr int kAccO = kNPv / 2;            // O^T accumulators per fragment
   static constexpr int kQBlock = NQ * 128;                 // one 64-dim block of the Q tile
   static constexpr int kQBytes = (Tr::D / 64) * kQBlock;
   static constexpr int kPBytes = NQ * 128;                 // P^T tile: NQ q rows x 64 tokens, 16-bit
