@@ -48,12 +48,27 @@ __device__ __forceinline__ void wt_init(WtState<L>& st) {
   }
 }
 
+// The blocks of the current KV tile: block j (dims 64j .., 64 tokens, 8 KiB) in slot s0 + j of a
+// ring of L::kSlots slots (wrapping; FP8 caches: one tile, s0 = 0).
+template <class L>
+struct WtKv {
+  uint32_t base;        // shared address of slot 0
+  unsigned char* ptr;   // its generic address
+  int s0;
+  __device__ __forceinline__ int slot(int j) const {
+    const int s = s0 + j;
+    return s >= L::kSlots ? s - L::kSlots : s;
+  }
+  __device__ __forceinline__ uint32_t addr(int j) const { return base + slot(j) * (kTile * 128); }
+  __device__ __forceinline__ unsigned char* blk(int j) const { return ptr + slot(j) * (kTile * 128); }
+};
+
 __device__ __forceinline__ uint64_t wt_kmajor(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }
 
 // This warpgroup's half of S^T (64 tokens x NQ q rows) over dims half c; then the other half
 // from shared memory (xs), so both warpgroups end with the same sums.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, uint32_t kv_base, float* xs,
+__device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, const WtKv<L>& kv, float* xs,
                                           int c) {
   using MT = typename Tr::MT;
   constexpr int kHalf = Tr::D / 32;  // k-steps per warpgroup
@@ -65,7 +80,7 @@ __device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, 
   for (int i = 0; i < kHalf; ++i) {
     const int ks = c * kHalf + i;
     const uint32_t blk = ks >> 2, step = (ks & 3) * 32;
-    common::wgmma_m64nNk16<MT, L::kNq, 0, 0>(s, wt_kmajor(kv_base + blk * Tr::kBlockBytes + step),
+    common::wgmma_m64nNk16<MT, L::kNq, 0, 0>(s, wt_kmajor(kv.addr(blk) + step),
                                              wt_kmajor(q_base + blk * L::kQBlock + step), 1);
   }
   wgmma_commit();
@@ -148,7 +163,7 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
 // dims contiguous per token, 8-token groups 1 KB apart), B = the P^T tile(s): kCat: hi and lo
 // tiles as one operand of 2 NQ rows; otherwise a pass per tile. Issued and waited for.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_pv(WtState<L>& st, uint32_t kv_base, uint32_t p_base, uint32_t lo_base, int c) {
+__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, uint32_t lo_base, int c) {
   using MT = typename Tr::MT;
 #pragma unroll
   for (int b = 0; b < 4; ++b) wgmma_fence_regs(st.o[b]);
@@ -160,7 +175,7 @@ __device__ __forceinline__ void wt_pv(WtState<L>& st, uint32_t kv_base, uint32_t
 #pragma unroll
       for (int b = 0; b < 4; ++b)
         common::wgmma_m64nNk16<MT, L::kNPv, 1, 0>(
-            st.o[b], wgmma_desc_sw128(kv_base + (4 * c + b) * Tr::kBlockBytes + kk * 16 * 128, Tr::kBlockBytes, 1024),
+            st.o[b], wgmma_desc_sw128(kv.addr(4 * c + b) + kk * 16 * 128, Tr::kBlockBytes, 1024),
             wt_kmajor((part ? lo_base : p_base) + kk * 32), 1);
   wgmma_commit();
   wgmma_wait<0>();
@@ -168,11 +183,31 @@ __device__ __forceinline__ void wt_pv(WtState<L>& st, uint32_t kv_base, uint32_t
   for (int b = 0; b < 4; ++b) wgmma_fence_regs(st.o[b]);
 }
 
+// Called by the whole CTA once the tile is visible: does a key of the tile hidden from some q
+// row (tokens >= hidden0, < end) hold a NaN / inf value (hidden_values_nonfinite, block by block)?
+template <class Tr, class L>
+__device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0, int hidden0, int end) {
+  const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
+  if (t0 >= t1) return false;  // uniform over the CTA
+  bool bad = false;
+#pragma unroll 1
+  for (int j = 0; j < kDv / 64; ++j)  // (values_nonfinite addresses block j at j * kBlockBytes)
+    bad |= values_nonfinite<Tr, 8>(kv.blk(j) - j * Tr::kBlockBytes, t0, t1, 8 * j);
+  return __syncthreads_or(bad) != 0;
+}
+
+// The NaN / inf value entries of the tile set to 0 (zero_nonfinite_values, block by block).
+template <class Tr, class L>
+__device__ __forceinline__ void wt_zero_nonfinite(const WtKv<L>& kv) {
+#pragma unroll 1
+  for (int j = 0; j < kDv / 64; ++j) zero_nonfinite_values<Tr, 8>(kv.blk(j) - j * Tr::kBlockBytes, 8 * j);
+}
+
 // The exact part of a tile whose causally hidden keys hold NaN / inf values (after the P^T
 // tiles are visible): O^T += p * v in fp32 for each such entry of the thread's dims and each
 // q row that attends the key; the caller then zeroes those entries before wt_pv.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const unsigned char* kv, const unsigned char* sp,
+__device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const WtKv<L>& kv, const unsigned char* sp,
                                                  const unsigned char* sp_lo, int tile0, const int (&lim)[L::kCols],
                                                  int c) {
   using MT = typename Tr::MT;
@@ -181,10 +216,12 @@ __device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const unsigned 
   for (int b = 0; b < 4; ++b)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int dim = 64 * (4 * c + b) + 16 * w + (lane >> 2) + 8 * h;
+      const int dim = 16 * w + (lane >> 2) + 8 * h;  // in block 4c + b
+      const unsigned char* vb = kv.blk(4 * c + b);
 #pragma unroll 1
       for (int k = 0; k < kTile; ++k) {
-        const float v = to_float1<MT>(*reinterpret_cast<const uint16_t*>(kv + Tr::off(k, dim >> 3) + (dim & 7) * 2));
+        const float v = to_float1<MT>(
+            *reinterpret_cast<const uint16_t*>(vb + k * 128 + ((((dim >> 3) ^ (k & 7))) << 4) + (dim & 7) * 2));
         if (isfinite(v)) continue;
 #pragma unroll
         for (int i = 2 * h; i < L::kAcc; i += (i & 1) ? 3 : 1) {  // entries of M half h: i % 4 in {2h, 2h + 1}

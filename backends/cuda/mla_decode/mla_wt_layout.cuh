@@ -1,8 +1,10 @@
 // Shared-memory layout of the transposed-tile wgmma MLA kernel (mla_wt_kernel.cuh) for NQ q rows
 // (8, 16 or 32): the blocked 128-byte-swizzled Q tile (D / 64 blocks of NQ rows x 64 values), the
-// KV ring, the P^T tiles, the S^T partial sums of the two warpgroups and the per-warp column
-// reductions. 16-bit caches: a ring of kStages KV tiles copied as they are. FP8 caches: one 16-bit
-// KV tile and a ring of kStages raw staging tiles (mla_load.cuh rows: token * kRawRow).
+// KV blocks, the P^T tiles, the S^T partial sums of the two warpgroups and the per-warp column
+// reductions. 16-bit caches: a ring of kSlots 8 KiB block slots (64 tokens x 64 dims, copied as
+// they are), so that up to kSlots - kNb blocks of the next tiles are in flight while a tile is
+// computed. FP8 caches: one 16-bit KV tile and a ring of kStages raw staging tiles (mla_load.cuh
+// rows: token * kRawRow).
 #pragma once
 #include "mla_config.cuh"
 
@@ -30,19 +32,22 @@ struct WtLayout {
   static constexpr int kFixed = kQBytes + 2 * kPBytes + kXsBytes + kRedBytes;
   static constexpr int kBudget = 227 * 1024;
   static constexpr int kRawBytes = kTile * Tr::kRawRow;
-  // Ring depth: KV tiles (16-bit caches) or raw staging tiles (FP8: next to one 16-bit tile).
-  static constexpr int kFit = Tr::kDirect ? (kBudget - kFixed) / Tr::kTileBytes
-                                          : (kBudget - kFixed - Tr::kTileBytes) / kRawBytes;
-  static constexpr int kStages = kFit > 3 ? 3 : kFit;
-  static constexpr int kNumKv = Tr::kDirect ? kStages : 1;
+  static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
+  // 16-bit caches: a ring of kSlots block slots (the blocks of a tile in consecutive slots,
+  // wrapping), at least two tiles, at most three. FP8 caches: one 16-bit tile (kSlots = kNb) and
+  // a ring of kStages raw staging tiles.
+  static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes;
+  static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 3 * kNb ? 3 * kNb : kFitSlots;
+  static constexpr int kFit = (kBudget - kFixed - Tr::kTileBytes) / kRawBytes;
+  static constexpr int kStages = Tr::kDirect ? 0 : kFit > 3 ? 3 : kFit;
   static constexpr int kOffKv = kQBytes;
-  static constexpr int kOffP = kOffKv + kNumKv * Tr::kTileBytes;
+  static constexpr int kOffP = kOffKv + kSlots * Tr::kBlockBytes;
   static constexpr int kOffPLo = kOffP + kPBytes;
   static constexpr int kOffRaw = kOffPLo + kPBytes;
-  static constexpr int kOffXs = kOffRaw + (Tr::kDirect ? 0 : kStages * kRawBytes);
+  static constexpr int kOffXs = kOffRaw + kStages * kRawBytes;
   static constexpr int kOffRed = kOffXs + kXsBytes;
   static constexpr int kSmemBytes = kOffRed + kRedBytes;
-  static_assert(kStages >= 2, "at least two tiles in flight");
+  static_assert(Tr::kDirect ? kSlots >= 2 * kNb : kStages >= 2, "at least two tiles in flight");
   static_assert(kQBytes % 1024 == 0 && Tr::kTileBytes % 1024 == 0 && kPBytes % 1024 == 0,
                 "wgmma operands on 1024-byte boundaries");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");
