@@ -7,6 +7,8 @@ argument errors, bad device values (no crash), CUDA-graph capture.
 GPU tests skip without an sm_90 GPU and a CUDA build (the packing test runs everywhere)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -207,17 +209,23 @@ SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": B
 SM90_PAIRS = [("bf16", "sm90"), ("bf16", "sm90_small"), ("fp16", "sm90"), ("fp8_per_tensor", "sm90"),
               ("fp8_per_tensor", "sm90_small"), ("fp8_per_tensor", "sm90_fast"), ("fp8_rowwise", "sm90"),
               ("fp8_rowwise", "sm90_small"), ("fp8_rowwise", "sm90_fast"), ("fp8_blockwise", "sm90"),
-              ("bf16", "sm90_mid"), ("fp8_per_tensor", "sm90_mid"), ("fp8_rowwise", "sm90_mid")]
+              ("bf16", "sm90_mid"), ("fp8_per_tensor", "sm90_mid"), ("fp8_rowwise", "sm90_mid"),
+              ("bf16", "sm90:n"), ("fp8_rowwise", "sm90_mid:n"), ("fp8_blockwise", "sm90:n"),
+              ("bf16", "sm90_pp"), ("bf16", "sm90_pp128"), ("bf16", "sm90_k128"), ("bf16", "sm90_t256"),
+              ("fp8_blockwise", "sm90_bw21"), ("fp8_blockwise", "sm90_bw12")]
 SM90_BUILT = bool(HAS_CUDA and getattr(native.require(), "cuda_gg_sm90_built", False))
 needs_sm90 = pytest.mark.skipif(not SM90_BUILT, reason="needs the CUDA build with the CUTLASS headers")
 
 
 def _sm90_plan(inp, out_dtype, kernel="sm90"):
+    """kernel: a CUDA_KERNELS name, `name:n` with the tile scheduler rasterizing along N."""
+    kernel, _, raster = kernel.partition(":")
     w = inp["w"]
     kw = dict(group_offsets=inp["group_offsets"]) if "group_offsets" in inp else \
         dict(layout="masked", masked_m=inp["masked_m"], m_max=inp["x"].shape[1])
-    return plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
+    plan = plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
                              dtype=w.dtype, scale_mode=inp["scale_mode"], out_dtype=out_dtype, kernel=kernel)
+    return dataclasses.replace(plan, cuda_raster=raster) if raster else plan
 
 
 def _check_sm90(recipe, inp, kernel):

@@ -15,13 +15,21 @@ namespace dualops::cuda::gg {
 
 enum Sm90Recipe : int {
   kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise,
-  kSm90Bf16Mid, kSm90Fp8Mid
+  kSm90Bf16Mid, kSm90Fp8Mid, kSm90Bf16Pp, kSm90Bf16PpK128, kSm90Bf16K128, kSm90Bf16T256, kSm90Fp8BwC21,
+  kSm90Fp8BwC12
 };
-enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3 };
+enum Sm90Config : int {
+  kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3, kSm90Pp = 4, kSm90PpK128 = 5, kSm90K128 = 6,
+  kSm90T256 = 7, kSm90Bw21 = 8, kSm90Bw12 = 9
+};
+// Config bits above the kernel's id: the tile scheduler's raster order (0: along M, 1: along N).
+constexpr int kSm90ConfigMask = 0xff;
+constexpr int kSm90AlongN = 1 << 8;
 
 // ws == nullptr: stores the workspace bytes the call needs in *ws_bytes. Otherwise runs the
 // call with *ws_bytes bytes of device workspace at ws. nullptr or an error message.
 template <int R>
-const char* sm90_recipe(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, cudaStream_t stream);
+const char* sm90_recipe(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, int along_n,
+                        cudaStream_t stream);
 
 }  // namespace dualops::cuda::gg

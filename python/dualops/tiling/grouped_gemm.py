@@ -94,9 +94,14 @@ SM90_KERNELS = {
     "sm90_small": _BF16 | _FP8_SCALED,
     "sm90_fast": _FP8_SCALED,
     "sm90_mid": _BF16 | _FP8_SCALED,
+    "sm90_pp": _BF16, "sm90_pp128": _BF16, "sm90_k128": _BF16, "sm90_t256": _BF16,
+    "sm90_bw21": {("float8_e4m3fn", "blockwise", "bfloat16")},
+    "sm90_bw12": {("float8_e4m3fn", "blockwise", "bfloat16")},
 }
 CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
-SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2, "sm90_mid": 3}   # the binding's config codes
+SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2, "sm90_mid": 3, "sm90_pp": 4, "sm90_pp128": 5,
+               "sm90_k128": 6, "sm90_t256": 7, "sm90_bw21": 8, "sm90_bw12": 9}   # the binding's config codes
+SM90_ALONG_N = 1 << 8         # config bit: the CUTLASS tile scheduler rasterizes along N
 SM90_RIDGE_FRACTION = 0.25
 SM90_SMALL_MAX_ROWS = 64      # sm90_small's tile M
 SM90_MID_MAX_ROWS = 128       # sm90_mid's tile M
@@ -213,6 +218,7 @@ class GroupedGemmPlan(PackedPlan):
     items: tuple[int, ...] = ()   # [num_items, 3] (group, m_tile, n_tile)
     onchip: str = dataclasses.field(default="", compare=False)   # Ascend: on-chip bytes / capacity (not packed)
     cuda_kernel: str = dataclasses.field(default="mma", compare=False)  # CUDA_KERNELS (not packed)
+    cuda_raster: str = dataclasses.field(default="m", compare=False)    # sm90 tile order: "m" / "n" (not packed)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "layout", "num_groups", "m_total", "m_max", "n", "k", "tile_m", "tile_n",
