@@ -2,7 +2,7 @@
 // headers: one per (recipe, configuration), each with one output dtype (the planner sends other
 // output dtypes to the mma.sync kernel). Configurations: 0 large tiles, 1 small tiles (groups
 // of <= 64 rows), 2 fp8 with tensor-core-only accumulation (opt-in), 3 the large tiles in 1 x 2
-// clusters (groups of 65-128 rows).
+// clusters (the planner's table of rows per group: tiling/grouped_gemm.py).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,13 +15,9 @@ namespace dualops::cuda::gg {
 
 enum Sm90Recipe : int {
   kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise,
-  kSm90Bf16Mid, kSm90Fp8Mid, kSm90Bf16Pp, kSm90Bf16PpK128, kSm90Bf16K128, kSm90Bf16T256, kSm90Fp8BwC21,
-  kSm90Fp8BwC12
+  kSm90Bf16Mid, kSm90Fp8Mid
 };
-enum Sm90Config : int {
-  kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3, kSm90Pp = 4, kSm90PpK128 = 5, kSm90K128 = 6,
-  kSm90T256 = 7, kSm90Bw21 = 8, kSm90Bw12 = 9
-};
+enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3 };
 // Config bits above the kernel's id: the tile scheduler's raster order (0: along M, 1: along N).
 constexpr int kSm90ConfigMask = 0xff;
 constexpr int kSm90AlongN = 1 << 8;

@@ -18,10 +18,6 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       case kSm90Large: return kSm90Bf16;
       case kSm90Small: return kSm90Bf16Small;
       case kSm90Mid: return kSm90Bf16Mid;
-      case kSm90Pp: return kSm90Bf16Pp;
-      case kSm90PpK128: return kSm90Bf16PpK128;
-      case kSm90K128: return kSm90Bf16K128;
-      case kSm90T256: return kSm90Bf16T256;
       default: return -1;
     }
   }
@@ -36,14 +32,7 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       default: return -1;
     }
   }
-  if (p.scale_mode == 3) {
-    switch (config) {
-      case kSm90Large: return kSm90Fp8Blockwise;
-      case kSm90Bw21: return kSm90Fp8BwC21;
-      case kSm90Bw12: return kSm90Fp8BwC12;
-      default: return -1;
-    }
-  }
+  if (p.scale_mode == 3) return config == kSm90Large ? kSm90Fp8Blockwise : -1;
   return -1;
 }
 
@@ -70,12 +59,6 @@ const char* dispatch(const GroupedGemmParams& p, int config, void* ws, size_t* b
     GG_SM90_CASE(kSm90Fp8Blockwise)
     GG_SM90_CASE(kSm90Bf16Mid)
     GG_SM90_CASE(kSm90Fp8Mid)
-    GG_SM90_CASE(kSm90Bf16Pp)
-    GG_SM90_CASE(kSm90Bf16PpK128)
-    GG_SM90_CASE(kSm90Bf16K128)
-    GG_SM90_CASE(kSm90Bf16T256)
-    GG_SM90_CASE(kSm90Fp8BwC21)
-    GG_SM90_CASE(kSm90Fp8BwC12)
     default: return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
   }
 #undef GG_SM90_CASE
