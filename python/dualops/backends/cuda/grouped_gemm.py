@@ -14,7 +14,8 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.grouped_gemm import SCALE_MODES, SM90_ALONG_N, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for, sm90_supports, tile_m_for
+from ...tiling.grouped_gemm import (SCALE_MODES, SM90_ALONG_N, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for,
+                                     sm90_supports, tile_m_for)
 from . import status  # noqa: F401
 from ._common import current_stream, fields_template, params_struct
 
@@ -80,6 +81,8 @@ class GroupedGemmLaunch:
             self.tile_m = min((c for c in TILE_MS if c >= plan.tile_m), default=TILE_MS[-1])
             self.kernel = plan.cuda_kernel
             self.raster = plan.cuda_raster
+            if self.raster not in ("m", "n"):
+                raise ValueError(f"plan.cuda_raster must be 'm' or 'n', got {self.raster!r}")
         else:
             avg = self.m_max if masked else -(-self.m // G)
             self.tile_m = _tile_m(avg, x.device)
