@@ -296,3 +296,15 @@ def test_sm90_cuda_graph_capture(recipe):
     assert torch.equal(y[0, :3], want[0, :3])
     ref = ref_gg(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
     assert_close_parity(y.cpu(), ref, atol=2 ** -6 * max(1.0, float(ref.abs().max())), rtol=2 ** -6)
+
+
+def test_plan_tile_order_is_checked():
+    """A plan's cuda_raster is "m" or "n" (checked before anything runs: no GPU needed)."""
+    from dualops import devices
+
+    plan = plan_grouped_gemm([4, 4], n=64, k=64, device=devices.profile("h100"), kernel="sm90")
+    x, w = torch.zeros(8, 64, dtype=BF16), torch.zeros(2, 64, 64, dtype=BF16)
+    with pytest.raises(ValueError, match="cuda_raster"):
+        cuda_gg.GroupedGemmLaunch(x, w, group_offsets=torch.tensor([0, 4, 8], dtype=torch.int32), masked_m=None,
+                                  scale_mode="none", x_scale=None, w_scale=None, out_dtype=BF16,
+                                  plan=dataclasses.replace(plan, cuda_raster="x"))
