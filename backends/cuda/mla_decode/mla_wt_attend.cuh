@@ -1,14 +1,13 @@
 // Tile stages of the transposed-tile wgmma MLA kernel: the 64-row (M) side of every wgmma is KV
 // tokens or value dims, the q rows are N (NQ = 8 / 16 / 32), so a tile with few q rows costs few
-// MMAs. Per 64-token tile:
-//  * S^T = K Q^T (wgmma m64nNQk16; A = the KV tile K-major, B = the Q tile K-major): warpgroup c
-//    takes the k-steps of dims half c, the two partial sums are added through shared memory,
-//    so both warpgroups hold the whole S^T fragment;
-//  * softmax over the tokens (M: the warpgroup's 4 warps, shuffles + a per-warpgroup exchange),
-//    computed alike by both warpgroups (same values, same order): bf16 q writes P^T as hi + lo
-//    parts (warpgroup 0 the hi tile, warpgroup 1 the lo tile), fp16 q one fp16 tile (warpgroup 0);
+// MMAs. Each warpgroup runs its own chain of tiles (mla_wt_kernel.cuh); per 64-token tile:
+//  * S^T = K Q^T (wgmma m64nNQk16; A = the KV tile K-major, B = the Q tile K-major) over all
+//    dims, the k-steps dealt round robin to kSSets independent accumulators (no chain of
+//    dependent MMAs), summed after the wait;
+//  * softmax over the tokens (M: the warpgroup's 4 warps, shuffles + a per-warpgroup exchange):
+//    bf16 q writes P^T as hi + lo parts, fp16 q one fp16 tile;
 //  * O^T += V^T P^T (wgmma m64nNQk16; A = the KV tile read MN-major as V^T, B = P^T K-major):
-//    warpgroup c owns value dims 256c .. 256c + 255 (4 fragments).
+//    all 512 value dims (8 fragments).
 // Fragment of an m64nNQ accumulator (thread: warp w of its warpgroup, lane l): d[4j + e] is
 // M row 16w + l / 4 + 8 (e / 2), q row 8j + 2 (l % 4) + e % 2: the thread's q rows are
 // column index 2j + e % 2 of kCols.
@@ -28,7 +27,7 @@ using common::wgmma_wait;
 
 template <class L>
 struct WtState {
-  float o[4][L::kAccO];  // O^T fragments: value dims 64 (4c + b) ..; q rows as above (kCat: then their lo parts)
+  float o[8][L::kAccO];  // O^T fragments: value dims 64 b ..; q rows as above (kCat: then their lo parts)
   float m[L::kCols];    // running max (log2 domain) of the thread's q rows
   float l[L::kCols];    // this thread's share of their running sums (its tokens)
 };
@@ -38,7 +37,7 @@ __device__ __forceinline__ int wt_col(int idx, int lane) { return 8 * (idx >> 1)
 template <class L>
 __device__ __forceinline__ void wt_init(WtState<L>& st) {
 #pragma unroll
-  for (int b = 0; b < 4; ++b)
+  for (int b = 0; b < 8; ++b)
 #pragma unroll
     for (int i = 0; i < L::kAccO; ++i) st.o[b][i] = 0.f;
 #pragma unroll
@@ -48,8 +47,8 @@ __device__ __forceinline__ void wt_init(WtState<L>& st) {
   }
 }
 
-// The blocks of the current KV tile: block j (dims 64j .., 64 tokens, 8 KiB) in slot s0 + j of a
-// ring of L::kSlots slots (wrapping; FP8 caches: one tile, s0 = 0).
+// The blocks of the warpgroup's current KV tile: block j (dims 64j .., 64 tokens, 8 KiB) in slot
+// s0 + j of its ring of L::kSlots slots (wrapping; FP8 caches: one tile, s0 = 0).
 template <class L>
 struct WtKv {
   uint32_t base;        // shared address of slot 0
@@ -65,33 +64,37 @@ struct WtKv {
 
 __device__ __forceinline__ uint64_t wt_kmajor(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }
 
-// This warpgroup's half of S^T (64 tokens x NQ q rows) over dims half c; then the other half
-// from shared memory (xs), so both warpgroups end with the same sums.
+// S^T (64 tokens x NQ q rows) of the warpgroup's tile over all dims: k-step ks into accumulator
+// set ks % kSSets, so consecutive wgmmas do not depend on each other.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, const WtKv<L>& kv, float* xs,
-                                          int c) {
+__device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, const WtKv<L>& kv) {
   using MT = typename Tr::MT;
-  constexpr int kHalf = Tr::D / 32;  // k-steps per warpgroup
+  constexpr int kSteps = Tr::D / 16, kSets = L::kSSets;
+  float acc[kSets][L::kAcc];
 #pragma unroll
-  for (int i = 0; i < L::kAcc; ++i) s[i] = 0.f;
-  wgmma_fence_regs(s);
+  for (int j = 0; j < kSets; ++j) {
+#pragma unroll
+    for (int i = 0; i < L::kAcc; ++i) acc[j][i] = 0.f;
+    wgmma_fence_regs(acc[j]);
+  }
   wgmma_fence();
 #pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    const int ks = c * kHalf + i;
+  for (int ks = 0; ks < kSteps; ++ks) {
     const uint32_t blk = ks >> 2, step = (ks & 3) * 32;
-    common::wgmma_m64nNk16<MT, L::kNq, 0, 0>(s, wt_kmajor(kv.addr(blk) + step),
+    common::wgmma_m64nNk16<MT, L::kNq, 0, 0>(acc[ks % kSets], wt_kmajor(kv.addr(blk) + step),
                                              wt_kmajor(q_base + blk * L::kQBlock + step), 1);
   }
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_fence_regs(s);
-  const int t = threadIdx.x & 127;
 #pragma unroll
-  for (int i = 0; i < L::kAcc; ++i) xs[(c * L::kAcc + i) * 128 + t] = s[i];
-  __syncthreads();
+  for (int j = 0; j < kSets; ++j) wgmma_fence_regs(acc[j]);
 #pragma unroll
-  for (int i = 0; i < L::kAcc; ++i) s[i] += xs[((c ^ 1) * L::kAcc + i) * 128 + t];
+  for (int i = 0; i < L::kAcc; ++i) {
+    float v = acc[0][i];
+#pragma unroll
+    for (int j = 1; j < kSets; ++j) v += acc[j][i];
+    s[i] = v;
+  }
 }
 
 // Softmax of one tile over its tokens for the thread's q rows (lim[k]: keys below it are visible
@@ -99,7 +102,7 @@ __device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, 
 template <class Tr, class L>
 __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], unsigned char* sp,
                                            unsigned char* sp_lo, float* red, int tile0, const int (&lim)[L::kCols],
-                                           float scale_log2, int c) {
+                                           float scale_log2, int c) {  // c: the warpgroup
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
   const int tok0 = 16 * w + (lane >> 2);
@@ -145,62 +148,76 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
       const int row = wt_col(k, lane);
       uint32_t hi, lo;
       split2<MT>(p0, p1, hi, lo);
-      if (c == 0 || L::kTwoPass) {
-        const uint32_t v = c == 0 ? hi : lo;
-        unsigned char* dst = c == 0 ? sp : sp_lo;
-        *reinterpret_cast<uint16_t*>(dst + L::p_off(row, tok0)) = static_cast<uint16_t>(v & 0xffffu);
-        *reinterpret_cast<uint16_t*>(dst + L::p_off(row, tok0 + 8)) = static_cast<uint16_t>(v >> 16);
+      *reinterpret_cast<uint16_t*>(sp + L::p_off(row, tok0)) = static_cast<uint16_t>(hi & 0xffffu);
+      *reinterpret_cast<uint16_t*>(sp + L::p_off(row, tok0 + 8)) = static_cast<uint16_t>(hi >> 16);
+      if constexpr (L::kTwoPass) {
+        *reinterpret_cast<uint16_t*>(sp_lo + L::p_off(row, tok0)) = static_cast<uint16_t>(lo & 0xffffu);
+        *reinterpret_cast<uint16_t*>(sp_lo + L::p_off(row, tok0 + 8)) = static_cast<uint16_t>(lo >> 16);
       }
     }
   }
 #pragma unroll
-  for (int b = 0; b < 4; ++b)
+  for (int b = 0; b < 8; ++b)
 #pragma unroll
     for (int i = 0; i < L::kAccO; ++i) st.o[b][i] *= alpha[2 * ((i >> 2) % (L::kNq / 8)) + (i & 1)];
 }
 
-// O^T (value dims 256c ..) += V^T P^T: A = value block 4c + b of the KV tile read MN-major (64
+// O^T += V^T P^T: A = value block b of the KV tile read MN-major (64
 // dims contiguous per token, 8-token groups 1 KB apart), B = the P^T tile(s): kCat: hi and lo
 // tiles as one operand of 2 NQ rows; otherwise a pass per tile. Issued and waited for.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, uint32_t lo_base, int c) {
+__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, uint32_t lo_base) {
   using MT = typename Tr::MT;
 #pragma unroll
-  for (int b = 0; b < 4; ++b) wgmma_fence_regs(st.o[b]);
+  for (int b = 0; b < 8; ++b) wgmma_fence_regs(st.o[b]);
   wgmma_fence();
 #pragma unroll
   for (int part = 0; part < (L::kTwoPass && !L::kCat ? 2 : 1); ++part)
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk)
 #pragma unroll
-      for (int b = 0; b < 4; ++b)
+      for (int b = 0; b < 8; ++b)
         common::wgmma_m64nNk16<MT, L::kNPv, 1, 0>(
-            st.o[b], wgmma_desc_sw128(kv.addr(4 * c + b) + kk * 16 * 128, Tr::kBlockBytes, 1024),
+            st.o[b], wgmma_desc_sw128(kv.addr(b) + kk * 16 * 128, Tr::kBlockBytes, 1024),
             wt_kmajor((part ? lo_base : p_base) + kk * 32), 1);
   wgmma_commit();
   wgmma_wait<0>();
 #pragma unroll
-  for (int b = 0; b < 4; ++b) wgmma_fence_regs(st.o[b]);
+  for (int b = 0; b < 8; ++b) wgmma_fence_regs(st.o[b]);
 }
 
-// Called by the whole CTA once the tile is visible: does a key of the tile hidden from some q
-// row (tokens >= hidden0, < end) hold a NaN / inf value (hidden_values_nonfinite, block by block)?
+// OR of v over the 128 threads of warpgroup c (a named barrier with a reduction).
+__device__ __forceinline__ bool wt_wg_or(bool v, int c) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(v)), "r"(1 + c)
+      : "memory");
+  return r != 0;
+}
+
+// Called by warpgroup c once its tile is visible: does a key of the tile hidden from some q row
+// (tokens >= hidden0, < end) hold a NaN / inf value (hidden_values_nonfinite, block by block)?
 template <class Tr, class L>
-__device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0, int hidden0, int end) {
+__device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0, int hidden0, int end, int c) {
   const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
-  if (t0 >= t1) return false;  // uniform over the CTA
+  if (t0 >= t1) return false;  // uniform over the warpgroup
   bool bad = false;
+  const int tid = threadIdx.x & 127;
 #pragma unroll 1
   for (int j = 0; j < kDv / 64; ++j)  // (values_nonfinite addresses block j at j * kBlockBytes)
-    bad |= values_nonfinite<Tr, 8>(kv.blk(j) - j * Tr::kBlockBytes, t0, t1, 8 * j);
-  return __syncthreads_or(bad) != 0;
+    bad |= values_nonfinite<Tr, 8, 128>(kv.blk(j) - j * Tr::kBlockBytes, t0, t1, 8 * j, tid);
+  return wt_wg_or(bad, c);
 }
 
-// The NaN / inf value entries of the tile set to 0 (zero_nonfinite_values, block by block).
+// The NaN / inf value entries of the tile set to 0 (zero_nonfinite_values, block by block), by
+// the warpgroup.
 template <class Tr, class L>
 __device__ __forceinline__ void wt_zero_nonfinite(const WtKv<L>& kv) {
+  const int tid = threadIdx.x & 127;
 #pragma unroll 1
-  for (int j = 0; j < kDv / 64; ++j) zero_nonfinite_values<Tr, 8>(kv.blk(j) - j * Tr::kBlockBytes, 8 * j);
+  for (int j = 0; j < kDv / 64; ++j) zero_nonfinite_values<Tr, 8, 128>(kv.blk(j) - j * Tr::kBlockBytes, 8 * j, tid);
 }
 
 // The exact part of a tile whose causally hidden keys hold NaN / inf values (after the P^T
@@ -208,16 +225,15 @@ __device__ __forceinline__ void wt_zero_nonfinite(const WtKv<L>& kv) {
 // q row that attends the key; the caller then zeroes those entries before wt_pv.
 template <class Tr, class L>
 __device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const WtKv<L>& kv, const unsigned char* sp,
-                                                 const unsigned char* sp_lo, int tile0, const int (&lim)[L::kCols],
-                                                 int c) {
+                                                 const unsigned char* sp_lo, int tile0, const int (&lim)[L::kCols]) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
-  for (int b = 0; b < 4; ++b)
+  for (int b = 0; b < 8; ++b)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int dim = 16 * w + (lane >> 2) + 8 * h;  // in block 4c + b
-      const unsigned char* vb = kv.blk(4 * c + b);
+      const int dim = 16 * w + (lane >> 2) + 8 * h;  // in block b
+      const unsigned char* vb = kv.blk(b);
 #pragma unroll 1
       for (int k = 0; k < kTile; ++k) {
         const float v = to_float1<MT>(

@@ -1,10 +1,14 @@
 // Shared-memory layout of the transposed-tile wgmma MLA kernel (mla_wt_kernel.cuh) for NQ q rows
-// (8, 16 or 32): the blocked 128-byte-swizzled Q tile (D / 64 blocks of NQ rows x 64 values), the
-// KV blocks, the P^T tiles, the S^T partial sums of the two warpgroups and the per-warp column
-// reductions. 16-bit caches: a ring of kSlots 8 KiB block slots (64 tokens x 64 dims, copied as
-// they are), so that up to kSlots - kNb blocks of the next tiles are in flight while a tile is
-// computed. FP8 caches: one 16-bit KV tile and a ring of kStages raw staging tiles (mla_load.cuh
-// rows: token * kRawRow).
+// (8, 16 or 32). The two warpgroups run independent tile chains (warpgroup c: the piece's tiles
+// n with n % 2 == c), so each has its own KV ring, P^T tiles and reduction rows; the Q tile is
+// shared:
+//   Q (D / 64 blocks of NQ rows x 64 values, 128-byte swizzle) | ring 0 | ring 1 |
+//   P^T hi / lo of warpgroup 0, of warpgroup 1 | raw FP8 slot 0 | slot 1 | reductions.
+// 16-bit caches: a ring of kSlots 8 KiB block slots per warpgroup (64 tokens x 64 dims, copied as
+// they are): the tile being computed plus kSlots - kNb blocks of the chain's next tile in flight.
+// FP8 caches: one 16-bit tile per warpgroup (kSlots = kNb) and a raw slot of kRawTok tokens
+// (mla_load.cuh rows: token * kRawRow), dequantized part by part by the warpgroup that uses it.
+// After the chains, a warpgroup's ring holds its state for the merge (kXchBytes).
 #pragma once
 #include "mla_config.cuh"
 
@@ -23,33 +27,33 @@ struct WtLayout {
   // halves of the O^T fragment are added at the end), where the accumulators fit (NQ <= 16).
   static constexpr bool kCat = kTwoPass && NQ <= 16;
   static constexpr int kNPv = kCat ? 2 * NQ : NQ;   // N of the P V wgmma
-  static constexpr int kAccO = kNPv / 2;            // O^T accumulators per fragment
+  static constexpr int kAccO = kNPv / 2;            // O^T accumulators per fragment (8 fragments)
+  // Independent S^T accumulator sets (k-steps dealt round robin, summed after the wait).
+  static constexpr int kSSets = NQ <= 16 ? 4 : 2;
   static constexpr int kQBlock = NQ * 128;                 // one 64-dim block of the Q tile
   static constexpr int kQBytes = (Tr::D / 64) * kQBlock;
   static constexpr int kPBytes = NQ * 128;                 // P^T tile: NQ q rows x 64 tokens, 16-bit
-  static constexpr int kXsBytes = 2 * 128 * kAcc * 4;      // S^T partials [warpgroup][acc][thread]
   static constexpr int kRedBytes = 2 * 4 * NQ * 4;         // [warpgroup][warp][q row]
-  static constexpr int kFixed = kQBytes + 2 * kPBytes + kXsBytes + kRedBytes;
+  static constexpr int kFixed = kQBytes + 4 * kPBytes + kRedBytes;
   static constexpr int kBudget = 227 * 1024;
-  static constexpr int kRawBytes = kTile * Tr::kRawRow;
   static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
-  // 16-bit caches: a ring of kSlots block slots (the blocks of a tile in consecutive slots,
-  // wrapping), at least two tiles, at most three. FP8 caches: one 16-bit tile (kSlots = kNb) and
-  // a ring of kStages raw staging tiles.
-  static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes;
-  static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 3 * kNb ? 3 * kNb : kFitSlots;
-  static constexpr int kFit = (kBudget - kFixed - Tr::kTileBytes) / kRawBytes;
-  static constexpr int kStages = Tr::kDirect ? 0 : kFit > 3 ? 3 : kFit;
+  static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;
+  static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 2 * kNb ? 2 * kNb : kFitSlots;
+  // FP8: raw slot of 32 tokens where it fits, else 16 (kRawPer threads of a warpgroup per token).
+  static constexpr int kRawTok =
+      Tr::kDirect ? 0 : kFixed + 2 * kNb * Tr::kBlockBytes + 2 * 32 * Tr::kRawRow <= kBudget ? 32 : 16;
+  static constexpr int kRawPer = Tr::kDirect ? 0 : 128 / kRawTok;
+  static constexpr int kRawBytes = kRawTok * Tr::kRawRow;
+  static constexpr int kRingBytes = kSlots * Tr::kBlockBytes;
   static constexpr int kOffKv = kQBytes;
-  static constexpr int kOffP = kOffKv + kSlots * Tr::kBlockBytes;
-  static constexpr int kOffPLo = kOffP + kPBytes;
-  static constexpr int kOffRaw = kOffPLo + kPBytes;
-  static constexpr int kOffXs = kOffRaw + kStages * kRawBytes;
-  static constexpr int kOffRed = kOffXs + kXsBytes;
+  static constexpr int kOffP = kOffKv + 2 * kRingBytes;
+  static constexpr int kOffRaw = kOffP + 4 * kPBytes;
+  static constexpr int kOffRed = kOffRaw + 2 * kRawBytes;
   static constexpr int kSmemBytes = kOffRed + kRedBytes;
-  static_assert(Tr::kDirect ? kSlots >= 2 * kNb : kStages >= 2, "at least two tiles in flight");
-  static_assert(kQBytes % 1024 == 0 && Tr::kTileBytes % 1024 == 0 && kPBytes % 1024 == 0,
-                "wgmma operands on 1024-byte boundaries");
+  // Merge: row maxima and sums, then the O^T fragments of the other warpgroup's value dims.
+  static constexpr int kXchBytes = (2 * NQ + 4 * kAccO * 128) * 4;
+  static_assert(kSlots >= kNb && kXchBytes <= kRingBytes, "a tile per ring; the merge state fits");
+  static_assert(kQBytes % 1024 == 0 && kPBytes % 1024 == 0, "wgmma operands on 1024-byte boundaries");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");
 
   // Byte offset of 16-byte chunk `chunk` (dims 8 chunk ..) of q row `row` in the Q tile.

@@ -1,6 +1,7 @@
 // Loads of the transposed-tile wgmma MLA kernel: the Q tile of NQ rows (blocked layout of
-// WtLayout) and the in-CTA dequantization of a raw FP8 staging tile (mla_load.cuh rows of
-// Tr::kRawRow: e4m3 data, scales, bf16 RoPE part) into the blocked 16-bit KV tile.
+// WtLayout), the KV copies of one warpgroup's tile chain, and the dequantization of a raw FP8
+// slot (mla_load.cuh rows of Tr::kRawRow: e4m3 data, scales, bf16 RoPE part) into the
+// warpgroup's blocked 16-bit KV tile.
 #pragma once
 #include "mla_load.cuh"
 #include "mla_wt_layout.cuh"
@@ -23,17 +24,21 @@ __device__ __forceinline__ void wt_load_q(const MlaDecodeParams& p, const MlaDec
   }
 }
 
-// Raw FP8 staging tile -> 16-bit KV tile (e4m3 * scale in fp32, rounded to q's dtype, as
-// dequant_tile), by the whole CTA: thread 4t + s converts 16-byte output chunks 8i + 2s and
-// 8i + 2s + 1 of token t in every 64-dim block i (one 16-byte raw read per pair), and two of the
-// token's 8 RoPE chunks. Unrolled, so a thread's raw reads are in flight together.
-template <class Tr>
-__device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned char* kv) {
+// kRawTok tokens of a raw FP8 slot -> tokens tok0 .. of the warpgroup's 16-bit KV tile (e4m3 *
+// scale in fp32, rounded to q's dtype, as dequant_tile), by the 128 threads of the warpgroup:
+// thread kPer t + s converts the kCh = 8 / kPer 16-byte output chunks 8i + kCh s .. of token t in
+// every 64-dim block i (one raw read per block), and kCh of the token's 8 RoPE chunks. Unrolled,
+// so a thread's raw reads are in flight together.
+template <class Tr, int kPer>
+__device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned char* kv, int tok0) {
   using MT = typename Tr::MT;
+  using Raw = std::conditional_t<kPer == 4, uint4, uint2>;
+  static_assert(kPer == 4 || kPer == 8, "4 or 8 threads per token");
+  constexpr int kCh = 8 / kPer;
   constexpr bool kV32 = Tr::kFmt == kFmtV32;
   constexpr int kBlocks = kV32 ? 8 : 7;       // 64-dim e4m3 blocks
   constexpr int kRope = kV32 ? 528 : 448;     // RoPE bytes in the raw row
-  const int t = threadIdx.x >> 2, s = threadIdx.x & 3;
+  const int tid = threadIdx.x & 127, t = tid / kPer, s = tid % kPer;
   const unsigned char* row = stage + t * Tr::kRawRow;
   float sc[kBlocks];
   if constexpr (kV32) {  // fp32 scale per 128 dims
@@ -46,25 +51,84 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
 #pragma unroll
     for (int j = 0; j < 7; ++j) sc[j] = e8m0_scale(((j < 4 ? v.x : v.y) >> ((j & 3) * 8)) & 0xffu);
   }
-  uint4 rope[2];
+  uint4 rope[kCh];
 #pragma unroll
-  for (int u = 0; u < 2; ++u) rope[u] = *reinterpret_cast<const uint4*>(row + kRope + (2 * s + u) * 16);
+  for (int u = 0; u < kCh; ++u) rope[u] = *reinterpret_cast<const uint4*>(row + kRope + (kCh * s + u) * 16);
+  Raw raw[kBlocks];
 #pragma unroll
-  for (int i0 = 0; i0 < kBlocks; i0 += 4) {  // (4 blocks' raw reads in flight at a time: registers)
-    uint4 raw[4];
+  for (int i = 0; i < kBlocks; ++i) raw[i] = *reinterpret_cast<const Raw*>(row + (8 * i + kCh * s) * 8);
+  const int tok = tok0 + t;
 #pragma unroll
-    for (int i = i0; i < i0 + 4 && i < kBlocks; ++i)
-      raw[i - i0] = *reinterpret_cast<const uint4*>(row + (8 * i + 2 * s) * 8);
-#pragma unroll
-    for (int i = i0; i < i0 + 4 && i < kBlocks; ++i) {
-      const uint4 w = raw[i - i0];
-      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * i + 2 * s)) = e4m3x8_scaled<MT>(make_uint2(w.x, w.y), sc[i]);
-      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * i + 2 * s + 1)) = e4m3x8_scaled<MT>(make_uint2(w.z, w.w), sc[i]);
+  for (int i = 0; i < kBlocks; ++i) {
+    if constexpr (kPer == 4) {
+      const uint4 w = raw[i];
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s)) = e4m3x8_scaled<MT>(make_uint2(w.x, w.y), sc[i]);
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s + 1)) = e4m3x8_scaled<MT>(make_uint2(w.z, w.w), sc[i]);
+    } else {
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + s)) = e4m3x8_scaled<MT>(raw[i], sc[i]);
     }
   }
 #pragma unroll
-  for (int u = 0; u < 2; ++u)
-    *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * kBlocks + 2 * s + u)) = bf16x8_to<MT>(rope[u]);
+  for (int u = 0; u < kCh; ++u)
+    *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * kBlocks + kCh * s + u)) = bf16x8_to<MT>(rope[u]);
 }
+
+// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j), by its 128 threads.
+// 16-bit caches: block g = kNb j + i (dims 64i .. of chain tile j) into ring slot g % kSlots,
+// 2 threads per token; FP8 caches: raw part u = parts j + q (tokens kRawTok q ..) into the raw
+// slot, kRawPer threads per token. The block id of the next tile / part is read one copy ahead.
+template <class Tr, class L>
+struct WtChainLoad {
+  static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
+  const MlaDecodeParams& p;
+  int r, end, tok0;       // request; range end; first token of the thread's first chain tile
+  int total;              // blocks (16-bit) or raw parts (FP8) of the chain
+  int ltok, lsub, nid;    // the thread's token and share; block id of its next copy
+  int64_t bbytes;
+  uint32_t ring, raw;     // shared addresses of the warpgroup's ring and raw slot
+  int g_next = 0;         // next block / part to copy
+  const unsigned char* src = nullptr;  // 16-bit: the thread's token row of tile g_next / kNb
+
+  __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int r_, int start, int end_, int nt, int c,
+                                         uint32_t ring_, uint32_t raw_)
+      : p(p_), r(r_), end(end_), ring(ring_), raw(raw_) {
+    const int tid = threadIdx.x & 127;
+    ltok = Tr::kDirect ? tid >> 1 : tid / L::kRawPer;
+    lsub = Tr::kDirect ? tid & 1 : tid % L::kRawPer;
+    total = nt * (Tr::kDirect ? L::kNb : kParts);
+    tok0 = start + c * kTile + ltok;
+    bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();
+    nid = token_block_id(p, r, tok0, end);
+  }
+  // 16-bit caches: blocks g_next .. g_end - 1 into their slots.
+  __device__ __forceinline__ void blocks(int g_end) {
+    g_end = min(g_end, total);
+    for (; g_next < g_end; ++g_next) {
+      const int m = g_next / L::kNb, j = g_next - m * L::kNb;
+      if (j == 0) {
+        const int tok = tok0 + 2 * m * kTile;
+        const unsigned char* b = block_base(p, nid, bbytes);
+        src = b ? b + static_cast<int64_t>(tok % p.page_block_size) * Tr::kRowBytes : nullptr;
+        nid = token_block_id(p, r, tok + 2 * kTile, end);
+      }
+      const uint32_t dst = ring + (g_next % L::kSlots) * Tr::kBlockBytes + ltok * 128;
+      const uint32_t n = src ? 16u : 0u;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const int ch = lsub + 2 * h;
+        cp_async_16(dst + ((ch ^ (ltok & 7)) << 4), n ? src + (8 * j + ch) * 16 : p.kv_cache, n);
+      }
+    }
+  }
+  // FP8 caches: the next raw part into the raw slot (none past the chain).
+  __device__ __forceinline__ void raw_part() {
+    if (g_next >= total) return;
+    const int m = g_next / kParts, q = g_next - m * kParts;
+    const int tok = tok0 + 2 * m * kTile + q * L::kRawTok;
+    load_kv_token<Tr, L::kRawPer>(p, raw, ltok, lsub, block_base(p, nid, bbytes), tok % p.page_block_size);
+    nid = token_block_id(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
+    ++g_next;
+  }
+};
 
 }  // namespace dualops::cuda::mla
