@@ -29,7 +29,7 @@ struct WtLayout {
   static constexpr int kNPv = kCat ? 2 * NQ : NQ;   // N of the P V wgmma
   static constexpr int kAccO = kNPv / 2;            // O^T accumulators per fragment (8 fragments)
   // Independent S^T accumulator sets (k-steps dealt round robin, summed after the wait).
-  static constexpr int kSSets = NQ <= 16 ? 4 : 2;
+  static constexpr int kSSets = NQ == 8 ? 4 : NQ == 16 ? 2 : 1;
   static constexpr int kQBlock = NQ * 128;                 // one 64-dim block of the Q tile
   static constexpr int kQBytes = (Tr::D / 64) * kQBlock;
   static constexpr int kPBytes = NQ * 128;                 // P^T tile: NQ q rows x 64 tokens, 16-bit
