@@ -16,11 +16,11 @@ __device__ __forceinline__ float wt_chain_scale(float m_c, float m, float mu) {
   return m_c == -INFINITY ? (m == -INFINITY ? 1.f : 0.f) : exp2f((isinf(m_c) ? 0.f : m_c) - mu);
 }
 
-// xch: the two warpgroups' merge areas (float [2 NQ + 4 kAccO 128] each, in their own rings;
-// the caller has waited for its copies). Called by the whole CTA.
+// xch: the merge areas (float [2 NQ + 4 kAccO 128] per warpgroup, at the start of its ring: the
+// caller has waited for its copies). Called by the whole CTA.
 template <class Tr, class L>
 __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, WtState<L>& st,
-                                               float* red, float* const (&xch)[2], int b, int n_splits, int slot,
+                                               float* red, float* xch, int b, int n_splits, int slot,
                                                int c) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, tid = threadIdx.x & 127;
@@ -34,8 +34,8 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
     if (lane < 4) red[w * L::kNq + wt_col(k, lane)] = l;
   }
   named_barrier(1 + c, 128);
-  float* mine = xch[c];
-  const float* other = xch[c ^ 1];
+  float* mine = xch + c * (L::kRingBytes / 4);
+  const float* other = xch + (c ^ 1) * (L::kRingBytes / 4);
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
     const int gr = wt_col(k, lane);

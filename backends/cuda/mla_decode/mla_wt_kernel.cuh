@@ -30,8 +30,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* sp_lo = sp + L::kPBytes;
   unsigned char* raw = smem_wt + L::kOffRaw + c * L::kRawBytes;
   float* red = reinterpret_cast<float*>(smem_wt + L::kOffRed) + c * 4 * NQ;
-  float* const xch[2] = {reinterpret_cast<float*>(smem_wt + L::kOffKv),
-                         reinterpret_cast<float*>(smem_wt + L::kOffKv + L::kRingBytes)};
   WtKv<L> kv{smem_addr(ring), ring, 0};
 
   pdl_launch_dependents();
@@ -70,6 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       cp_async_commit();
       cp_async_wait<Tr::kDirect ? 2 : 1>();  // Q (copied by the whole CTA)
+      fence_proxy_async_smem();
       __syncthreads();
       for (int j = 0; j < nt; ++j) {
         const int tile0 = start + (2 * j + c) * kTile;
@@ -115,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       cp_async_wait<0>();  // (only empty groups can be pending)
     }
-    wt_write_piece<Tr, L>(p, t, st, red, xch, r, pc.n_splits, pc.slot, c);
+    wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, c);
   }
 }
 
