@@ -162,28 +162,37 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
     for (int i = 0; i < L::kAccO; ++i) st.o[b][i] *= alpha[2 * ((i >> 2) % (L::kNq / 8)) + (i & 1)];
 }
 
-// O^T += V^T P^T: A = value block b of the KV tile read MN-major (64
-// dims contiguous per token, 8-token groups 1 KB apart), B = the P^T tile(s): kCat: hi and lo
-// tiles as one operand of 2 NQ rows; otherwise a pass per tile. Issued and waited for.
-template <class Tr, class L>
-__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, uint32_t lo_base) {
+// O^T += V^T P^T: A = value block b of the KV tile read MN-major (64 dims contiguous per token,
+// 8-token groups 1 KB apart), B = the P^T tile(s): kCat: hi and lo tiles as one operand of 2 NQ
+// rows; otherwise a pass per tile. Issued as two groups (value blocks 0 .. 3, then 4 .. 7);
+// `first_done` runs once the first group is done (its blocks are free), then the second is waited for.
+template <class Tr, class L, class F>
+__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, uint32_t lo_base,
+                                      F&& first_done) {
   using MT = typename Tr::MT;
 #pragma unroll
   for (int b = 0; b < 8; ++b) wgmma_fence_regs(st.o[b]);
   wgmma_fence();
 #pragma unroll
-  for (int part = 0; part < (L::kTwoPass && !L::kCat ? 2 : 1); ++part)
+  for (int half = 0; half < 2; ++half) {
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk)
+    for (int part = 0; part < (L::kTwoPass && !L::kCat ? 2 : 1); ++part)
 #pragma unroll
-      for (int b = 0; b < 8; ++b)
-        common::wgmma_m64nNk16<MT, L::kNPv, 1, 0>(
-            st.o[b], wgmma_desc_sw128(kv.addr(b) + kk * 16 * 128, Tr::kBlockBytes, 1024),
-            wt_kmajor((part ? lo_base : p_base) + kk * 32), 1);
-  wgmma_commit();
+      for (int kk = 0; kk < kTile / 16; ++kk)
+#pragma unroll
+        for (int b = 4 * half; b < 4 * half + 4; ++b)
+          common::wgmma_m64nNk16<MT, L::kNPv, 1, 0>(
+              st.o[b], wgmma_desc_sw128(kv.addr(b) + kk * 16 * 128, Tr::kBlockBytes, 1024),
+              wt_kmajor((part ? lo_base : p_base) + kk * 32), 1);
+    wgmma_commit();
+  }
+  wgmma_wait<1>();
+#pragma unroll
+  for (int b = 0; b < 4; ++b) wgmma_fence_regs(st.o[b]);
+  first_done();
   wgmma_wait<0>();
 #pragma unroll
-  for (int b = 0; b < 8; ++b) wgmma_fence_regs(st.o[b]);
+  for (int b = 4; b < 8; ++b) wgmma_fence_regs(st.o[b]);
 }
 
 // OR of v over the 128 threads of warpgroup c (a named barrier with a reduction).

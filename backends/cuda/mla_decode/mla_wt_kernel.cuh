@@ -22,6 +22,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = WtLayout<Tr, NQ>;
   using Ld = WtChainLoad<Tr, L>;
   constexpr int NB = L::kNb;
+  constexpr bool kEarly = true;  // 16-bit caches: copies into the slots of value blocks 0 .. 3 during P V
   extern __shared__ __align__(1024) unsigned char smem_wt[];
   const int c = threadIdx.x >> 7;  // warpgroup = chain
   unsigned char* sq = smem_wt;
@@ -103,7 +104,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           fence_proxy_async_smem();
           named_barrier(1 + c, 128);
         }
-        wt_pv<Tr, L>(st, kv, smem_addr(sp), smem_addr(sp_lo));
+        wt_pv<Tr, L>(st, kv, smem_addr(sp), smem_addr(sp_lo), [&] {
+          if constexpr (Tr::kDirect && kEarly) {  // value blocks 0 .. 3 of tile j read: their slots
+            named_barrier(1 + c, 128);
+            ld.blocks(min(j * NB + 4 + L::kSlots, (j + 2) * NB));  // (tile j + 1 only)
+            cp_async_commit();
+          }
+        });
         if constexpr (Tr::kDirect) {
           named_barrier(1 + c, 128);  // every reader of tile j's slots is done
           ld.blocks((j + 2) * NB);  // the rest of tile j + 1
