@@ -22,7 +22,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = WtLayout<Tr, NQ>;
   using Ld = WtChainLoad<Tr, L>;
   constexpr int NB = L::kNb;
-  constexpr bool kEarly = true;  // 16-bit caches: copies into the slots of value blocks 0 .. 3 during P V
+  // 16-bit caches, NQ <= 16: copies into the slots of value blocks 0 .. 3 during P V (measured:
+  // faster at NQ 16, slower at NQ 32)
+  constexpr bool kEarly = NQ <= 16;
   extern __shared__ __align__(1024) unsigned char smem_wt[];
   const int c = threadIdx.x >> 7;  // warpgroup = chain
   unsigned char* sq = smem_wt;
