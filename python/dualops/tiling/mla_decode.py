@@ -162,10 +162,10 @@ MLA_CUDA_WGMMA_SMEM_BYTES = 230400  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8
 # between its MMAs (the wgmma kernel is 8-35 % faster from h_q 16 to 128).
 MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
 # Per cache format, the most q rows for which the wgmma_t kernel is planned. Measured on an H200
-# (b64 s_k4096): h_q 8 / 16 bf16 10-18 % faster than mma.sync, FP8 h_q 8 / 16 21-29 % faster
-# than wgmma; at 32 q rows (NQ 32: P V in two passes) bf16 is 5-7 % slower than mma.sync, and
-# the FP8 caches were not measured there.
-MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 16, "fp8_v32": 16, "fp8_model1": 16}
+# (b64 s_k4096, two tile chains per CTA): h_q 8 / 16 bf16 1.15 / 1.11x as fast as mma.sync, FP8
+# h_q 16 1.46-1.53x as fast as wgmma; at 32 q rows bf16 1.09x as fast as mma.sync (h_q 32, and
+# h_q 16 s_q 2), fp8_v32 1.11x as fast as wgmma; fp8_model1 was not measured at 32 q rows.
+MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 16}
 
 
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int) -> str:
