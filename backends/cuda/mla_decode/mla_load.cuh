@@ -39,10 +39,12 @@ __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParam
 }
 
 // Tile of tokens tile0 .. tile0 + 63 of request r, by kLoaders threads (tid: 0 .. kLoaders - 1;
-// 4 per token for the whole CTA).
+// 4 per token for the whole CTA). 16-bit caches: 16-byte chunks chunk0 .. chunk1 - 1 of each
+// token only (the wgmma pipeline loads a tile in two parts).
 template <class Tr, int kLoaders = kThreads>
 __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
-                                             int end, unsigned tid = threadIdx.x) {
+                                             int end, unsigned tid = threadIdx.x, int chunk0 = 0,
+                                             int chunk1 = Tr::kChunks) {
   constexpr int kPer = kLoaders / kTile;  // threads per token
   static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");
   const int token = static_cast<int>(tid >> (kPer == 4 ? 2 : 1)), sub = static_cast<int>(tid & (kPer - 1));
@@ -55,7 +57,7 @@ __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned 
     const uint32_t n = src ? 16u : 0u;
     if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
 #pragma unroll
-    for (int chunk = sub; chunk < Tr::kChunks; chunk += kPer)
+    for (int chunk = chunk0 + sub; chunk < chunk1; chunk += kPer)
       cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
   } else if constexpr (Tr::kFmt == kFmtV32) {
     const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 656, off);

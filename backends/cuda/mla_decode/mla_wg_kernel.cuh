@@ -1,13 +1,15 @@
 // The wgmma MLA decode split kernel: the same grid, plan walk, NaN rules and epilogue as
-// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout (16-bit caches:
-// cp.async as they are; FP8 caches: raw bytes staged in the KV buffer and dequantized there by
-// warpgroup 1, mla_wg_load.cuh); the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout. 16-bit caches:
+// the pipelined tile loop of mla_wg_pipe.cuh. FP8 caches: raw bytes staged in the KV buffer and
+// dequantized there by warpgroup 1 (mla_wg_load.cuh), tiles one after the other (the loop
+// below); the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"
 #include "mla_piece.cuh"
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
+#include "mla_wg_pipe.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -49,6 +51,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         dequant_kv_wg<Tr>(kvbuf(0), threadIdx.x - kWgLoaders);
       }
       cp_async_commit();
+      if constexpr (Tr::kWgPipe) {
+        wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g);
+      } else {
       for (int n = 0; n < ntiles; ++n) {
         const int tile0 = start + n * kTile;
         unsigned char* kv = kvbuf(n & 1);
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
         if (c == 1) wg_follow_softmax(st, red, g);
         if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
-          add_nonfinite_values<Tr>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
+          add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
           __syncthreads();  // every thread has read the values
           zero_nonfinite_values<Tr>(kv);
           fence_proxy_async_smem();
@@ -89,6 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         wg_pv_wait(st);
+      }
       }
     }
     write_piece<Tr>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);

@@ -1,0 +1,167 @@
+// The pipelined tile loop of the wgmma MLA kernel for 16-bit caches (docs/mla_decode_cuda.md):
+// warpgroup 0 computes S and the softmax of every tile and adds its P V (value columns 0 .. 255)
+// with P from registers; warpgroup 1 loads the tiles and adds its P V (columns 256 .. 511) one
+// tile late, from shared memory, so that the tensor cores run it while warpgroup 0 does the next
+// tile's softmax. Per tile n (KV buffer n % 2), in the order the tensor cores see the work:
+//
+//   warpgroup 0: S(n) done -> [arrive S] softmax(n) -> P V(n) cols 0..255 -> [sync PV done]
+//                lo part of P(n), rescale factors -> [arrive P] -> [sync tile] S(n + 1)
+//   warpgroup 1: [sync S] load tile n + 1, blocks 0..3 -> P V(n - 1) cols 256..511, wait ->
+//                [arrive PV done] load the rest of tile n + 1 -> [sync P] rescale O ->
+//                wait for tile n + 1, check its hidden values -> [arrive tile]
+//
+// Shared P tiles: the hi part of tile n in hi_of(n % 2) (the KV tile's RoPE block for d_qk 576,
+// dead once S(n) is done; else one of two P tiles), the lo part (bf16) in one lo tile, written
+// once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 pair the two warpgroups
+// (bar.arrive by the producer, bar.sync by the consumer: each alternates, so neither can lap
+// the other); 10 and 5 are warpgroup 0's and warpgroup 1's own.
+#pragma once
+#include "mla_wg_attend.cuh"
+#include "mla_wg_load.cuh"
+
+namespace dualops::cuda::mla {
+
+constexpr int kBarS = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10;
+
+template <class Tr>
+struct WgPipeSmem {
+  unsigned char* base;
+  __device__ unsigned char* kv(int i) const { return base + Tr::kOffKv + i * Tr::kTileBytes; }
+  __device__ unsigned char* hi(int i) const {
+    return Tr::kLoInKv ? kv(i) + Tr::kLoInKvOff : base + Tr::kOffP + i * kRows * kPRowBytes;
+  }
+  __device__ unsigned char* lo() const { return base + Tr::kOffP + (Tr::kLoInKv ? 0 : 2 * kRows * kPRowBytes); }
+  __device__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffRed); }
+  __device__ int* flags() const { return reinterpret_cast<int*>(base + Tr::kOffFlags); }
+};
+
+// Warpgroup 0's part of one request piece (tile 0 resident; exact: tile 0 takes the exact path).
+template <class Tr>
+__device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr>& sm, const MlaPiece& pc,
+                                               float scale_log2, int g, bool exact) {
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  const uint32_t q_base = smem_addr(sm.base);
+  float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
+  PFrag f;
+  float s[8][4];
+  float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
+  wg_scores_issue<Tr>(s, q_base, smem_addr(sm.kv(0)));
+  wgmma_wait<0>();
+  wgmma_fence_regs(sf);
+  for (int n = 0; n < pc.ntiles; ++n) {
+    const int tile0 = pc.start + n * kTile;
+    unsigned char* kv = sm.kv(n & 1);
+    named_arrive(kBarS, kThreads);  // S(n) and this warpgroup's P V of tile n - 1 are done
+    float alpha[2];
+    wg_softmax_regs<Tr>(st, s, f, sm.hi(n & 1), alpha, tile0, pc.lim, scale_log2, g);
+    // lo part and rescale factors for warpgroup 1, once its P V of tile n - 1 has read the lo tile
+    auto publish = [&]() {
+      named_barrier(kBarPvDone, kThreads);
+      if constexpr (Tr::kPParts == 2) wg_store_lo(f, sm.lo(), g);
+      float* red = sm.red();
+      if ((lane & 3) == 0) {
+        red[r0] = alpha[0];
+        red[r0 + 8] = alpha[1];
+        red[kRows + r0] = st.m[0];
+        red[kRows + r0 + 8] = st.m[1];
+      }
+      fence_proxy_async_smem();
+      named_arrive(kBarP, kThreads);
+    };
+    if (!exact) {
+      wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
+      publish();
+    } else {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
+      publish();
+      named_barrier(kBarWg0, kWgLoaders);  // this warpgroup's P tiles complete
+      add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 0);
+      named_barrier(kBarWg0, kWgLoaders);
+      zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, 0, threadIdx.x);
+      fence_proxy_async_smem();
+      named_barrier(kBarWg0, kWgLoaders);
+      wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
+    }
+    if (n + 1 < pc.ntiles) {
+      named_barrier(kBarTile, kThreads);  // tile n + 1 landed (warpgroup 1's copies and check)
+      exact = sm.flags()[(n + 1) & 1] != 0;
+      wg_scores_issue<Tr>(s, q_base, smem_addr(sm.kv((n + 1) & 1)));
+    }
+    // (waited for here, not at the top of the next trip: no wgmma is in flight across the
+    // loop's back edge, where register moves would make ptxas serialize the wgmma pipeline)
+    wgmma_wait<0>();
+    wgmma_fence_regs(sf);
+    wgmma_fence_regs(of);
+    fence_u32(f.hi);
+    if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+  }
+}
+
+// Warpgroup 1's part of one request piece (tid 0 .. 127).
+template <class Tr>
+__device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowState& st, const WgPipeSmem<Tr>& sm,
+                                               const MlaPiece& pc, int r, int g, int tid, bool exact) {
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
+  for (int n = 0; n < pc.ntiles; ++n) {
+    const int tile0 = pc.start + n * kTile, next0 = tile0 + kTile;
+    const bool more = n + 1 < pc.ntiles;
+    unsigned char* nxt = sm.kv((n + 1) & 1);
+    named_barrier(kBarS, kThreads);  // S(n) done; warpgroup 0's P V of tile n - 1 done
+    if (more) {  // blocks 0 .. 3 of the buffer: read by warpgroup 0's P V of tile n - 1 only
+      load_kv_tile<Tr, kWgLoaders>(p, nxt, r, next0, pc.end, tid, 0, kHalf);
+      cp_async_commit();
+    }
+    if (n > 0) {
+      wg_pv_issue<Tr>(st, smem_addr(sm.hi((n - 1) & 1)), smem_addr(sm.lo()), smem_addr(nxt), 1);
+      wg_pv_wait(st);
+    }
+    named_arrive(kBarPvDone, kThreads);
+    if (more) {
+      load_kv_tile<Tr, kWgLoaders>(p, nxt, r, next0, pc.end, tid, kHalf, Tr::kChunks);
+      cp_async_commit();
+    }
+    named_barrier(kBarP, kThreads);  // P(n) and its rescale factors
+    wg_follow_softmax(st, sm.red(), g);
+    unsigned char* kv = sm.kv(n & 1);
+    if (exact) {
+      add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 1);
+      named_barrier(kWgLoadBarrier, kWgLoaders);
+      zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, kHalf, tid);
+      fence_proxy_async_smem();
+      named_barrier(kWgLoadBarrier, kWgLoaders);
+    }
+    if (more) {
+      cp_async_wait<0>();
+      const int t0 = max(pc.hidden0 - next0, 0), t1 = min(pc.end - next0, kTile);
+      exact = false;
+      if (t0 < t1) {  // uniform: only tiles with hidden keys pay for the check
+        named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
+        exact = named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
+      }
+      if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
+      fence_proxy_async_smem();
+      named_arrive(kBarTile, kThreads);
+    }
+  }
+  const int last = pc.ntiles - 1;
+  wg_pv_issue<Tr>(st, smem_addr(sm.hi(last & 1)), smem_addr(sm.lo()), smem_addr(sm.kv(last & 1)), 1);
+  wg_pv_wait(st);
+}
+
+// One request piece with tile 0's copies issued by the whole CTA (and Q's).
+template <class Tr>
+__device__ __forceinline__ void wg_pipe_piece(const MlaDecodeParams& p, RowState& st, unsigned char* smem,
+                                              const MlaPiece& pc, int r, float scale_log2, int c, int g) {
+  const WgPipeSmem<Tr> sm{smem};
+  cp_async_wait<0>();
+  fence_proxy_async_smem();
+  __syncthreads();
+  const bool exact = hidden_values_nonfinite<Tr>(sm.kv(0), pc.start, pc.hidden0, pc.end);
+  if (c == 0) {
+    wg_pipe_scores<Tr>(st, sm, pc, scale_log2, g, exact);
+  } else {
+    wg_pipe_values<Tr>(p, st, sm, pc, r, g, threadIdx.x - kWgLoaders, exact);
+  }
+}
+
+}  // namespace dualops::cuda::mla
