@@ -38,27 +38,41 @@ __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParam
   return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
 }
 
+// 16-bit cache row of token `tok` of request r: its address in `src` and 16 (bytes per copy),
+// or the cache base and 0 (zero fill) when the token is past `end` or its block is out of range.
+template <class Tr>
+__device__ __forceinline__ uint32_t kv_row_src(const MlaDecodeParams& p, int r, int tok, int end,
+                                               const unsigned char*& src) {
+  int off;
+  const unsigned char* blk =
+      token_block(p, r, tok, end, static_cast<int64_t>(p.page_block_size) * Tr::kRowBytes, off);
+  src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : static_cast<const unsigned char*>(p.kv_cache);
+  return blk ? 16u : 0u;
+}
+
+// 16-byte chunks chunk0 + sub, chunk0 + sub + kPer, .. < chunk1 of one token's 16-bit row.
+template <class Tr, int kPer>
+__device__ __forceinline__ void copy_kv_row(uint32_t base, int token, int sub, const unsigned char* src, uint32_t n,
+                                            int chunk0, int chunk1) {
+#pragma unroll
+  for (int chunk = chunk0 + sub; chunk < chunk1; chunk += kPer)
+    cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
+}
+
 // Tile of tokens tile0 .. tile0 + 63 of request r, by kLoaders threads (tid: 0 .. kLoaders - 1;
-// 4 per token for the whole CTA). 16-bit caches: 16-byte chunks chunk0 .. chunk1 - 1 of each
-// token only (the wgmma pipeline loads a tile in two parts).
+// 4 per token for the whole CTA).
 template <class Tr, int kLoaders = kThreads>
 __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
-                                             int end, unsigned tid = threadIdx.x, int chunk0 = 0,
-                                             int chunk1 = Tr::kChunks) {
+                                             int end, unsigned tid = threadIdx.x) {
   constexpr int kPer = kLoaders / kTile;  // threads per token
   static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");
   const int token = static_cast<int>(tid >> (kPer == 4 ? 2 : 1)), sub = static_cast<int>(tid & (kPer - 1));
   const uint32_t base = smem_addr(dst);
   int off;
   if constexpr (Tr::kDirect) {
-    const unsigned char* blk = token_block(p, r, tile0 + token, end,
-                                           static_cast<int64_t>(p.page_block_size) * Tr::kRowBytes, off);
-    const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : nullptr;
-    const uint32_t n = src ? 16u : 0u;
-    if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
-#pragma unroll
-    for (int chunk = chunk0 + sub; chunk < chunk1; chunk += kPer)
-      cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
+    const unsigned char* src;
+    const uint32_t n = kv_row_src<Tr>(p, r, tile0 + token, end, src);
+    copy_kv_row<Tr, kPer>(base, token, sub, src, n, 0, Tr::kChunks);
   } else if constexpr (Tr::kFmt == kFmtV32) {
     const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 656, off);
     const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : nullptr;

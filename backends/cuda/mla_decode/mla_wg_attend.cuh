@@ -22,19 +22,28 @@ using common::wgmma_wait;
 // K-major operand rows are 128 bytes: 8-row groups 1024 bytes apart (lbo unused: 16).
 __device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }
 
-// S (64 rows x 64 tokens) = Q K^T over all d_qk dims: issued and committed, not waited for.
-template <class Tr>
-__device__ __forceinline__ void wg_scores_issue(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
+// S (64 rows x 64 tokens) = Q K^T, k-steps kS0 .. kS1 - 1 (16 dims each): the first part opens
+// the chain, the last one commits it (not waited for).
+template <class Tr, int kS0, int kS1>
+__device__ __forceinline__ void wg_scores_part(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
   using MT = typename Tr::MT;
   float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
-  wgmma_fence();
+  if constexpr (kS0 == 0) wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < Tr::D / 16; ++ks) {
+  for (int ks = kS0; ks < kS1; ++ks) {
     const uint32_t off = (ks >> 2) * Tr::kBlockBytes + (ks & 3) * 32;  // block of 64 dims, 16-dim step
     common::wgmma_m64n64k16<MT, 0>(sf, kmajor_desc(q_base + off), kmajor_desc(kv_base + off), ks > 0);
   }
-  wgmma_commit();
-  wgmma_fence_regs(sf);
+  if constexpr (kS1 == Tr::D / 16) {
+    wgmma_commit();
+    wgmma_fence_regs(sf);
+  }
+}
+
+// S over all d_qk dims: issued and committed, not waited for.
+template <class Tr>
+__device__ __forceinline__ void wg_scores_issue(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
+  wg_scores_part<Tr, 0, Tr::D / 16>(s, q_base, kv_base);
 }
 
 // Warpgroup 0, after wg_scores_issue: wait for S, then the softmax stage; the rows' rescale

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       }
     }
-    write_piece<Tr>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);
+    write_piece<Tr, true>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);
   }
 }
 

@@ -21,7 +21,7 @@
 
 namespace dualops::cuda::mla {
 
-constexpr int kBarS = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10;
+constexpr int kBarS = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10, kBarTileA = 11;
 
 template <class Tr>
 struct WgPipeSmem {
@@ -81,10 +81,13 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
       named_barrier(kBarWg0, kWgLoaders);
       wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
     }
-    if (n + 1 < pc.ntiles) {
-      named_barrier(kBarTile, kThreads);  // tile n + 1 landed (warpgroup 1's copies and check)
+    if (n + 1 < pc.ntiles) {  // S(n + 1) in two parts, as its two halves land
+      const uint32_t kv_next = smem_addr(sm.kv((n + 1) & 1));
+      named_barrier(kBarTileA, kThreads);  // value blocks 0 .. 3 of tile n + 1
+      wg_scores_part<Tr, 0, kDv / 32>(s, q_base, kv_next);
+      named_barrier(kBarTile, kThreads);  // the rest, and its check of hidden values
       exact = sm.flags()[(n + 1) & 1] != 0;
-      wg_scores_issue<Tr>(s, q_base, smem_addr(sm.kv((n + 1) & 1)));
+      wg_scores_part<Tr, kDv / 32, Tr::D / 16>(s, q_base, kv_next);
     }
     // (waited for here, not at the top of the next trip: no wgmma is in flight across the
     // loop's back edge, where register moves would make ptxas serialize the wgmma pipeline)
@@ -102,22 +105,25 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
                                                const MlaPiece& pc, int r, int g, int tid, bool exact) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
+  const int token = tid >> 1, sub = tid & 1;
+  // this thread's token row of the next tile, looked up a tile ahead
+  const unsigned char* src = nullptr;
+  uint32_t nsrc = 0;
+  if (pc.ntiles > 1) nsrc = kv_row_src<Tr>(p, r, pc.start + kTile + token, pc.end, src);
   for (int n = 0; n < pc.ntiles; ++n) {
     const int tile0 = pc.start + n * kTile, next0 = tile0 + kTile;
     const bool more = n + 1 < pc.ntiles;
     unsigned char* nxt = sm.kv((n + 1) & 1);
     named_barrier(kBarS, kThreads);  // S(n) done; warpgroup 0's P V of tile n - 1 done
-    if (more) {  // blocks 0 .. 3 of the buffer: read by warpgroup 0's P V of tile n - 1 only
-      load_kv_tile<Tr, kWgLoaders>(p, nxt, r, next0, pc.end, tid, 0, kHalf);
+    if (n > 0) wg_pv_issue<Tr>(st, smem_addr(sm.hi((n - 1) & 1)), smem_addr(sm.lo()), smem_addr(nxt), 1);
+    if (more) {  // value blocks 0 .. 3 of the buffer: read by warpgroup 0's P V of tile n - 1 only
+      copy_kv_row<Tr, 2>(smem_addr(nxt), token, sub, src, nsrc, 0, kHalf);
       cp_async_commit();
     }
-    if (n > 0) {
-      wg_pv_issue<Tr>(st, smem_addr(sm.hi((n - 1) & 1)), smem_addr(sm.lo()), smem_addr(nxt), 1);
-      wg_pv_wait(st);
-    }
+    if (n > 0) wg_pv_wait(st);
     named_arrive(kBarPvDone, kThreads);
     if (more) {
-      load_kv_tile<Tr, kWgLoaders>(p, nxt, r, next0, pc.end, tid, kHalf, Tr::kChunks);
+      copy_kv_row<Tr, 2>(smem_addr(nxt), token, sub, src, nsrc, kHalf, Tr::kChunks);
       cp_async_commit();
     }
     named_barrier(kBarP, kThreads);  // P(n) and its rescale factors
@@ -131,6 +137,9 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
       named_barrier(kWgLoadBarrier, kWgLoaders);
     }
     if (more) {
+      cp_async_wait<1>();
+      fence_proxy_async_smem();
+      named_arrive(kBarTileA, kThreads);
       cp_async_wait<0>();
       const int t0 = max(pc.hidden0 - next0, 0), t1 = min(pc.end - next0, kTile);
       exact = false;
@@ -141,6 +150,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
       if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
       fence_proxy_async_smem();
       named_arrive(kBarTile, kThreads);
+      if (n + 2 < pc.ntiles) nsrc = kv_row_src<Tr>(p, r, next0 + kTile + token, pc.end, src);
     }
   }
   const int last = pc.ntiles - 1;
