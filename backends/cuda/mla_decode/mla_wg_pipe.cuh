@@ -1,27 +1,31 @@
-// The pipelined tile loop of the wgmma MLA kernel for 16-bit caches (docs/mla_decode_cuda.md):
-// warpgroup 0 computes S and the softmax of every tile and adds its P V (value columns 0 .. 255)
-// with P from registers; warpgroup 1 loads the tiles and adds its P V (columns 256 .. 511) one
-// tile late, from shared memory, so that the tensor cores run it while warpgroup 0 does the next
-// tile's softmax. Per tile n (KV buffer n % 2), in the order the tensor cores see the work:
+// The pipelined tile loop of the wgmma MLA kernel for 16-bit caches with bf16 q (two P parts;
+// docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
+// instead of CTA barriers, warpgroup 0 keeps P in registers for its own P V (RS form), and it
+// queues S of the next tile behind that P V, so that the tensor cores go from one to the other
+// without a CTA-wide round trip. Per tile n (KV buffer n % 2):
 //
-//   warpgroup 0: S(n) done -> [arrive S] softmax(n) -> P V(n) cols 0..255 -> [sync PV done]
-//                lo part of P(n), rescale factors -> [arrive P] -> [sync tile] S(n + 1)
-//   warpgroup 1: [sync S] load tile n + 1, blocks 0..3 -> P V(n - 1) cols 256..511, wait ->
-//                [arrive PV done] load the rest of tile n + 1 -> [sync P] rescale O ->
-//                wait for tile n + 1, check its hidden values -> [arrive tile]
+//   warpgroup 0: softmax(n) -> P V(n) cols 0..255 -> [sync lo free] lo part of P(n), rescale
+//                factors -> [arrive P] -> [sync half A] S(n + 1) blocks 0..3 -> [sync tile]
+//                S(n + 1) rest -> P V(n) done: [arrive free] -> S(n + 1) done
+//   warpgroup 1: [sync P] rescale O -> P V(n) cols 256..511 -> tile n + 1 (copied a tile ago)
+//                landed: [arrive half A], hidden-value check, [arrive tile] -> [sync free]
+//                copy blocks 0..3 of tile n + 2 into buffer n % 2 -> P V(n) done: [arrive lo
+//                free] -> copy the rest of tile n + 2
 //
-// Shared P tiles: the hi part of tile n in hi_of(n % 2) (the KV tile's RoPE block for d_qk 576,
-// dead once S(n) is done; else one of two P tiles), the lo part (bf16) in one lo tile, written
-// once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 pair the two warpgroups
-// (bar.arrive by the producer, bar.sync by the consumer: each alternates, so neither can lap
-// the other); 10 and 5 are warpgroup 0's and warpgroup 1's own.
+// So a tile's copies start as soon as the P V that read its buffer is done (a whole tile ahead
+// of its S, as in the serial loop). Shared P tiles: the hi part of tile n in hi(n % 2) (the KV
+// tile's RoPE block for d_qk 576, dead once S(n) is done; else one of two P tiles), the lo part
+// in one lo tile, written once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 and
+// 11 pair the two warpgroups (bar.arrive by the producer, bar.sync by the consumer, the same
+// number of each per piece, and each producer waits on its consumer before its next arrival,
+// so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own.
 #pragma once
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
 
 namespace dualops::cuda::mla {
 
-constexpr int kBarS = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10, kBarTileA = 11;
+constexpr int kBarFree = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10, kBarTileA = 11;
 
 template <class Tr>
 struct WgPipeSmem {
@@ -51,7 +55,6 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
   for (int n = 0; n < pc.ntiles; ++n) {
     const int tile0 = pc.start + n * kTile;
     unsigned char* kv = sm.kv(n & 1);
-    named_arrive(kBarS, kThreads);  // S(n) and this warpgroup's P V of tile n - 1 are done
     float alpha[2];
     wg_softmax_regs<Tr>(st, s, f, sm.hi(n & 1), alpha, tile0, pc.lim, scale_log2, g);
     // lo part and rescale factors for warpgroup 1, once its P V of tile n - 1 has read the lo tile
@@ -81,13 +84,17 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
       named_barrier(kBarWg0, kWgLoaders);
       wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
     }
-    if (n + 1 < pc.ntiles) {  // S(n + 1) in two parts, as its two halves land
+    if (n + 1 < pc.ntiles) {  // S(n + 1) queued behind this P V, in two parts as its halves land
       const uint32_t kv_next = smem_addr(sm.kv((n + 1) & 1));
       named_barrier(kBarTileA, kThreads);  // value blocks 0 .. 3 of tile n + 1
       wg_scores_part<Tr, 0, kDv / 32>(s, q_base, kv_next);
       named_barrier(kBarTile, kThreads);  // the rest, and its check of hidden values
       exact = sm.flags()[(n + 1) & 1] != 0;
       wg_scores_part<Tr, kDv / 32, Tr::D / 16>(s, q_base, kv_next);
+      if (n + 2 < pc.ntiles) {
+        wgmma_wait<1>();  // this P V done: warpgroup 1 may refill blocks 0 .. 3 of tile n's buffer
+        named_arrive(kBarFree, kThreads);
+      }
     }
     // (waited for here, not at the top of the next trip: no wgmma is in flight across the
     // loop's back edge, where register moves would make ptxas serialize the wgmma pipeline)
@@ -106,29 +113,22 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
   const int token = tid >> 1, sub = tid & 1;
-  // this thread's token row of the next tile, looked up a tile ahead
   const unsigned char* src = nullptr;
   uint32_t nsrc = 0;
-  if (pc.ntiles > 1) nsrc = kv_row_src<Tr>(p, r, pc.start + kTile + token, pc.end, src);
+  if (pc.ntiles > 1) {  // tile 1 into the free buffer
+    nsrc = kv_row_src<Tr>(p, r, pc.start + kTile + token, pc.end, src);
+    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, 0, kHalf);
+    cp_async_commit();
+    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, kHalf, Tr::kChunks);
+    cp_async_commit();
+    if (pc.ntiles > 2) nsrc = kv_row_src<Tr>(p, r, pc.start + 2 * kTile + token, pc.end, src);
+  }
+  named_arrive(kBarPvDone, kThreads);  // the lo tile is free
   for (int n = 0; n < pc.ntiles; ++n) {
     const int tile0 = pc.start + n * kTile, next0 = tile0 + kTile;
-    const bool more = n + 1 < pc.ntiles;
-    unsigned char* nxt = sm.kv((n + 1) & 1);
-    named_barrier(kBarS, kThreads);  // S(n) done; warpgroup 0's P V of tile n - 1 done
-    if (n > 0) wg_pv_issue<Tr>(st, smem_addr(sm.hi((n - 1) & 1)), smem_addr(sm.lo()), smem_addr(nxt), 1);
-    if (more) {  // value blocks 0 .. 3 of the buffer: read by warpgroup 0's P V of tile n - 1 only
-      copy_kv_row<Tr, 2>(smem_addr(nxt), token, sub, src, nsrc, 0, kHalf);
-      cp_async_commit();
-    }
-    if (n > 0) wg_pv_wait(st);
-    named_arrive(kBarPvDone, kThreads);
-    if (more) {
-      copy_kv_row<Tr, 2>(smem_addr(nxt), token, sub, src, nsrc, kHalf, Tr::kChunks);
-      cp_async_commit();
-    }
+    unsigned char* kv = sm.kv(n & 1);
     named_barrier(kBarP, kThreads);  // P(n) and its rescale factors
     wg_follow_softmax(st, sm.red(), g);
-    unsigned char* kv = sm.kv(n & 1);
     if (exact) {
       add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 1);
       named_barrier(kWgLoadBarrier, kWgLoaders);
@@ -136,7 +136,9 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
       fence_proxy_async_smem();
       named_barrier(kWgLoadBarrier, kWgLoaders);
     }
-    if (more) {
+    wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
+    if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
+      unsigned char* nxt = sm.kv((n + 1) & 1);
       cp_async_wait<1>();
       fence_proxy_async_smem();
       named_arrive(kBarTileA, kThreads);
@@ -150,12 +152,21 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
       if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
       fence_proxy_async_smem();
       named_arrive(kBarTile, kThreads);
-      if (n + 2 < pc.ntiles) nsrc = kv_row_src<Tr>(p, r, next0 + kTile + token, pc.end, src);
+    }
+    const bool refill = n + 2 < pc.ntiles;  // tile n + 2 into this buffer
+    if (refill) {
+      named_barrier(kBarFree, kThreads);  // warpgroup 0's P V of tile n done: blocks 0 .. 3 free
+      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, 0, kHalf);
+      cp_async_commit();
+    }
+    wg_pv_wait(st);
+    if (n + 1 < pc.ntiles) named_arrive(kBarPvDone, kThreads);  // the lo tile is free for P(n + 1)
+    if (refill) {
+      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, kHalf, Tr::kChunks);
+      cp_async_commit();
+      if (n + 3 < pc.ntiles) nsrc = kv_row_src<Tr>(p, r, next0 + 2 * kTile + token, pc.end, src);
     }
   }
-  const int last = pc.ntiles - 1;
-  wg_pv_issue<Tr>(st, smem_addr(sm.hi(last & 1)), smem_addr(sm.lo()), smem_addr(sm.kv(last & 1)), 1);
-  wg_pv_wait(st);
 }
 
 // One request piece with tile 0's copies issued by the whole CTA (and Q's).
