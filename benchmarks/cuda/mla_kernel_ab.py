@@ -1,4 +1,4 @@
-"""A/B of the two CUDA MLA split kernels (mma.sync and wgmma) on every cache format: per-call GPU
+"""A/B of the CUDA MLA split kernels (mma.sync, wgmma, and wgmma_t up to 32 q rows) on every cache format: per-call GPU
 time from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
 Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [--only KERNEL] [b,h_q,s_q,s_k,page[,kv_format[,q]]] ...
 (kv_format: bf16, fp8_v32 or fp8_model1; bf16 when left out; q: bf16 or fp16, bf16 when left out;
@@ -73,7 +73,8 @@ for s in shapes:
     fmt = s[5] if len(s) > 5 else "bf16"
     qt = s[6] if len(s) > 6 else "bf16"
     args = inputs(b, h, sq, sk, pbs, fmt, torch.float16 if qt == "fp16" else torch.bfloat16)
-    res = {k: run(args, b, h, sq, sk, fmt, k) for k in KERNELS}
+    res = {k: run(args, b, h, sq, sk, fmt, k) for k in KERNELS
+           if k != "wgmma_t" or h * sq <= cuda_mla.MLA_CUDA_WGMMA_T_ROWS}
     planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h)
     print(f"{fmt} q {qt} b{b} h{h} s_q{sq} s_k{sk} page{pbs} (planned {planned}): " + "  ".join(
         f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()), flush=True)

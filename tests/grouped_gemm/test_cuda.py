@@ -7,6 +7,8 @@ argument errors, bad device values (no crash), CUDA-graph capture.
 GPU tests skip without an sm_90 GPU and a CUDA build (the packing test runs everywhere)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -207,17 +209,21 @@ SM90_OUT = {"bf16": BF16, "fp16": FP16, "fp8_per_tensor": BF16, "fp8_rowwise": B
 SM90_PAIRS = [("bf16", "sm90"), ("bf16", "sm90_small"), ("fp16", "sm90"), ("fp8_per_tensor", "sm90"),
               ("fp8_per_tensor", "sm90_small"), ("fp8_per_tensor", "sm90_fast"), ("fp8_rowwise", "sm90"),
               ("fp8_rowwise", "sm90_small"), ("fp8_rowwise", "sm90_fast"), ("fp8_blockwise", "sm90"),
-              ("bf16", "sm90_mid"), ("fp8_per_tensor", "sm90_mid"), ("fp8_rowwise", "sm90_mid")]
+              ("bf16", "sm90_mid"), ("fp8_per_tensor", "sm90_mid"), ("fp8_rowwise", "sm90_mid"),
+              ("bf16", "sm90:n"), ("fp8_rowwise", "sm90_mid:n"), ("fp8_blockwise", "sm90:n")]
 SM90_BUILT = bool(HAS_CUDA and getattr(native.require(), "cuda_gg_sm90_built", False))
 needs_sm90 = pytest.mark.skipif(not SM90_BUILT, reason="needs the CUDA build with the CUTLASS headers")
 
 
 def _sm90_plan(inp, out_dtype, kernel="sm90"):
+    """kernel: a CUDA_KERNELS name, `name:n` with the tile scheduler rasterizing along N."""
+    kernel, _, raster = kernel.partition(":")
     w = inp["w"]
     kw = dict(group_offsets=inp["group_offsets"]) if "group_offsets" in inp else \
         dict(layout="masked", masked_m=inp["masked_m"], m_max=inp["x"].shape[1])
-    return plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
+    plan = plan_grouped_gemm(**kw, n=w.shape[1], k=w.shape[2], device=detect(torch.device("cuda")),
                              dtype=w.dtype, scale_mode=inp["scale_mode"], out_dtype=out_dtype, kernel=kernel)
+    return dataclasses.replace(plan, cuda_raster=raster) if raster else plan
 
 
 def _check_sm90(recipe, inp, kernel):
@@ -290,3 +296,15 @@ def test_sm90_cuda_graph_capture(recipe):
     assert torch.equal(y[0, :3], want[0, :3])
     ref = ref_gg(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inp.items()})
     assert_close_parity(y.cpu(), ref, atol=2 ** -6 * max(1.0, float(ref.abs().max())), rtol=2 ** -6)
+
+
+def test_plan_tile_order_is_checked():
+    """A plan's cuda_raster is "m" or "n" (checked before anything runs: no GPU needed)."""
+    from dualops import devices
+
+    plan = plan_grouped_gemm([4, 4], n=64, k=64, device=devices.profile("h100"), kernel="sm90")
+    x, w = torch.zeros(8, 64, dtype=BF16), torch.zeros(2, 64, 64, dtype=BF16)
+    with pytest.raises(ValueError, match="cuda_raster"):
+        cuda_gg.GroupedGemmLaunch(x, w, group_offsets=torch.tensor([0, 4, 8], dtype=torch.int32), masked_m=None,
+                                  scale_mode="none", x_scale=None, w_scale=None, out_dtype=BF16,
+                                  plan=dataclasses.replace(plan, cuda_raster="x"))

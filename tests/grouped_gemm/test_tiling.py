@@ -179,9 +179,12 @@ def test_cuda_kernel_choice():
     assert cuda_kernel_for(4096, **kw) == "sm90" and cuda_kernel_for(16, **kw) == "sm90_small"
     assert cuda_kernel_for(64, **kw) == "sm90_small" and cuda_kernel_for(65, **kw) == "sm90_mid"
     assert cuda_kernel_for(128, **kw) == "sm90_mid" and cuda_kernel_for(129, **kw) == "sm90"
+    assert [cuda_kernel_for(r, **kw) for r in (256, 257, 384, 385)] == ["sm90", "sm90_mid", "sm90_mid", "sm90"]
     fp8 = {**kw, "dtype": "float8_e4m3fn", "scale_mode": "rowwise"}
-    assert [cuda_kernel_for(r, **fp8) for r in (4, 64, 96, 128, 512)] == \
-        ["sm90_small", "sm90_small", "sm90_mid", "sm90_mid", "sm90"]
+    assert [cuda_kernel_for(r, **fp8) for r in (4, 64, 96, 128, 256, 384, 512)] == \
+        ["sm90_small", "sm90_small", "sm90_mid", "sm90_mid", "sm90_mid", "sm90_mid", "sm90"]
+    bw = {**kw, "dtype": "float8_e4m3fn", "scale_mode": "blockwise"}              # no mid kernel
+    assert cuda_kernel_for(96, **bw) == "sm90" and cuda_kernel_for(300, **bw) == "sm90"
     fp16 = {**kw, "dtype": "float16", "out_dtype": "float16"}                     # no small kernel
     assert cuda_kernel_for(16, **fp16) == "mma" and cuda_kernel_for(4096, **fp16) == "sm90"
     assert cuda_kernel_for(4096, **{**kw, "out_dtype": "float32"}) == "mma"      # no sm90 kernel for it

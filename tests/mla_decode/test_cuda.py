@@ -19,7 +19,8 @@ from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import expected as exp
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_MIN_Q_ROWS, MlaPlan, cuda_mla_kernel
+from dualops.tiling.mla_decode import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
+                                       MlaPlan, cuda_mla_kernel)
 
 HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
     "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
@@ -54,24 +55,31 @@ def test_device_plan_numel_bound():
 
 def test_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
-    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=128) == "wgmma"
-    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=33) == "wgmma"
-    assert cuda_mla_kernel(h100, kv_format="bf16", q_rows=32) == "mma"
-    for fmt in ("fp8_v32", "fp8_model1"):
+    for fmt in ("bf16", "fp8_v32", "fp8_model1"):
+        top = MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt]
+        assert top <= MLA_CUDA_WGMMA_T_ROWS
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128) == "wgmma"
-        rows = MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt]
-        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=rows) == "wgmma"
-        assert rows == 1 or cuda_mla_kernel(h100, kv_format=fmt, q_rows=rows - 1) == "mma"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=1) == ("wgmma_t" if top >= 1 else "mma")
+        assert top < 1 or cuda_mla_kernel(h100, kv_format=fmt, q_rows=top) == "wgmma_t"
+        above = cuda_mla_kernel(h100, kv_format=fmt, q_rows=top + 1)
+        assert above == ("wgmma" if top + 1 >= MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt] else "mma")
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
     assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
+    assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=16) == "mma"
 
 
-@pytest.fixture(params=["planned", "mma", "wgmma"])
+@pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t"])
 def kernel(request, monkeypatch):
     """Runs a test with the planned kernel, and again with each CUDA kernel forced (all of them
-    stay tested for every cache format)."""
+    stay tested for every cache format; wgmma_t only where it applies: calls with at most
+    MLA_CUDA_WGMMA_T_ROWS q rows, others skip the test)."""
     if request.param != "planned":
-        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: request.param)
+        def pick(device, *, kv_format, q_rows):
+            if request.param == "wgmma_t" and q_rows > MLA_CUDA_WGMMA_T_ROWS:
+                pytest.skip(f"wgmma_t takes at most {MLA_CUDA_WGMMA_T_ROWS} q rows, the call has {q_rows}")
+            return request.param
+
+        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", pick)
     return request.param
 
 

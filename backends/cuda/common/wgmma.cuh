@@ -1,7 +1,7 @@
 // Hopper warpgroup MMA (wgmma) pieces: shared-memory matrix descriptors (128-byte swizzle),
 // the fences and group waits, and the SS forms (both operands in shared memory, fp32
-// accumulators) of m64n64k16 and m64n256k16 for bf16 / fp16 inputs, and the RS form of
-// m64n256k16 (A from registers). sm_90a only.
+// accumulators) of m64n64k16, m64n256k16 and m64nNk16 (N 8 / 16 / 32) for bf16 / fp16 inputs,
+// and the RS form of m64n256k16 (A from registers). sm_90a only.
 //
 // Layouts (16-bit values, 128-byte swizzle: the 16-byte chunk c of row r of an 8-row, 1024-byte
 // aligned group sits at chunk c ^ (r % 8)):
@@ -75,6 +75,37 @@ __device__ __forceinline__ void wgmma_fence_regs(float (&d)[N]) {
                ", p, 1, 1, 0, %" N3 ";\n}\n"                                                            \
                : OPERANDS                                                                             \
                : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_B))
+
+// m64nNk16 for small N (8, 16, 32: N / 2 accumulators per thread), SS, both operand majors as
+// template flags (TRANS_A: A is MN-major, M contiguous; 16-bit inputs allow it).
+#define DUALOPS_WG_REGS4 "%0, %1, %2, %3"
+#define DUALOPS_WG_REGS8 DUALOPS_WG_REGS4 ", %4, %5, %6, %7"
+#define DUALOPS_WG_REGS16 DUALOPS_WG_REGS8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define DUALOPS_WG_F8(i) DUALOPS_WG_F4(i), DUALOPS_WG_F4(i + 4)
+#define DUALOPS_WGMMA_SST_ASM(SHAPE, TY, REGS, N0, N1, N2, N3, N4, ...)                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" N2 ", 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " {" REGS "}, %" N0 ", %" N1      \
+               ", p, 1, 1, %" N3 ", %" N4 ";\n}\n"                                                       \
+               : __VA_ARGS__                                                                          \
+               : "l"(da), "l"(db), "r"(accumulate), "n"(TRANS_A), "n"(TRANS_B))
+#define DUALOPS_WGMMA_SST(SHAPE, REGS, N0, N1, N2, N3, N4, ...)                           \
+  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {                                    \
+    DUALOPS_WGMMA_SST_ASM(SHAPE, "bf16", REGS, N0, N1, N2, N3, N4, __VA_ARGS__);           \
+  } else {                                                                              \
+    DUALOPS_WGMMA_SST_ASM(SHAPE, "f16", REGS, N0, N1, N2, N3, N4, __VA_ARGS__);             \
+  }
+
+template <typename MT, int N, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], uint64_t da, uint64_t db, int accumulate) {
+  static_assert(N == 8 || N == 16 || N == 32, "m64nNk16: N 8, 16 or 32");
+  if constexpr (N == 8) {
+    DUALOPS_WGMMA_SST("m64n8k16", DUALOPS_WG_REGS4, "4", "5", "6", "7", "8", DUALOPS_WG_F4(0))
+  } else if constexpr (N == 16) {
+    DUALOPS_WGMMA_SST("m64n16k16", DUALOPS_WG_REGS8, "8", "9", "10", "11", "12", DUALOPS_WG_F8(0))
+  } else {
+    DUALOPS_WGMMA_SST("m64n32k16", DUALOPS_WG_REGS16, "16", "17", "18", "19", "20", DUALOPS_WG_F16(0))
+  }
+}
 
 template <typename MT, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {

@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(kPrepThreads) gg_sm90_prep(const GroupedGemmPa
 }
 
 template <class C, class In, class Out, int kMode>
-typename C::Gemm::Arguments make_args(const GroupedGemmParams& p, const Arrays<C, In, Out>& arr, int sm_count) {
+typename C::Gemm::Arguments make_args(const GroupedGemmParams& p, const Arrays<C, In, Out>& arr, int sm_count,
+                                      int along_n) {
   typename C::Gemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = {p.num_groups, arr.shape, nullptr};
@@ -241,6 +242,8 @@ typename C::Gemm::Arguments make_args(const GroupedGemmParams& p, const Arrays<C
     args.epilogue.thread.alpha = 1.f;
     args.epilogue.thread.beta = 0.f;
   }
+  using Raster = decltype(args.scheduler.raster_order);
+  args.scheduler.raster_order = along_n ? Raster::AlongN : Raster::AlongM;
   args.hw_info.device_id = 0;
   args.hw_info.sm_count = sm_count;
   return args;
@@ -249,14 +252,15 @@ typename C::Gemm::Arguments make_args(const GroupedGemmParams& p, const Arrays<C
 // Runs one call; ws: at least workspace() bytes of device memory (256-B aligned).
 template <class C, class In, class Out, int kMode>
 struct Runner {
-  static size_t workspace(const GroupedGemmParams& p, int sm_count) {
+  static size_t workspace(const GroupedGemmParams& p, int sm_count, int along_n) {
     Arrays<C, In, Out> arr{};
     const size_t own = arr.carve(nullptr, p, kMode);
-    return own + C::Gemm::get_workspace_size(make_args<C, In, Out, kMode>(p, arr, sm_count)) + 256;
+    return own + C::Gemm::get_workspace_size(make_args<C, In, Out, kMode>(p, arr, sm_count, along_n)) + 256;
   }
 
-  static const char* run(const GroupedGemmParams& p, void* ws, size_t ws_bytes, int sm_count, cudaStream_t stream) {
-    if (ws_bytes < workspace(p, sm_count)) return "grouped_gemm: the sm90 workspace is too small";
+  static const char* run(const GroupedGemmParams& p, void* ws, size_t ws_bytes, int sm_count, int along_n,
+                         cudaStream_t stream) {
+    if (ws_bytes < workspace(p, sm_count, along_n)) return "grouped_gemm: the sm90 workspace is too small";
     Arrays<C, In, Out> arr{};
     uint8_t* base = static_cast<uint8_t*>(ws);
     const size_t own = arr.carve(base, p, kMode);
@@ -266,7 +270,7 @@ struct Runner {
     const dim3 grid(static_cast<unsigned>(min64(want, std::max<int64_t>(1, 2 * sm_count / p.num_groups))), p.num_groups);
     gg_sm90_prep<C, In, Out, kMode><<<grid, kPrepThreads, 0, stream>>>(p, arr);
     if (cudaGetLastError() != cudaSuccess) return "grouped_gemm: the sm90 prep kernel did not launch";
-    auto args = make_args<C, In, Out, kMode>(p, arr, sm_count);
+    auto args = make_args<C, In, Out, kMode>(p, arr, sm_count, along_n);
     typename C::Gemm gemm;
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "grouped_gemm: CUTLASS cannot run this shape";
     if (gemm.initialize(args, base + own, stream) != cutlass::Status::kSuccess)
@@ -283,13 +287,14 @@ namespace dualops::cuda::gg {
 // The body of sm90_recipe<R> (gg_sm90.h) for one configuration; gg_sm90_<recipe>.cu
 // specialize sm90_recipe with it, one file per recipe.
 template <class In, class Out, class Tile, class Cluster, class Sched, int kMode>
-const char* sm90_call(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, cudaStream_t stream) {
+const char* sm90_call(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, int along_n,
+                      cudaStream_t stream) {
   using Run = sm90::Runner<sm90::Config<In, Out, Tile, Cluster, Sched, kMode>, In, Out, kMode>;
   if (!ws) {
-    *ws_bytes = Run::workspace(p, sms);
+    *ws_bytes = Run::workspace(p, sms, along_n);
     return nullptr;
   }
-  return Run::run(p, ws, *ws_bytes, sms, stream);
+  return Run::run(p, ws, *ws_bytes, sms, along_n, stream);
 }
 
 }  // namespace dualops::cuda::gg

@@ -2,7 +2,7 @@
 // headers: one per (recipe, configuration), each with one output dtype (the planner sends other
 // output dtypes to the mma.sync kernel). Configurations: 0 large tiles, 1 small tiles (groups
 // of <= 64 rows), 2 fp8 with tensor-core-only accumulation (opt-in), 3 the large tiles in 1 x 2
-// clusters (groups of 65-128 rows).
+// clusters (the planner's table of rows per group: tiling/grouped_gemm.py).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,10 +18,14 @@ enum Sm90Recipe : int {
   kSm90Bf16Mid, kSm90Fp8Mid
 };
 enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3 };
+// Config bits above the kernel's id: the tile scheduler's raster order (0: along M, 1: along N).
+constexpr int kSm90ConfigMask = 0xff;
+constexpr int kSm90AlongN = 1 << 8;
 
 // ws == nullptr: stores the workspace bytes the call needs in *ws_bytes. Otherwise runs the
 // call with *ws_bytes bytes of device workspace at ws. nullptr or an error message.
 template <int R>
-const char* sm90_recipe(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, cudaStream_t stream);
+const char* sm90_recipe(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, int along_n,
+                        cudaStream_t stream);
 
 }  // namespace dualops::cuda::gg

@@ -1,14 +1,14 @@
-// CUTLASS sm90 grouped GEMM instantiation (gg_sm90.cuh): e4m3 blockwise (x 1 x 128, w 128 x 128) -> bf16, 128 x 128 x 128 tiles, cooperative.
+// CUTLASS sm90 grouped GEMM instantiation (gg_sm90.cuh): e4m3 blockwise (x 1 x 128, w 128 x 128) -> bf16, 128 x 128 x 128 tiles, cooperative, 1 x 2 clusters (x multicast to two column tiles).
 // Built only with the CUTLASS headers.
 #if defined(DUALOPS_HAVE_CUTE)
 #include "gg_sm90.cuh"
 
 namespace dualops::cuda::gg {
 template <>
-const char* sm90_recipe<kSm90Fp8Blockwise>(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, cudaStream_t s) {
+const char* sm90_recipe<kSm90Fp8Blockwise>(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, int along_n, cudaStream_t s) {
   using Tile = cute::Shape<cute::_128, cute::_128, cute::_128>;
-  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  return sm90_call<cutlass::float_e4m3_t, cutlass::bfloat16_t, Tile, Cluster, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise, sm90::kBlockwise>(p, ws, ws_bytes, sms, s);
+  using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  return sm90_call<cutlass::float_e4m3_t, cutlass::bfloat16_t, Tile, Cluster, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise, sm90::kBlockwise>(p, ws, ws_bytes, sms, along_n, s);
 }
 }  // namespace dualops::cuda::gg
 #endif

@@ -5,10 +5,10 @@
 
 namespace dualops::cuda::gg {
 template <>
-const char* sm90_recipe<kSm90Fp8Mid>(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, cudaStream_t s) {
+const char* sm90_recipe<kSm90Fp8Mid>(const GroupedGemmParams& p, void* ws, size_t* ws_bytes, int sms, int along_n, cudaStream_t s) {
   using Tile = cute::Shape<cute::_128, cute::_128, cute::_128>;
   using Cluster = cute::Shape<cute::_1, cute::_2, cute::_1>;
-  return sm90_call<cutlass::float_e4m3_t, cutlass::bfloat16_t, Tile, Cluster, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, sm90::kScaled>(p, ws, ws_bytes, sms, s);
+  return sm90_call<cutlass::float_e4m3_t, cutlass::bfloat16_t, Tile, Cluster, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative, sm90::kScaled>(p, ws, ws_bytes, sms, along_n, s);
 }
 }  // namespace dualops::cuda::gg
 #endif

@@ -41,7 +41,8 @@ void register_cuda_grouped_gemm(py::module_& m) {
       },
       py::arg("params"), py::arg("config"),
       "Device workspace bytes of a grouped GEMM call on the CUTLASS sm90 path (config: 0 large "
-      "tiles, 1 small tiles, 2 fp8 fast accumulation, 3 large tiles in 1 x 2 clusters).");
+      "tiles, 1 small tiles, 2 fp8 fast accumulation, 3 large tiles in 1 x 2 clusters; + 256: the "
+      "tile scheduler walks the tiles along N).");
   m.def(
       "cuda_grouped_gemm_sm90",
       [](const py::bytes& params, int config, std::uintptr_t ws, std::size_t ws_bytes, std::uintptr_t stream) {

@@ -10,6 +10,7 @@ namespace {
 // (dtype, scale mode, output dtype) and configuration (gg::Sm90Config) -> gg::Sm90Recipe, or -1.
 int sm90_recipe_of(const GroupedGemmParams& p, int config) {
   using namespace gg;
+  config &= kSm90ConfigMask;
   const auto in = static_cast<DType>(p.in_dtype);
   const auto out = static_cast<DType>(p.out_dtype);
   if (p.scale_mode == 0 && in == DType::kBfloat16 && out == DType::kBfloat16) {
@@ -45,18 +46,22 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
 const char* dispatch(const GroupedGemmParams& p, int config, void* ws, size_t* bytes, cudaStream_t stream) {
 #if defined(DUALOPS_HAVE_CUTE)
   const int sms = sm_count();
+  const int an = (config & gg::kSm90AlongN) ? 1 : 0;
+#define GG_SM90_CASE(R) \
+  case gg::R: return gg::sm90_recipe<gg::R>(p, ws, bytes, sms, an, stream);
   switch (sm90_recipe_of(p, config)) {
-    case gg::kSm90Bf16: return gg::sm90_recipe<gg::kSm90Bf16>(p, ws, bytes, sms, stream);
-    case gg::kSm90Bf16Small: return gg::sm90_recipe<gg::kSm90Bf16Small>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp16: return gg::sm90_recipe<gg::kSm90Fp16>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8: return gg::sm90_recipe<gg::kSm90Fp8>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8Small: return gg::sm90_recipe<gg::kSm90Fp8Small>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8Fast: return gg::sm90_recipe<gg::kSm90Fp8Fast>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8Blockwise: return gg::sm90_recipe<gg::kSm90Fp8Blockwise>(p, ws, bytes, sms, stream);
-    case gg::kSm90Bf16Mid: return gg::sm90_recipe<gg::kSm90Bf16Mid>(p, ws, bytes, sms, stream);
-    case gg::kSm90Fp8Mid: return gg::sm90_recipe<gg::kSm90Fp8Mid>(p, ws, bytes, sms, stream);
+    GG_SM90_CASE(kSm90Bf16)
+    GG_SM90_CASE(kSm90Bf16Small)
+    GG_SM90_CASE(kSm90Fp16)
+    GG_SM90_CASE(kSm90Fp8)
+    GG_SM90_CASE(kSm90Fp8Small)
+    GG_SM90_CASE(kSm90Fp8Fast)
+    GG_SM90_CASE(kSm90Fp8Blockwise)
+    GG_SM90_CASE(kSm90Bf16Mid)
+    GG_SM90_CASE(kSm90Fp8Mid)
     default: return "grouped_gemm: no sm90 kernel for this (dtype, scale_mode, out_dtype, config)";
   }
+#undef GG_SM90_CASE
 #else
   (void)p, (void)config, (void)ws, (void)bytes, (void)stream;
   return "grouped_gemm: the sm90 path was not built (no CUTLASS headers)";

@@ -9,9 +9,9 @@
 namespace dualops::cuda::mla {
 
 enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
-// The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync or
-// wgmma (both run every format).
-enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
+// The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync, wgmma
+// (both run every format) or the transposed-tile wgmma kernel (every format, at most 32 q rows).
+enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1, kKernelWgmmaT = 2 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
 
 constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
 constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)

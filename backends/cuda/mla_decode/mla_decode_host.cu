@@ -53,6 +53,11 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   if (t.num_sm_parts < 1 || t.num_sm_parts > 65535) return fail("mla_decode: plan num_sm_parts %d", t.num_sm_parts);
   if (t.part_stride != 8 || t.block_tokens != 64)
     return fail("mla_decode: plan part_stride must be 8 and block_tokens 64");
+  if (p.kernel < 0 || p.kernel >= mla::kNumKernels)
+    return fail("mla_decode (cuda): kernel must be 0 (mma), 1 (wgmma) or 2 (wgmma_t), got %d", p.kernel);
+  if (p.kernel == 2 && t.q_rows > mla::kWtMaxRows)
+    return fail("mla_decode (cuda): the wgmma_t kernel takes at most %d q rows (s_q * h_q), got %d", mla::kWtMaxRows,
+                t.q_rows);
   if (!variant_of(p))
     return fail("mla_decode (cuda): no kernel for q dtype code %d, kv_format %d, d_qk %d", p.q_dtype, p.kv_format,
                 p.head_dim);

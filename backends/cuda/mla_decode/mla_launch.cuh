@@ -1,4 +1,5 @@
-// Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync or wgmma), then
+// Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync, wgmma or the
+// transposed-tile wgmma kernel), then
 // (when any request may be split) the combine kernel chained with programmatic dependent
 // launch. Instantiated once per (q dtype, cache format, d_qk) in the small mla_<q>_<cache>.cu
 // files so they compile in parallel.
@@ -8,8 +9,20 @@
 #include "mla_combine_kernel.cuh"
 #include "mla_decode_kernel.cuh"
 #include "mla_wg_kernel.cuh"
+#include "mla_wt_kernel.cuh"
 
 namespace dualops::cuda::mla {
+
+// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32).
+template <class Tw, int NQ>
+cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
+  constexpr int smem = WtLayout<Tw, NQ>::kSmemBytes;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(mla_wt_split_kernel<Tw, NQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return attr;
+  mla_wt_split_kernel<Tw, NQ><<<grid, kThreads, smem, stream>>>(p, t);
+  return cudaSuccess;
+}
 
 // need_combine: some request of the plan has more than one split (always for device plans,
 // whose split count the host does not know).
@@ -17,7 +30,13 @@ template <typename MT, int FMT, int D>
 cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream) {
   const dim3 grid(t.num_m_blocks, t.h_kv, t.num_sm_parts);
-  if (p.kernel == kKernelWgmma) {
+  if (p.kernel == kKernelWgmmaT) {
+    using Tw = Traits<MT, FMT, D, kKernelWgmma>;  // (its blocked KV tile layout)
+    const cudaError_t e = t.q_rows <= 8    ? launch_wt<Tw, 8>(p, t, grid, stream)
+                          : t.q_rows <= 16 ? launch_wt<Tw, 16>(p, t, grid, stream)
+                                           : launch_wt<Tw, 32>(p, t, grid, stream);
+    if (e != cudaSuccess) return e;
+  } else if (p.kernel == kKernelWgmma) {
     using Tw = Traits<MT, FMT, D, kKernelWgmma>;
     static const cudaError_t attr = cudaFuncSetAttribute(
         mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);

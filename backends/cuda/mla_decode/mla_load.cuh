@@ -24,18 +24,60 @@ __device__ __forceinline__ void load_q(const MlaDecodeParams& p, const MlaDecode
   }
 }
 
+// Block id of token `tok` of request r (a block-table read), or -1 when the token is past `end`
+// or past the block table's width; block_base checks the id against the cache.
+__device__ __forceinline__ int token_block_id(const MlaDecodeParams& p, int r, int tok, int end) {
+  if (tok >= end) return -1;
+  const int col = tok / p.page_block_size;
+  if (col >= p.max_blocks) return -1;  // past the block table's width
+  return static_cast<const int*>(p.block_table)[r * p.block_table_stride + col];
+}
+__device__ __forceinline__ const unsigned char* block_base(const MlaDecodeParams& p, int blk, int64_t block_bytes) {
+  if (blk < 0 || blk >= p.num_blocks) return nullptr;
+  return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
+}
+
 // Byte address of token `tok` of request r's cache block, or nullptr when the token is past `end`
 // or its block id (or its block-table column) is out of range. Returns the block base and the in-block offset.
 __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
                                                             int64_t block_bytes, int& off) {
-  off = 0;
-  if (tok >= end) return nullptr;
-  const int pbs = p.page_block_size;
-  if (tok / pbs >= p.max_blocks) return nullptr;  // past the block table's width
-  const int blk = static_cast<const int*>(p.block_table)[r * p.block_table_stride + tok / pbs];
-  off = tok % pbs;
-  if (blk < 0 || blk >= p.num_blocks) return nullptr;
-  return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
+  off = tok % p.page_block_size;
+  return block_base(p, token_block_id(p, r, tok, end), block_bytes);
+}
+
+// Bytes of one cache token per format (16-bit: d_qk values; v32: 656; model1: 576 data + 8 scales).
+template <class Tr>
+__device__ __forceinline__ constexpr int64_t token_bytes() {
+  return Tr::kDirect ? Tr::kRowBytes : Tr::kFmt == kFmtV32 ? 656 : 584;
+}
+
+// Row `token` of a tile from cache block `blk` (nullptr: zero fill), in-block offset `off`, by the
+// kPer threads sub = 0 .. kPer - 1 of the token: 16-bit rows into the swizzled tile, FP8 rows raw
+// into a staging tile (rows of Tr::kRawRow).
+template <class Tr, int kPer>
+__device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t base, int token, int sub,
+                                              const unsigned char* blk, int off) {
+  const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
+  const uint32_t n = blk ? 16u : 0u;
+  if constexpr (Tr::kDirect) {
+    const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : any;
+#pragma unroll
+    for (int chunk = sub; chunk < Tr::kChunks; chunk += kPer)
+      cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
+  } else if constexpr (Tr::kFmt == kFmtV32) {
+    const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : any;
+    for (int chunk = sub; chunk < 41; chunk += kPer)
+      cp_async_16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
+  } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
+    const unsigned char* data = blk ? blk + static_cast<int64_t>(off) * 576 : nullptr;
+#pragma unroll
+    for (int chunk = sub; chunk < 36; chunk += kPer)
+      cp_async_16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
+    if (sub == 0) {
+      const unsigned char* sc = blk ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
+      cp_async_8(base + token * Tr::kRawRow + 576, sc, n ? 8u : 0u);
+    }
+  }
 }
 
 // 16-bit cache row of token `tok` of request r: its address in `src` and 16 (bytes per copy),
@@ -67,32 +109,10 @@ __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned 
   constexpr int kPer = kLoaders / kTile;  // threads per token
   static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");
   const int token = static_cast<int>(tid >> (kPer == 4 ? 2 : 1)), sub = static_cast<int>(tid & (kPer - 1));
-  const uint32_t base = smem_addr(dst);
   int off;
-  if constexpr (Tr::kDirect) {
-    const unsigned char* src;
-    const uint32_t n = kv_row_src<Tr>(p, r, tile0 + token, end, src);
-    copy_kv_row<Tr, kPer>(base, token, sub, src, n, 0, Tr::kChunks);
-  } else if constexpr (Tr::kFmt == kFmtV32) {
-    const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 656, off);
-    const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : nullptr;
-    const uint32_t n = src ? 16u : 0u;
-    if (!src) src = static_cast<const unsigned char*>(p.kv_cache);
-    for (int chunk = sub; chunk < 41; chunk += kPer)
-      cp_async_16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
-  } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
-    const unsigned char* blk = token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * 584, off);
-    const unsigned char* data = blk ? blk + static_cast<int64_t>(off) * 576 : nullptr;
-    const uint32_t n = data ? 16u : 0u;
-    const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
-#pragma unroll
-    for (int chunk = sub; chunk < 36; chunk += kPer)
-      cp_async_16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
-    if (sub == 0) {
-      const unsigned char* sc = blk ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
-      cp_async_8(base + token * Tr::kRawRow + 576, sc, n ? 8u : 0u);
-    }
-  }
+  const unsigned char* blk =
+      token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>(), off);
+  load_kv_token<Tr, kPer>(p, smem_addr(dst), token, sub, blk, off);
 }
 
 template <typename MT>

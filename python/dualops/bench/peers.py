@@ -124,38 +124,29 @@ def ifa_flashinfer(s, inputs):
     return lambda: w.run(q, (k, v))
 
 
-def _npu_ifa_inputs(s, inputs):
-    """torch_npu and the call's q, k, v (contiguous caches of q's dtype), or why not."""
+def _npu_ifa_call(s, inputs, op, scale_kw, lengths_kw):
+    """A timed call of torch_npu's `op` on the call's q, k, v (contiguous caches of q's dtype;
+    the two torch_npu entry points name their scale and length arguments differently), or why not."""
     tnpu = _module("torch_npu")
     if isinstance(tnpu, str):
         return tnpu
     if s["layout"] != "contiguous" or s["kv_dtype"] != s["dtype"]:
         return "driven with contiguous caches of q's dtype only"
-    return tnpu, inputs["q"], inputs["k_cache"], inputs["v_cache"]
+    q, k, v = inputs["q"], inputs["k_cache"], inputs["v_cache"]
+    B, _, H_q, D = q.shape
+    kw = {scale_kw: D ** -0.5, lengths_kw: [s["s_kv"]] * B}
+    fn = getattr(tnpu, op)
+    return lambda: fn(q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND", **kw)
 
 
 @_guard
 def ifa_torch_npu(s, inputs):
-    got = _npu_ifa_inputs(s, inputs)
-    if isinstance(got, str):
-        return got
-    tnpu, q, k, v = got
-    B, _, H_q, D = q.shape
-    return lambda: tnpu.npu_incre_flash_attention(
-        q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
-        scale_value=D ** -0.5, actual_seq_lengths=[s["s_kv"]] * B)
+    return _npu_ifa_call(s, inputs, "npu_incre_flash_attention", "scale_value", "actual_seq_lengths")
 
 
 @_guard
 def ifa_torch_npu_fias(s, inputs):
-    got = _npu_ifa_inputs(s, inputs)
-    if isinstance(got, str):
-        return got
-    tnpu, q, k, v = got
-    B, _, H_q, D = q.shape
-    return lambda: tnpu.npu_fused_infer_attention_score(
-        q, k, v, num_heads=H_q, num_key_value_heads=s["h_kv"], input_layout="BSND",
-        scale=D ** -0.5, actual_seq_lengths_kv=[s["s_kv"]] * B)
+    return _npu_ifa_call(s, inputs, "npu_fused_infer_attention_score", "scale", "actual_seq_lengths_kv")
 
 
 # ----------------------------------------------------------------------------- MLA

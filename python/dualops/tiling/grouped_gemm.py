@@ -75,18 +75,20 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
 
 # CUDA kernels (docs/grouped_gemm_cuda.md): "mma" (own mma.sync kernel, every case) and the
 # CUTLASS sm90 kernels, each for some (x / w dtype, scale mode, output dtype): "sm90" (large
-# tiles, 2 x 1 clusters), "sm90_small" (64-row ping-pong tiles), "sm90_mid" (the large tiles in
-# 1 x 2 clusters) and "sm90_fast" (fp8 with tensor-core-only accumulation, like
-# torch._scaled_grouped_mm; opt-in, never chosen by the planner). Measured on the H100 and the
-# H200 (benchmarks/cuda/gg_kernel_choice.py), the planner picks by average rows per group: up to
-# SM90_SMALL_MAX_ROWS (one 64-row tile per group) sm90_small where it exists (it streams the
-# weights faster than the own kernel even at 4 rows per group); up to SM90_MID_MAX_ROWS (one
-# 128-row tile per group) sm90_mid (each weight tile is read by one CTA, x multicast to the
-# cluster's two column tiles; 64-row tiles would read every weight tile twice, 2 x 1 clusters
-# would leave half the CTAs without rows); sm90 above. Recipes without a small kernel take sm90
-# from this fraction of the weight-streaming ridge on (rows per group at which a group's GEMM
-# does as many FLOPs per weight byte as the device's peak FLOPs per byte of bandwidth), the own
-# kernel below.
+# tiles, 2 x 1 clusters; blockwise fp8: 1 x 2), "sm90_small" (64-row ping-pong tiles), "sm90_mid"
+# (the large tiles in 1 x 2 clusters) and "sm90_fast" (fp8 with tensor-core-only accumulation,
+# like torch._scaled_grouped_mm; opt-in, never chosen by the planner). Measured on the H100 and
+# the H200 (benchmarks/cuda/gg_kernel_choice.py), the planner picks by average rows per group: up
+# to SM90_SMALL_MAX_ROWS (one 64-row tile per group) sm90_small where it exists (it streams the
+# weights faster than the own kernel even at 4 rows per group); in the SM90_MID_ROWS ranges
+# sm90_mid: at 65-128 rows (one 128-row tile per group) each weight tile is read by one CTA and x
+# multicast to the cluster's two column tiles (64-row tiles would read every weight tile twice,
+# 2 x 1 clusters would leave half the CTAs without rows); at 257-384 rows a group has three row
+# tiles and sm90's 2 x 1 clusters leave half of the last pair idle (sm90_mid 1.3-1.5x faster
+# there); fp8 (shorter K steps per byte) also gains from 129 to 256 rows, bf16 does not. sm90
+# elsewhere. Recipes without a small kernel take sm90 from this fraction of the weight-streaming
+# ridge on (rows per group at which a group's GEMM does as many FLOPs per weight byte as the
+# device's peak FLOPs per byte of bandwidth), the own kernel below.
 _FP8_SCALED = {("float8_e4m3fn", "per_tensor", "bfloat16"), ("float8_e4m3fn", "rowwise", "bfloat16")}
 _BF16 = {("bfloat16", "none", "bfloat16")}
 SM90_KERNELS = {
@@ -97,9 +99,10 @@ SM90_KERNELS = {
 }
 CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
 SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2, "sm90_mid": 3}   # the binding's config codes
+SM90_ALONG_N = 1 << 8         # config bit: the tile scheduler walks the tiles along N (plan.cuda_raster "n")
 SM90_RIDGE_FRACTION = 0.25
 SM90_SMALL_MAX_ROWS = 64      # sm90_small's tile M
-SM90_MID_MAX_ROWS = 128       # sm90_mid's tile M
+SM90_MID_ROWS = {2: ((65, 128), (257, 384)), 1: ((65, 384),)}   # by x / w element bytes: rows per group
 
 
 def sm90_min_rows(dtype: str, device: DeviceProfile) -> int:
@@ -122,7 +125,8 @@ def cuda_kernel_for(avg_rows: int, *, n: int, dtype: str, scale_mode: str, out_d
         return "mma"
     if avg_rows <= SM90_SMALL_MAX_ROWS and sm90_supports("sm90_small", n, dtype, scale_mode, out_dtype):
         return "sm90_small"
-    if avg_rows <= SM90_MID_MAX_ROWS and sm90_supports("sm90_mid", n, dtype, scale_mode, out_dtype):
+    mid = any(lo <= avg_rows <= hi for lo, hi in SM90_MID_ROWS[IN_DTYPES[dtype][1]])
+    if mid and sm90_supports("sm90_mid", n, dtype, scale_mode, out_dtype):
         return "sm90_mid"
     if avg_rows >= sm90_min_rows(dtype, device) and sm90_supports("sm90", n, dtype, scale_mode, out_dtype):
         return "sm90"
@@ -213,6 +217,7 @@ class GroupedGemmPlan(PackedPlan):
     items: tuple[int, ...] = ()   # [num_items, 3] (group, m_tile, n_tile)
     onchip: str = dataclasses.field(default="", compare=False)   # Ascend: on-chip bytes / capacity (not packed)
     cuda_kernel: str = dataclasses.field(default="mma", compare=False)  # CUDA_KERNELS (not packed)
+    cuda_raster: str = dataclasses.field(default="m", compare=False)    # sm90 tile order: "m" / "n" (not packed)
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "version", "layout", "num_groups", "m_total", "m_max", "n", "k", "tile_m", "tile_n",

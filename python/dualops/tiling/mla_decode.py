@@ -149,9 +149,11 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
     return max(device.num_cores // h_kv // ceil_div(q_rows, MLA_Q_BLOCK_ROWS), 1)
 
 
-# The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16 and Hopper wgmma, both for
-# every cache format (docs/mla_decode_cuda.md).
-MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1}
+# The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16, Hopper wgmma (both for
+# every cache format and q row count) and the transposed-tile wgmma kernel (tokens and value dims
+# on the 64-row side of the MMAs; every format, at most 32 q rows) (docs/mla_decode_cuda.md).
+MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2}
+MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
 MLA_CUDA_WGMMA_SMEM_BYTES = 230416  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, 2 flags
 # Per cache format, the q rows (s_q * h_q) from which the wgmma kernel beats the mma.sync one
 # 16-bit caches (H100): the wgmma MMAs always cover 64 rows, the mma.sync kernel skips 16-row
@@ -159,13 +161,21 @@ MLA_CUDA_WGMMA_SMEM_BYTES = 230416  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8
 # dequantizes each tile in warpgroup 1 while the tensor cores run P V, the mma.sync kernel
 # between its MMAs (the wgmma kernel is 8-35 % faster from h_q 16 to 128).
 MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
+# Per cache format, the most q rows for which the wgmma_t kernel is planned. Measured on an H200
+# (b64 s_k4096): h_q 8 / 16 bf16 10-18 % faster than mma.sync, FP8 h_q 8 / 16 21-29 % faster
+# than wgmma; at 32 q rows (NQ 32: P V in two passes) bf16 is 5-7 % slower than mma.sync, and
+# the FP8 caches were not measured there.
+MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 16, "fp8_v32": 16, "fp8_model1": 16}
 
 
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int) -> str:
-    """The CUDA split kernel of a dense call: wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
-    q rows (s_q * h_q) where the GPU lets one block opt into the kernel's shared memory,
-    mma.sync otherwise."""
+    """The CUDA split kernel of a dense call, where the GPU lets one block opt into the wgmma
+    kernels' shared memory: wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows
+    (s_q * h_q), wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on
+    other GPUs)."""
     fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
+    if fits and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
+        return "wgmma_t"
     use = fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
     return "wgmma" if use else "mma"
 

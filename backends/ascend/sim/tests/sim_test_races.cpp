@@ -15,9 +15,11 @@
 #include "kernel_operator.h"
 
 #include "ascend/common/pipe_sync.h"
+#include "sim_test_cube.h"
 
 using namespace AscendC;
 using dualops::ascend::PipeSync;
+namespace sim_test = dualops::ascend::sim_test;
 
 namespace {
 
@@ -39,7 +41,7 @@ enum Drop : int32_t {
   kVS = 14,        // the scalar unit reads o[0] before Muls wrote it
 };
 
-constexpr int32_t kTile = 256;
+using dualops::ascend::sim_test::kTile;
 constexpr uint16_t kFlagReady = 1;
 
 template <HardEvent E>
@@ -49,26 +51,16 @@ __aicore__ inline void Sync(int32_t drop, int32_t which) {
 
 __aicore__ inline void CubeSide(GM_ADDR x, GM_ADDR eye, GM_ADDR ws, int32_t rounds, int32_t drop) {
   const int64_t blk = GetBlockIdx();
-  TPipe pipe;
-  TBuf<TPosition::A1> a1b, b1b;
-  TBuf<TPosition::A2> a2b;
-  TBuf<TPosition::B2> b2b;
-  TBuf<TPosition::CO1> cb;
-  pipe.InitBuffer(a1b, kTile * sizeof(half));
-  pipe.InitBuffer(b1b, kTile * sizeof(half));
-  pipe.InitBuffer(a2b, kTile * sizeof(half));
-  pipe.InitBuffer(b2b, kTile * sizeof(half));
-  pipe.InitBuffer(cb, kTile * sizeof(float));
-  GlobalTensor<half> xg, eg;
+  sim_test::CubeTiles cube;
+  cube.Init(eye);
+  GlobalTensor<half> xg;
   GlobalTensor<float> wg;
   xg.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(x) + blk * rounds * kTile, rounds * kTile);
-  eg.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(eye), kTile);
   wg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws) + blk * rounds * kTile, rounds * kTile);
-  LocalTensor<half> b1 = b1b.Get<half>(), b2 = b2b.Get<half>(), a1 = a1b.Get<half>(), a2 = a2b.Get<half>();
-  LocalTensor<float> c = cb.Get<float>();
-  DataCopy(b1, eg, Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
-  PipeSync<HardEvent::MTE2_MTE1>();
-  LoadData(b2, b1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
+  const LocalTensor<half>& a1 = cube.a1;
+  const LocalTensor<half>& a2 = cube.a2;
+  const LocalTensor<half>& b2 = cube.b2;
+  const LocalTensor<float>& c = cube.c;
   for (int32_t r = 0; r < rounds; ++r) {
     if (r > 0) Sync<HardEvent::MTE1_MTE2>(drop, kMte1Mte2);
     DataCopy(a1, xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));

@@ -14,7 +14,8 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.grouped_gemm import SCALE_MODES, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for, sm90_supports, tile_m_for
+from ...tiling.grouped_gemm import (SCALE_MODES, SM90_ALONG_N, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for,
+                                     sm90_supports, tile_m_for)
 from . import status  # noqa: F401
 from ._common import current_stream, fields_template, params_struct
 
@@ -79,9 +80,13 @@ class GroupedGemmLaunch:
                                  f"this call has G={G} N={N} K={K}")
             self.tile_m = min((c for c in TILE_MS if c >= plan.tile_m), default=TILE_MS[-1])
             self.kernel = plan.cuda_kernel
+            self.raster = plan.cuda_raster
+            if self.raster not in ("m", "n"):
+                raise ValueError(f"plan.cuda_raster must be 'm' or 'n', got {self.raster!r}")
         else:
             avg = self.m_max if masked else -(-self.m // G)
             self.tile_m = _tile_m(avg, x.device)
+            self.raster = "m"
             self.kernel = cuda_kernel_for(avg, n=N, dtype=_name(x.dtype), scale_mode=scale_mode,
                                           out_dtype=_name(out_dtype), device=detect(x.device))
         self.C = native.require()
@@ -116,7 +121,7 @@ class GroupedGemmLaunch:
         params = params_struct(_OP)[0].pack(*fields_template(_OP, **dict(zip(
             ("x", "w", "y", "group_offsets", "masked_m", "x_scale", "w_scale"), ptrs))))[:7 * 8] + self.tail
         if self.kernel != "mma":
-            config = SM90_CONFIG[self.kernel]
+            config = SM90_CONFIG[self.kernel] | (SM90_ALONG_N if self.raster == "n" else 0)
             if self.ws_bytes is None:   # depends on the shapes and the device only
                 self.ws_bytes = int(self.C.cuda_grouped_gemm_sm90_workspace(params, config))
             ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=dev)
