@@ -1,7 +1,8 @@
 """A/B of the CUDA MLA split kernels (mma.sync, wgmma, and wgmma_t up to 32 q rows) on every cache format: per-call GPU
 time from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
-Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [b,h_q,s_q,s_k,page[,kv_format] ...]
-(kv_format: bf16, fp8_v32 or fp8_model1; bf16 when left out)."""
+Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [--only KERNEL] [b,h_q,s_q,s_k,page[,kv_format[,q]]] ...
+(kv_format: bf16, fp8_v32 or fp8_model1; bf16 when left out; q: bf16 or fp16, bf16 when left out;
+--only: time that kernel alone, e.g. wgmma)."""
 import statistics
 import sys
 
@@ -31,11 +32,11 @@ def ev_time(fn, n=10):
     return statistics.median(ts)
 
 
-def inputs(b, h, sq, sk, pbs, fmt):
+def inputs(b, h, sq, sk, pbs, fmt, dtype=torch.bfloat16):
     d = D_QK[fmt]
     per = -(-sk // pbs)
-    q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
-    kv = torch.randn(b * per, pbs, 1, d, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+    kv = torch.randn(b * per, pbs, 1, d, device="cuda", dtype=dtype if fmt == "bf16" else torch.bfloat16)
     if fmt != "bf16":
         kv = quant.pack_mla_kv(kv, fmt)
     table = torch.randperm(b * per, device="cuda").to(torch.int32).view(b, per)
@@ -59,18 +60,23 @@ def run(args, b, h, sq, sk, fmt, kernel):
     return us, fl / us / 1e6, by / us / 1e3
 
 
-shapes = [a.split(",") for a in sys.argv[1:]] or [
+argv = sys.argv[1:]
+if argv[:1] == ["--only"]:
+    KERNELS = [argv[1]]
+    argv = argv[2:]
+shapes = [a.split(",") for a in argv] or [
     s.split(",") for s in ("128,128,1,4096,64", "64,16,1,4096,64", "64,32,1,4096,64", "64,64,1,4096,64",
                            "64,16,2,4096,64", "64,8,1,4096,64")]
 print(torch.cuda.get_device_name())
 for s in shapes:
     b, h, sq, sk, pbs = (int(x) for x in s[:5])
     fmt = s[5] if len(s) > 5 else "bf16"
-    args = inputs(b, h, sq, sk, pbs, fmt)
+    qt = s[6] if len(s) > 6 else "bf16"
+    args = inputs(b, h, sq, sk, pbs, fmt, torch.float16 if qt == "fp16" else torch.bfloat16)
     res = {k: run(args, b, h, sq, sk, fmt, k) for k in KERNELS
            if k != "wgmma_t" or h * sq <= cuda_mla.MLA_CUDA_WGMMA_T_ROWS}
     planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h)
-    print(f"{fmt} b{b} h{h} s_q{sq} s_k{sk} page{pbs} (planned {planned}): " + "  ".join(
+    print(f"{fmt} q {qt} b{b} h{h} s_q{sq} s_k{sk} page{pbs} (planned {planned}): " + "  ".join(
         f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()), flush=True)
     del args
     torch.cuda.empty_cache()

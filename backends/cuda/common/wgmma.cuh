@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (wgmma) pieces: shared-memory matrix descriptors (128-byte swizzle),
 // the fences and group waits, and the SS forms (both operands in shared memory, fp32
-// accumulators) of m64n64k16, m64n256k16 and m64nNk16 (N 8 / 16 / 32) for bf16 / fp16 inputs. sm_90a only.
+// accumulators) of m64n64k16, m64n256k16 and m64nNk16 (N 8 / 16 / 32) for bf16 / fp16 inputs,
+// and the RS form of m64n256k16 (A from registers). sm_90a only.
 //
 // Layouts (16-bit values, 128-byte swizzle: the 16-byte chunk c of row r of an 8-row, 1024-byte
 // aligned group sits at chunk c ^ (r % 8)):
@@ -123,6 +124,28 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, u
   } else {
     DUALOPS_WGMMA_SS_ASM("m64n256k16", "f16", DUALOPS_WG_REGS128, "128", "129", "130", "131",
                          DUALOPS_WG_F128);
+  }
+}
+
+// RS form: D (64 x 256 fp32) += A * B with A (64 x 16, K-major) from registers: a[0..3] of
+// thread t (warp w, lane l) hold rows 16w + l / 4 (a[0], a[2]) and + 8 (a[1], a[3]), columns
+// 2 (l % 4) + {0, 1} (a[0], a[1]) and + 8 (a[2], a[3]) as 16-bit pairs: the accumulator
+// fragment of an m64n16 block, packed. TRANS_B: B is MN-major. The registers of `a` must keep
+// their values until the instruction's group has been waited for.
+#define DUALOPS_WGMMA_RS_ASM(TY)                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " {" DUALOPS_WG_REGS128         \
+               "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"                                \
+               : DUALOPS_WG_F128                                                                      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(TRANS_B))
+
+template <typename MT, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t db,
+                                                    int accumulate) {
+  if constexpr (std::is_same_v<MT, __nv_bfloat16>) {
+    DUALOPS_WGMMA_RS_ASM("bf16");
+  } else {
+    DUALOPS_WGMMA_RS_ASM("f16");
   }
 }
 

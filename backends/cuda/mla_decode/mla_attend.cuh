@@ -138,8 +138,8 @@ __device__ __forceinline__ void pv_tile(RowState& st, uint32_t kv_base, uint32_t
 
 // The exact part of the slow path: for every tile token a row attends (tok < lim) and every
 // NaN / inf entry of its value, O += p * v in fp32 (p = hi + lo as the MMA saw it). Keys hidden
-// from a row add nothing to it, not even 0 * NaN.
-template <class Tr>
+// from a row add nothing to it, not even 0 * NaN. kParts 1: P is the sp tile alone.
+template <class Tr, int kParts = 2>
 __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigned char* kv, const unsigned char* sp,
                                                      const unsigned char* sp_lo, int lo_row_bytes, int tile0,
                                                      const int (&lim)[2], int r0, int c) {
@@ -153,11 +153,12 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
       const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + Tr::off(k, c * 32 + n) + (lane & 3) * 4);
       if (!(see0 || see1) || !nonfinite2<MT>(w)) continue;
       const int pb = (k & 7) * 2;
-      const float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb)) +
-                       to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0, k >> 3, lo_row_bytes) + pb));
-      const float p1 =
-          to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0 + 8, k >> 3, kPRowBytes) + pb)) +
-          to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0 + 8, k >> 3, lo_row_bytes) + pb));
+      float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb));
+      float p1 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0 + 8, k >> 3, kPRowBytes) + pb));
+      if constexpr (kParts == 2) {
+        p0 += to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0, k >> 3, lo_row_bytes) + pb));
+        p1 += to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0 + 8, k >> 3, lo_row_bytes) + pb));
+      }
       const float v[2] = {to_float1<MT>(static_cast<uint16_t>(w & 0xffffu)),
                           to_float1<MT>(static_cast<uint16_t>(w >> 16))};
 #pragma unroll
@@ -170,19 +171,18 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
   }
 }
 
-// Scores of one tile -> probabilities: scale, mask (tokens >= lim[j] of row j get -inf), row
-// maxima, P = exp2(s - m) to shared memory as hi + lo 16-bit parts, running sums, O rescaled
-// (alpha: the rescale factors of rows r0, r0 + 8, for a caller sharing them). s: this thread's
-// scores of rows r0, r0 + 8 (r0 = 16g + lane / 4) and tokens tb + 8n + 2 (lane % 4) + e.
+// First half of the softmax of one tile: scale, mask (tokens >= lim[j] of row j get -inf), row
+// maxima, the rows' new running maxima (st.m), the value subtracted before exp2 (m_use) and the
+// rescale factors of the old state (alpha). s: this thread's scores of rows r0, r0 + 8
+// (r0 = 16g + lane / 4) and tokens tb + 8n + 2 (lane % 4) + e, scaled and masked in place.
 // kPair (NB = 4): the thread's half c of the tile holds tokens tb = 32c ..; the row maxima are
 // exchanged with the other half (red_max, named barrier 1 + g: the two warps of row group g).
 // Otherwise (NB = 8) the warp holds all 64 tokens (tb = 0).
 template <class Tr, int NB, bool kPair>
-__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], unsigned char* sp, unsigned char* sp_lo,
-                                             int lo_row_bytes, float* red_max, int tile0, const int (&lim)[2],
-                                             float scale_log2, int g, int c, float (&alpha)[2]) {
+__device__ __forceinline__ void softmax_max(RowState& st, float (&s)[NB][4], float* red_max, int tile0,
+                                            const int (&lim)[2], float scale_log2, int g, int c, float (&m_use)[2],
+                                            float (&alpha)[2]) {
   static_assert(NB * 8 * (kPair ? 2 : 1) == kTile, "the tile's tokens");
-  using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
   const int tb = kPair ? c * 32 : 0;
   // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
@@ -209,7 +209,6 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], un
     }
     named_barrier(1 + g, 64);
   }
-  float m_use[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const float other = kPair ? red_max[(c ^ 1) * kRows + r0 + 8 * j] : -INFINITY;
@@ -221,6 +220,21 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], un
     alpha[j] = m_old == -INFINITY ? (m_new == -INFINITY ? 1.f : 0.f) : exp2f((isinf(m_old) ? 0.f : m_old) - m_use[j]);
     st.m[j] = m_new;
   }
+}
+
+// Scores of one tile -> probabilities: softmax_max, then P = exp2(s - m) to shared memory as
+// hi + lo 16-bit parts (kParts 2) or one part (kParts 1: sp_lo unused), running sums, O
+// rescaled (alpha: the rescale factors of rows r0, r0 + 8, for a caller sharing them).
+template <class Tr, int NB, bool kPair, int kParts = 2>
+__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], unsigned char* sp, unsigned char* sp_lo,
+                                             int lo_row_bytes, float* red_max, int tile0, const int (&lim)[2],
+                                             float scale_log2, int g, int c, float (&alpha)[2]) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31;
+  const int tb = kPair ? c * 32 : 0;
+  const int r0 = g * 16 + (lane >> 2);
+  float m_use[2];
+  softmax_max<Tr, NB, kPair>(st, s, red_max, tile0, lim, scale_log2, g, c, m_use, alpha);
 
   // ---- P = exp2(S - m) to shared memory (16-bit hi + lo), running sums, rescale O
   if constexpr (kPair && Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
@@ -233,12 +247,17 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], un
     sum[1] += p2 + p3;
     const int chunk = tb / 8 + n, byte = (lane & 3) * 4;
     uint32_t h01, l01, h23, l23;
-    split2<MT>(p0, p1, h01, l01);
-    split2<MT>(p2, p3, h23, l23);
+    if constexpr (kParts == 2) {
+      split2<MT>(p0, p1, h01, l01);
+      split2<MT>(p2, p3, h23, l23);
+      *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, chunk, lo_row_bytes) + byte) = l01;
+      *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, chunk, lo_row_bytes) + byte) = l23;
+    } else {
+      h01 = pack2<MT>(p0, p1);
+      h23 = pack2<MT>(p2, p3);
+    }
     *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = h01;
     *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = h23;
-    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, chunk, lo_row_bytes) + byte) = l01;
-    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, chunk, lo_row_bytes) + byte) = l23;
   }
 #pragma unroll
   for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];

@@ -59,8 +59,17 @@ struct Traits {
   static constexpr int kLoInKvOff = kWg ? (kDv / 64) * kBlockBytes : kDv * 2;
   static constexpr int kLoRowBytes = !kLoInKv ? kPRowBytes : kWg ? 128 : kRowBytes;
   static constexpr int kOffPLo = kOffP + kRows * kPRowBytes;
-  static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes);
-  static constexpr int kSmemBytes = kOffRed + 4 * kRows * 4;
+  // Parts of P given to the MMA (wgmma kernel): bf16 hi + lo; fp16 alone keeps ~11 mantissa bits,
+  // within the fp16 output tolerance, so fp16 q runs one P V pass.
+  static constexpr int kPParts = std::is_same_v<MT_, __half> ? 1 : 2;
+  // The wgmma kernel on 16-bit caches with bf16 q pipelines its tiles (mla_wg_pipe.cuh; with
+  // fp16's single P pass the serial loop measured faster): the hi tiles of two consecutive tiles
+  // live at once, in the KV tiles' RoPE blocks (d_qk 576) or in two P tiles.
+  static constexpr bool kWgPipe = kWg && kDirect && kPParts == 2;
+  static constexpr int kPExtra = kWgPipe && !kLoInKv ? kRows * kPRowBytes : 0;
+  static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes) + kPExtra;
+  static constexpr int kOffFlags = kOffRed + 4 * kRows * 4;  // two ints (wgmma pipeline)
+  static constexpr int kSmemBytes = kOffFlags + 16;
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
 
   // Byte offset of 16-byte chunk `chunk` of row `row` (q row or token) in a Q / KV tile.

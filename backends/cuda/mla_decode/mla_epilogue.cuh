@@ -3,12 +3,24 @@
 // with one split) or the fp32 partials of its split slot. Both warps of the pair call it.
 // Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
 // reference's p = 0 times a NaN value), and a NaN sum gives NaN out and lse.
+// kCtaSync: the pair exchanges its sums across CTA barriers instead of its named barrier 1 + g
+// (the wgmma kernel, whose two warps of a pair sit in different warpgroups that reach the
+// epilogue at different times; every thread of the CTA calls it).
 #pragma once
 #include "mla_attend.cuh"
 
 namespace dualops::cuda::mla {
 
-template <class Tr>
+template <bool kCtaSync>
+__device__ __forceinline__ void pair_sync(int g) {
+  if constexpr (kCtaSync) {
+    __syncthreads();
+  } else {
+    named_barrier(1 + g, 64);
+  }
+}
+
+template <class Tr, bool kCtaSync = false>
 __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, RowState& st,
                                             float* red_sum, int b, int row0, int n_splits, int slot, int g,
                                             int c) {
@@ -23,7 +35,7 @@ __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaD
     l[j] += __shfl_xor_sync(0xffffffffu, l[j], 2);
     if ((lane & 3) == 0) red_sum[c * kRows + r0 + 8 * j] = l[j];
   }
-  named_barrier(1 + g, 64);
+  pair_sync<kCtaSync>(g);
   const bool final_out = n_splits == 1;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -53,7 +65,7 @@ __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaD
     }
   }
   // The pair's next piece writes red_sum again: both warps have read this piece's sums first.
-  named_barrier(1 + g, 64);
+  pair_sync<kCtaSync>(g);
 }
 
 }  // namespace dualops::cuda::mla

@@ -80,6 +80,27 @@ __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t
   }
 }
 
+// 16-bit cache row of token `tok` of request r: its address in `src` and 16 (bytes per copy),
+// or the cache base and 0 (zero fill) when the token is past `end` or its block is out of range.
+template <class Tr>
+__device__ __forceinline__ uint32_t kv_row_src(const MlaDecodeParams& p, int r, int tok, int end,
+                                               const unsigned char*& src) {
+  int off;
+  const unsigned char* blk =
+      token_block(p, r, tok, end, static_cast<int64_t>(p.page_block_size) * Tr::kRowBytes, off);
+  src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : static_cast<const unsigned char*>(p.kv_cache);
+  return blk ? 16u : 0u;
+}
+
+// 16-byte chunks chunk0 + sub, chunk0 + sub + kPer, .. < chunk1 of one token's 16-bit row.
+template <class Tr, int kPer>
+__device__ __forceinline__ void copy_kv_row(uint32_t base, int token, int sub, const unsigned char* src, uint32_t n,
+                                            int chunk0, int chunk1) {
+#pragma unroll
+  for (int chunk = chunk0 + sub; chunk < chunk1; chunk += kPer)
+    cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
+}
+
 // Tile of tokens tile0 .. tile0 + 63 of request r, by kLoaders threads (tid: 0 .. kLoaders - 1;
 // 4 per token for the whole CTA).
 template <class Tr, int kLoaders = kThreads>

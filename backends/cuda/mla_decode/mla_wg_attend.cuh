@@ -3,8 +3,9 @@
 // the swizzled shared tiles) and the softmax (P as hi + lo to shared memory, the rows' rescale
 // factors and maxima for warpgroup 1), while warpgroup 1 loads the next KV tile. Then each
 // warpgroup c adds P V for value columns 256c .. 256c + 255 (wgmma m64n256k16: A = P, B = the
-// same KV tile read as an MN-major operand; hi and lo passes). Warp g of either warpgroup holds
-// q rows 16g .. 16g + 15 of every fragment.
+// same KV tile read as an MN-major operand; hi and lo passes, or one pass for fp16 q). Warp g of
+// either warpgroup holds q rows 16g .. 16g + 15 of every fragment. The pipelined form of these
+// stages for 16-bit caches (P of warpgroup 0 from registers) is at the end (mla_wg_pipe.cuh).
 #pragma once
 #include "../common/wgmma.cuh"
 #include "mla_attend.cuh"
@@ -21,19 +22,28 @@ using common::wgmma_wait;
 // K-major operand rows are 128 bytes: 8-row groups 1024 bytes apart (lbo unused: 16).
 __device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }
 
-// S (64 rows x 64 tokens) = Q K^T over all d_qk dims: issued and committed, not waited for.
-template <class Tr>
-__device__ __forceinline__ void wg_scores_issue(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
+// S (64 rows x 64 tokens) = Q K^T, k-steps kS0 .. kS1 - 1 (16 dims each): the first part opens
+// the chain, the last one commits it (not waited for).
+template <class Tr, int kS0, int kS1>
+__device__ __forceinline__ void wg_scores_part(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
   using MT = typename Tr::MT;
   float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
-  wgmma_fence();
+  if constexpr (kS0 == 0) wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < Tr::D / 16; ++ks) {
+  for (int ks = kS0; ks < kS1; ++ks) {
     const uint32_t off = (ks >> 2) * Tr::kBlockBytes + (ks & 3) * 32;  // block of 64 dims, 16-dim step
     common::wgmma_m64n64k16<MT, 0>(sf, kmajor_desc(q_base + off), kmajor_desc(kv_base + off), ks > 0);
   }
-  wgmma_commit();
-  wgmma_fence_regs(sf);
+  if constexpr (kS1 == Tr::D / 16) {
+    wgmma_commit();
+    wgmma_fence_regs(sf);
+  }
+}
+
+// S over all d_qk dims: issued and committed, not waited for.
+template <class Tr>
+__device__ __forceinline__ void wg_scores_issue(float (&s)[8][4], uint32_t q_base, uint32_t kv_base) {
+  wg_scores_part<Tr, 0, Tr::D / 16>(s, q_base, kv_base);
 }
 
 // Warpgroup 0, after wg_scores_issue: wait for S, then the softmax stage; the rows' rescale
@@ -45,7 +55,8 @@ __device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsig
   wgmma_wait<0>();
   wgmma_fence_regs(sf);
   float alpha[2];
-  softmax_tile<Tr, 8, false>(st, s, sp, sp_lo, Tr::kLoRowBytes, nullptr, tile0, lim, scale_log2, g, 0, alpha);
+  softmax_tile<Tr, 8, false, Tr::kPParts>(st, s, sp, sp_lo, Tr::kLoRowBytes, nullptr, tile0, lim, scale_log2, g, 0,
+                                          alpha);
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   if ((lane & 3) == 0) {
     red[r0] = alpha[0];
@@ -76,7 +87,7 @@ __device__ __forceinline__ void wg_pv_issue(RowState& st, uint32_t p_base, uint3
   wgmma_fence_regs(of);
   wgmma_fence();
 #pragma unroll
-  for (int part = 0; part < 2; ++part) {
+  for (int part = 0; part < Tr::kPParts; ++part) {
     const uint32_t a_base = part ? lo_base : p_base;
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk)
@@ -90,6 +101,86 @@ __device__ __forceinline__ void wg_pv_issue(RowState& st, uint32_t p_base, uint3
 __device__ __forceinline__ void wg_pv_wait(RowState& st) {
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   wgmma_wait<0>();
+  wgmma_fence_regs(of);
+}
+
+// ---- Pipelined stages (mla_wg_pipe.cuh): P of warpgroup 0 kept in registers as the A operand
+// of its own P V (RS form), the hi part also to shared memory for warpgroup 1, the lo part
+// written later (wg_store_lo), once warpgroup 1's P V of the previous tile is done.
+struct PFrag {
+  uint32_t hi[8][2];  // [8-token block n][row r0, r0 + 8]: 16-bit pairs of tokens 8n + 2 (lane % 4)
+  uint32_t lo[8][2];
+};
+
+template <int N>
+__device__ __forceinline__ void fence_u32(uint32_t (&r)[N][2]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1])::"memory");
+}
+
+// Warpgroup 0, S of the tile waited for: softmax (softmax_max's rules), P to f (and its hi part
+// to sp_hi), running sums, O rescaled (its P V of the previous tile is complete); alpha for
+// warpgroup 1.
+template <class Tr>
+__device__ __forceinline__ void wg_softmax_regs(RowState& st, float (&s)[8][4], PFrag& f, unsigned char* sp_hi,
+                                                float (&alpha)[2], int tile0, const int (&lim)[2],
+                                                float scale_log2, int g) {
+  using MT = typename Tr::MT;
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  float m_use[2];
+  softmax_max<Tr, 8, false>(st, s, nullptr, tile0, lim, scale_log2, g, 0, m_use, alpha);
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const float p0 = exp2f(s[n][0] - m_use[0]), p1 = exp2f(s[n][1] - m_use[0]);
+    const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
+    sum[0] += p0 + p1;
+    sum[1] += p2 + p3;
+    if constexpr (Tr::kPParts == 2) {
+      split2<MT>(p0, p1, f.hi[n][0], f.lo[n][0]);
+      split2<MT>(p2, p3, f.hi[n][1], f.lo[n][1]);
+    } else {
+      f.hi[n][0] = pack2<MT>(p0, p1);
+      f.hi[n][1] = pack2<MT>(p2, p3);
+    }
+    const int byte = (lane & 3) * 4;
+    *reinterpret_cast<uint32_t*>(sp_hi + swz(r0, n, kPRowBytes) + byte) = f.hi[n][0];
+    *reinterpret_cast<uint32_t*>(sp_hi + swz(r0 + 8, n, kPRowBytes) + byte) = f.hi[n][1];
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
+  rescale_o(st, alpha);
+}
+
+// The lo part of f to the lo tile (rows of 128 bytes, 128-byte swizzle).
+__device__ __forceinline__ void wg_store_lo(const PFrag& f, unsigned char* sp_lo, int g) {
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2), byte = (lane & 3) * 4;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, n, kPRowBytes) + byte) = f.lo[n][0];
+    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, n, kPRowBytes) + byte) = f.lo[n][1];
+  }
+}
+
+// Warpgroup 0: O (value columns 0 .. 255) += P V with P from f (RS form). Issued and committed.
+template <class Tr>
+__device__ __forceinline__ void wg_pv_issue_rs(RowState& st, PFrag& f, uint32_t kv_base) {
+  using MT = typename Tr::MT;
+  float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
+  wgmma_fence_regs(of);
+  fence_u32(f.hi);
+  if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+  wgmma_fence();
+#pragma unroll
+  for (int part = 0; part < Tr::kPParts; ++part) {
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      const uint32_t(&h)[8][2] = part ? f.lo : f.hi;
+      const uint32_t a[4] = {h[2 * kk][0], h[2 * kk][1], h[2 * kk + 1][0], h[2 * kk + 1][1]};
+      common::wgmma_m64n256k16_rs<MT, 1>(of, a, wgmma_desc_sw128(kv_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
+    }
+  }
+  wgmma_commit();
   wgmma_fence_regs(of);
 }
 

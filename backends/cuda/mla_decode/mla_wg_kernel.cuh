@@ -1,13 +1,15 @@
 // The wgmma MLA decode split kernel: the same grid, plan walk, NaN rules and epilogue as
-// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout (16-bit caches:
-// cp.async as they are; FP8 caches: raw bytes staged in the KV buffer and dequantized there by
-// warpgroup 1, mla_wg_load.cuh); the tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout. 16-bit caches
+// with bf16 q: the pipelined tile loop of mla_wg_pipe.cuh. fp16 q and the FP8 caches (raw bytes
+// staged in the KV buffer and dequantized there by warpgroup 1, mla_wg_load.cuh): the tiles one
+// after the other (the loop below). The tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"
 #include "mla_piece.cuh"
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
+#include "mla_wg_pipe.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -49,49 +51,53 @@ __global__ void __launch_bounds__(kThreads, 1)
         dequant_kv_wg<Tr>(kvbuf(0), threadIdx.x - kWgLoaders);
       }
       cp_async_commit();
-      for (int n = 0; n < ntiles; ++n) {
-        const int tile0 = start + n * kTile;
-        unsigned char* kv = kvbuf(n & 1);
-        // Tile n (this thread's copies, or warpgroup 1's dequantized values) visible to the
-        // wgmma (async proxy); every reader of the other buffer, the P tiles and red (tile n - 1) is done.
-        cp_async_wait<0>();
-        fence_proxy_async_smem();
-        __syncthreads();
-        const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, hidden0, end);
-        float s[8][4];
-        if (c == 0) {
-          wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
-          wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
-        } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
-          if constexpr (Tr::kDirect) {
-            load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
-          } else {
-            load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
-          }
-          cp_async_commit();
-        }
-        fence_proxy_async_smem();
-        __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
-        if (c == 1) wg_follow_softmax(st, red, g);
-        if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
-          add_nonfinite_values<Tr>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
-          __syncthreads();  // every thread has read the values
-          zero_nonfinite_values<Tr>(kv);
+      if constexpr (Tr::kWgPipe) {
+        wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g);
+      } else {  // serial: S and softmax (warpgroup 0), then both P V, CTA barriers between
+        for (int n = 0; n < ntiles; ++n) {
+          const int tile0 = start + n * kTile;
+          unsigned char* kv = kvbuf(n & 1);
+          // Tile n (this thread's copies, or warpgroup 1's dequantized values) visible to the
+          // wgmma (async proxy); every reader of the other buffer, the P tiles and red (tile n - 1) is done.
+          cp_async_wait<0>();
           fence_proxy_async_smem();
           __syncthreads();
-        }
-        wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
-        if constexpr (!Tr::kDirect) {
-          // FP8: warpgroup 1 dequantizes the next tile while the tensor cores run P V
-          if (c == 1 && n + 1 < ntiles) {
-            cp_async_wait<0>();
-            dequant_kv_wg<Tr>(kvbuf((n + 1) & 1), threadIdx.x - kWgLoaders);
+          const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, hidden0, end);
+          float s[8][4];
+          if (c == 0) {
+            wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
+            wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
+          } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
+            if constexpr (Tr::kDirect) {
+              load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+            } else {
+              load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+            }
+            cp_async_commit();
           }
+          fence_proxy_async_smem();
+          __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
+          if (c == 1) wg_follow_softmax(st, red, g);
+          if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
+            add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
+            __syncthreads();  // every thread has read the values
+            zero_nonfinite_values<Tr>(kv);
+            fence_proxy_async_smem();
+            __syncthreads();
+          }
+          wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
+          if constexpr (!Tr::kDirect) {
+            // FP8: warpgroup 1 dequantizes the next tile while the tensor cores run P V
+            if (c == 1 && n + 1 < ntiles) {
+              cp_async_wait<0>();
+              dequant_kv_wg<Tr>(kvbuf((n + 1) & 1), threadIdx.x - kWgLoaders);
+            }
+          }
+          wg_pv_wait(st);
         }
-        wg_pv_wait(st);
       }
     }
-    write_piece<Tr>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);
+    write_piece<Tr, true>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);
   }
 }
 

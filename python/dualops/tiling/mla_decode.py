@@ -154,7 +154,7 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
 # on the 64-row side of the MMAs; every format, at most 32 q rows) (docs/mla_decode_cuda.md).
 MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2}
 MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
-MLA_CUDA_WGMMA_SMEM_BYTES = 230400  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions
+MLA_CUDA_WGMMA_SMEM_BYTES = 230416  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, 2 flags
 # Per cache format, the q rows (s_q * h_q) from which the wgmma kernel beats the mma.sync one
 # 16-bit caches (H100): the wgmma MMAs always cover 64 rows, the mma.sync kernel skips 16-row
 # groups with no q row (1-9 % faster up to 32 rows). FP8 caches (H200): the wgmma kernel

@@ -1,0 +1,188 @@
+// The pipelined tile loop of the wgmma MLA kernel for 16-bit caches with bf16 q (two P parts;
+// docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
+// instead of CTA barriers, warpgroup 0 keeps P in registers for its own P V (RS form), and it
+// queues S of the next tile behind that P V, so that the tensor cores go from one to the other
+// without a CTA-wide round trip. Per tile n (KV buffer n % 2):
+//
+//   warpgroup 0: softmax(n) -> P V(n) cols 0..255 -> [sync lo free] lo part of P(n), rescale
+//                factors -> [arrive P] -> [sync half A] S(n + 1) blocks 0..3 -> [sync tile]
+//                S(n + 1) rest -> P V(n) done: [arrive free] -> S(n + 1) done
+//   warpgroup 1: [sync P] rescale O -> P V(n) cols 256..511 -> tile n + 1 (copied a tile ago)
+//                landed: [arrive half A], hidden-value check, [arrive tile] -> [sync free]
+//                copy blocks 0..3 of tile n + 2 into buffer n % 2 -> P V(n) done: [arrive lo
+//                free] -> copy the rest of tile n + 2
+//
+// So a tile's copies start as soon as the P V that read its buffer is done (a whole tile ahead
+// of its S, as in the serial loop). Shared P tiles: the hi part of tile n in hi(n % 2) (the KV
+// tile's RoPE block for d_qk 576, dead once S(n) is done; else one of two P tiles), the lo part
+// in one lo tile, written once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 and
+// 11 pair the two warpgroups (bar.arrive by the producer, bar.sync by the consumer, the same
+// number of each per piece, and each producer waits on its consumer before its next arrival,
+// so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own.
+#pragma once
+#include "mla_wg_attend.cuh"
+#include "mla_wg_load.cuh"
+
+namespace dualops::cuda::mla {
+
+constexpr int kBarFree = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10, kBarTileA = 11;
+
+template <class Tr>
+struct WgPipeSmem {
+  unsigned char* base;
+  __device__ unsigned char* kv(int i) const { return base + Tr::kOffKv + i * Tr::kTileBytes; }
+  __device__ unsigned char* hi(int i) const {
+    return Tr::kLoInKv ? kv(i) + Tr::kLoInKvOff : base + Tr::kOffP + i * kRows * kPRowBytes;
+  }
+  __device__ unsigned char* lo() const { return base + Tr::kOffP + (Tr::kLoInKv ? 0 : 2 * kRows * kPRowBytes); }
+  __device__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffRed); }
+  __device__ int* flags() const { return reinterpret_cast<int*>(base + Tr::kOffFlags); }
+};
+
+// Warpgroup 0's part of one request piece (tile 0 resident; exact: tile 0 takes the exact path).
+template <class Tr>
+__device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr>& sm, const MlaPiece& pc,
+                                               float scale_log2, int g, bool exact) {
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  const uint32_t q_base = smem_addr(sm.base);
+  float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
+  PFrag f;
+  float s[8][4];
+  float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
+  wg_scores_issue<Tr>(s, q_base, smem_addr(sm.kv(0)));
+  wgmma_wait<0>();
+  wgmma_fence_regs(sf);
+  for (int n = 0; n < pc.ntiles; ++n) {
+    const int tile0 = pc.start + n * kTile;
+    unsigned char* kv = sm.kv(n & 1);
+    float alpha[2];
+    wg_softmax_regs<Tr>(st, s, f, sm.hi(n & 1), alpha, tile0, pc.lim, scale_log2, g);
+    // lo part and rescale factors for warpgroup 1, once its P V of tile n - 1 has read the lo tile
+    auto publish = [&]() {
+      named_barrier(kBarPvDone, kThreads);
+      if constexpr (Tr::kPParts == 2) wg_store_lo(f, sm.lo(), g);
+      float* red = sm.red();
+      if ((lane & 3) == 0) {
+        red[r0] = alpha[0];
+        red[r0 + 8] = alpha[1];
+        red[kRows + r0] = st.m[0];
+        red[kRows + r0 + 8] = st.m[1];
+      }
+      fence_proxy_async_smem();
+      named_arrive(kBarP, kThreads);
+    };
+    if (!exact) {
+      wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
+      publish();
+    } else {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
+      publish();
+      named_barrier(kBarWg0, kWgLoaders);  // this warpgroup's P tiles complete
+      add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 0);
+      named_barrier(kBarWg0, kWgLoaders);
+      zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, 0, threadIdx.x);
+      fence_proxy_async_smem();
+      named_barrier(kBarWg0, kWgLoaders);
+      wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
+    }
+    if (n + 1 < pc.ntiles) {  // S(n + 1) queued behind this P V, in two parts as its halves land
+      const uint32_t kv_next = smem_addr(sm.kv((n + 1) & 1));
+      named_barrier(kBarTileA, kThreads);  // value blocks 0 .. 3 of tile n + 1
+      wg_scores_part<Tr, 0, kDv / 32>(s, q_base, kv_next);
+      named_barrier(kBarTile, kThreads);  // the rest, and its check of hidden values
+      exact = sm.flags()[(n + 1) & 1] != 0;
+      wg_scores_part<Tr, kDv / 32, Tr::D / 16>(s, q_base, kv_next);
+      if (n + 2 < pc.ntiles) {
+        wgmma_wait<1>();  // this P V done: warpgroup 1 may refill blocks 0 .. 3 of tile n's buffer
+        named_arrive(kBarFree, kThreads);
+      }
+    }
+    // (waited for here, not at the top of the next trip: no wgmma is in flight across the
+    // loop's back edge, where register moves would make ptxas serialize the wgmma pipeline)
+    wgmma_wait<0>();
+    wgmma_fence_regs(sf);
+    wgmma_fence_regs(of);
+    fence_u32(f.hi);
+    if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+  }
+}
+
+// Warpgroup 1's part of one request piece (tid 0 .. 127).
+template <class Tr>
+__device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowState& st, const WgPipeSmem<Tr>& sm,
+                                               const MlaPiece& pc, int r, int g, int tid, bool exact) {
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
+  const int token = tid >> 1, sub = tid & 1;
+  const unsigned char* src = nullptr;
+  uint32_t nsrc = 0;
+  if (pc.ntiles > 1) {  // tile 1 into the free buffer
+    nsrc = kv_row_src<Tr>(p, r, pc.start + kTile + token, pc.end, src);
+    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, 0, kHalf);
+    cp_async_commit();
+    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, kHalf, Tr::kChunks);
+    cp_async_commit();
+    if (pc.ntiles > 2) nsrc = kv_row_src<Tr>(p, r, pc.start + 2 * kTile + token, pc.end, src);
+  }
+  named_arrive(kBarPvDone, kThreads);  // the lo tile is free
+  for (int n = 0; n < pc.ntiles; ++n) {
+    const int tile0 = pc.start + n * kTile, next0 = tile0 + kTile;
+    unsigned char* kv = sm.kv(n & 1);
+    named_barrier(kBarP, kThreads);  // P(n) and its rescale factors
+    wg_follow_softmax(st, sm.red(), g);
+    if (exact) {
+      add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 1);
+      named_barrier(kWgLoadBarrier, kWgLoaders);
+      zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, kHalf, tid);
+      fence_proxy_async_smem();
+      named_barrier(kWgLoadBarrier, kWgLoaders);
+    }
+    wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
+    if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
+      unsigned char* nxt = sm.kv((n + 1) & 1);
+      cp_async_wait<1>();
+      fence_proxy_async_smem();
+      named_arrive(kBarTileA, kThreads);
+      cp_async_wait<0>();
+      const int t0 = max(pc.hidden0 - next0, 0), t1 = min(pc.end - next0, kTile);
+      exact = false;
+      if (t0 < t1) {  // uniform: only tiles with hidden keys pay for the check
+        named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
+        exact = named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
+      }
+      if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
+      fence_proxy_async_smem();
+      named_arrive(kBarTile, kThreads);
+    }
+    const bool refill = n + 2 < pc.ntiles;  // tile n + 2 into this buffer
+    if (refill) {
+      named_barrier(kBarFree, kThreads);  // warpgroup 0's P V of tile n done: blocks 0 .. 3 free
+      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, 0, kHalf);
+      cp_async_commit();
+    }
+    wg_pv_wait(st);
+    if (n + 1 < pc.ntiles) named_arrive(kBarPvDone, kThreads);  // the lo tile is free for P(n + 1)
+    if (refill) {
+      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, kHalf, Tr::kChunks);
+      cp_async_commit();
+      if (n + 3 < pc.ntiles) nsrc = kv_row_src<Tr>(p, r, next0 + 2 * kTile + token, pc.end, src);
+    }
+  }
+}
+
+// One request piece with tile 0's copies issued by the whole CTA (and Q's).
+template <class Tr>
+__device__ __forceinline__ void wg_pipe_piece(const MlaDecodeParams& p, RowState& st, unsigned char* smem,
+                                              const MlaPiece& pc, int r, float scale_log2, int c, int g) {
+  const WgPipeSmem<Tr> sm{smem};
+  cp_async_wait<0>();
+  fence_proxy_async_smem();
+  __syncthreads();
+  const bool exact = hidden_values_nonfinite<Tr>(sm.kv(0), pc.start, pc.hidden0, pc.end);
+  if (c == 0) {
+    wg_pipe_scores<Tr>(st, sm, pc, scale_log2, g, exact);
+  } else {
+    wg_pipe_values<Tr>(p, st, sm, pc, r, g, threadIdx.x - kWgLoaders, exact);
+  }
+}
+
+}  // namespace dualops::cuda::mla
