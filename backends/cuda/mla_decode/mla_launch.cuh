@@ -13,14 +13,24 @@
 
 namespace dualops::cuda::mla {
 
-// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32).
+// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32). 16-bit caches: its KV copies go
+// through a tensor map of the cache (rows of d_qk values, boxes of 64 values x gcd(page, 64)
+// tokens, 128-byte swizzle), encoded here per call.
 template <class Tw, int NQ>
 cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
   constexpr int smem = WtLayout<Tw, NQ>::kSmemBytes;
   static const cudaError_t attr =
       cudaFuncSetAttribute(mla_wt_split_kernel<Tw, NQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return attr;
-  mla_wt_split_kernel<Tw, NQ><<<grid, kThreads, smem, stream>>>(p, t);
+  CUtensorMap tmap{};
+  if constexpr (Tw::kDirect) {
+    const int pbs = p.page_block_size;
+    const int box = pbs % 64 == 0 ? 64 : pbs % 32 == 0 ? 32 : 16;
+    if (!common::make_tmap_2d_16bit_sw128(&tmap, p.kv_cache, Tw::D, static_cast<uint64_t>(p.num_blocks) * pbs,
+                                          Tw::kRowBytes, box))
+      return cudaErrorInvalidValue;
+  }
+  mla_wt_split_kernel<Tw, NQ><<<grid, kThreads, smem, stream>>>(p, t, tmap);
   return cudaSuccess;
 }
 

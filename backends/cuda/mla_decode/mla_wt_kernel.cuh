@@ -6,8 +6,8 @@
 // warpgroup c takes the piece's tiles n with n % 2 == c entirely on its own (S^T over all dims,
 // its softmax state, O^T over all 512 value dims), synchronized only by named barriers of its
 // 128 threads, and the two states are merged at the end of the piece (mla_wt_epilogue.cuh).
-// Each warpgroup copies its own tiles: 16-bit caches into its ring of 8 KiB block slots (the
-// next tile's blocks in flight while a tile is computed), FP8 caches part by part into its raw
+// Each warpgroup copies its own tiles: 16-bit caches by TMA into its ring of 8 KiB block slots
+// (the next tile's blocks in flight while a tile is computed), FP8 caches part by part into its raw
 // slot, dequantized by the warpgroup while the other one runs its MMAs (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_piece.cuh"
@@ -18,7 +18,8 @@ namespace dualops::cuda::mla {
 
 template <class Tr, int NQ>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_wt_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+    mla_wt_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t,
+                        const __grid_constant__ CUtensorMap tmap) {
   using L = WtLayout<Tr, NQ>;
   using Ld = WtChainLoad<Tr, L>;
   constexpr int NB = L::kNb;
@@ -34,6 +35,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* raw = smem_wt + L::kOffRaw + c * L::kRawBytes;
   float* red = reinterpret_cast<float*>(smem_wt + L::kOffRed) + c * 4 * NQ;
   WtKv<L> kv{smem_addr(ring), ring, 0};
+  const uint32_t bars = smem_addr(smem_wt + L::kOffBar) + c * 8 * 2 * L::kNb;  // (16-bit caches)
+  uint32_t phase = 0;  // 16-bit caches: parity of each ring slot's next phase
+  if constexpr (Tr::kDirect) {
+    if ((threadIdx.x & 127) == 0)
+      for (int s = 0; s < L::kSlots; ++s) common::mbar_init(bars + 8 * s);
+    common::mbar_init_fence();
+  }
 
   pdl_launch_dependents();
   const MlaPart part = mla_part(p, t);
@@ -56,31 +64,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     WtState<L> st;
     wt_init(st);
+    fence_proxy_async_smem();  // the merge's writes to the rings before the copies' (async proxy)
     __syncthreads();  // the previous request's readers of Q / KV / P / merge areas are done
     if (ntiles > 0) {
       wt_load_q<Tr, L>(p, t, sq, r);
       cp_async_commit();
-      Ld ld(p, r, start, end, nt, c, smem_addr(ring), smem_addr(raw));
+      Ld ld(p, r, start, end, nt, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
       // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1); FP8: raw part 0.
       if constexpr (Tr::kDirect) {
-        ld.blocks(NB);
-        cp_async_commit();
         ld.blocks(L::kSlots);
       } else {
         ld.raw_part();
       }
       cp_async_commit();
-      cp_async_wait<Tr::kDirect ? 2 : 1>();  // Q (copied by the whole CTA)
+      cp_async_wait<Tr::kDirect ? 0 : 1>();  // Q (copied by the whole CTA)
       fence_proxy_async_smem();
       __syncthreads();
       for (int j = 0; j < nt; ++j) {
         const int tile0 = start + (2 * j + c) * kTile;
         if constexpr (Tr::kDirect) {
-          // Tile j was copied by the groups before the last one (which holds only later tiles).
-          cp_async_wait<1>();
-          fence_proxy_async_smem();
-          named_barrier(1 + c, 128);  // tile j (and Q) visible to the warpgroup
+          ld.wait_tile(j, phase);  // tile j's blocks landed (TMA)
           kv.s0 = (j * NB) % L::kSlots;
+          if (end - tile0 < kTile) {  // the range ends inside the tile: its tail to zeros
+            ld.zero_tail(kv, max(end - tile0, 0));
+            fence_proxy_async_smem();
+            named_barrier(1 + c, 128);
+          }
         } else {
 #pragma unroll 1
           for (int q = 0; q < Ld::kParts; ++q) {
@@ -110,15 +119,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (Tr::kDirect && kEarly) {  // value blocks 0 .. 3 of tile j read: their slots
             named_barrier(1 + c, 128);
             ld.blocks(min(j * NB + 4 + L::kSlots, (j + 2) * NB));  // (tile j + 1 only)
-            cp_async_commit();
           }
         });
         if constexpr (Tr::kDirect) {
           named_barrier(1 + c, 128);  // every reader of tile j's slots is done
           ld.blocks((j + 2) * NB);  // the rest of tile j + 1
-          cp_async_commit();
           ld.blocks((j + 1) * NB + L::kSlots);  // blocks of tile j + 2 that fit
-          cp_async_commit();
         }
       }
       cp_async_wait<0>();  // (only empty groups can be pending)

@@ -34,7 +34,9 @@ struct WtLayout {
   static constexpr int kQBytes = (Tr::D / 64) * kQBlock;
   static constexpr int kPBytes = NQ * 128;                 // P^T tile: NQ q rows x 64 tokens, 16-bit
   static constexpr int kRedBytes = 2 * 4 * NQ * 4;         // [warpgroup][warp][q row]
-  static constexpr int kFixed = kQBytes + 4 * kPBytes + kRedBytes;
+  // 16-bit caches: one mbarrier per ring slot (TMA completion), at most 2 kNb slots per warpgroup.
+  static constexpr int kBarBytes = Tr::kDirect ? 2 * 2 * (Tr::D / 64) * 8 : 0;
+  static constexpr int kFixed = kQBytes + 4 * kPBytes + kRedBytes + kBarBytes;
   static constexpr int kBudget = 227 * 1024;
   static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
   static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;
@@ -49,12 +51,14 @@ struct WtLayout {
   static constexpr int kOffP = kOffKv + 2 * kRingBytes;
   static constexpr int kOffRaw = kOffP + 4 * kPBytes;
   static constexpr int kOffRed = kOffRaw + 2 * kRawBytes;
-  static constexpr int kSmemBytes = kOffRed + kRedBytes;
+  static constexpr int kOffBar = kOffRed + kRedBytes;  // [warpgroup][slot] mbarriers
+  static constexpr int kSmemBytes = kOffBar + kBarBytes;
   // Merge: row maxima and sums, then the O^T fragments of the other warpgroup's value dims.
   static constexpr int kXchBytes = (2 * NQ + 4 * kAccO * 128) * 4;
   static_assert(kSlots >= kNb && kXchBytes <= kRingBytes, "a tile per ring; the merge state fits");
   static_assert(kQBytes % 1024 == 0 && kPBytes % 1024 == 0, "wgmma operands on 1024-byte boundaries");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");
+  static_assert(kOffBar % 8 == 0 && kSlots <= 32, "mbarriers 8-byte aligned; slot phases in one word");
 
   // Byte offset of 16-byte chunk `chunk` (dims 8 chunk ..) of q row `row` in the Q tile.
   static __device__ __forceinline__ uint32_t q_off(int row, int chunk) {

@@ -3,6 +3,7 @@
 // slot (mla_load.cuh rows of Tr::kRawRow: e4m3 data, scales, bf16 RoPE part) into the
 // warpgroup's blocked 16-bit KV tile.
 #pragma once
+#include "../common/tma.cuh"
 #include "mla_load.cuh"
 #include "mla_wt_layout.cuh"
 
@@ -73,51 +74,92 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
     *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * kBlocks + kCh * s + u)) = bf16x8_to<MT>(rope[u]);
 }
 
-// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j), by its 128 threads.
-// 16-bit caches: block g = kNb j + i (dims 64i .. of chain tile j) into ring slot g % kSlots,
-// 2 threads per token; FP8 caches: raw part u = parts j + q (tokens kRawTok q ..) into the raw
-// slot, kRawPer threads per token. The block id of the next tile / part is read one copy ahead.
+// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j).
+// 16-bit caches: block g = kNb j + i (dims 64i .. of chain tile j) into ring slot g % kSlots by
+// TMA (`tmap`: the cache as rows of d_qk 16-bit values, boxes of 64 values x `box` tokens, box =
+// gcd(page, 64), so a box never crosses a page), issued by the warpgroup's first thread; the
+// slot's mbarrier completes when its 8 KiB have landed (wait_tile). A box whose tokens are past
+// the range end, past the block table's width or in a block outside the cache is addressed out
+// of bounds and arrives as zeros; a box the range end cuts is zeroed past the end (zero_tail).
+// FP8 caches: raw part u = parts j + q (tokens kRawTok q ..) into the raw slot, kRawPer threads
+// per token (cp.async); the block id of the next part is read one copy ahead.
 template <class Tr, class L>
 struct WtChainLoad {
   static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
   const MlaDecodeParams& p;
-  int r, end, tok0;       // request; range end; first token of the thread's first chain tile
+  int r, end, tok0;       // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
   int total;              // blocks (16-bit) or raw parts (FP8) of the chain
-  int ltok, lsub, nid;    // the thread's token and share; block id of its next copy
+  int ltok, lsub, nid;    // FP8: the thread's token and share; block id of its next copy
   int64_t bbytes;
   uint32_t ring, raw;     // shared addresses of the warpgroup's ring and raw slot
   int g_next = 0;         // next block / part to copy
-  const unsigned char* src = nullptr;  // 16-bit: the thread's token row of tile g_next / kNb
+  // 16-bit caches: the tensor map, the warpgroup's slot mbarriers, box rows, whether this thread
+  // issues the copies, and the out-of-bounds-or-cache row of each box of the tile being copied.
+  const CUtensorMap* tmap = nullptr;
+  uint32_t bars = 0;
+  int box = kTile;
+  bool issuer = false;
+  int rows[kTile / 16];
 
   __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int r_, int start, int end_, int nt, int c,
-                                         uint32_t ring_, uint32_t raw_)
-      : p(p_), r(r_), end(end_), ring(ring_), raw(raw_) {
+                                         uint32_t ring_, uint32_t raw_, const CUtensorMap* tmap_, uint32_t bars_)
+      : p(p_), r(r_), end(end_), ring(ring_), raw(raw_), tmap(tmap_), bars(bars_) {
     const int tid = threadIdx.x & 127;
-    ltok = Tr::kDirect ? tid >> 1 : tid / L::kRawPer;
-    lsub = Tr::kDirect ? tid & 1 : tid % L::kRawPer;
     total = nt * (Tr::kDirect ? L::kNb : kParts);
-    tok0 = start + c * kTile + ltok;
     bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();
-    nid = token_block_id(p, r, tok0, end);
+    if constexpr (Tr::kDirect) {
+      tok0 = start + c * kTile;
+      box = p.page_block_size % 64 == 0 ? 64 : p.page_block_size % 32 == 0 ? 32 : 16;
+      issuer = tid == 0;
+    } else {
+      ltok = tid / L::kRawPer;
+      lsub = tid % L::kRawPer;
+      tok0 = start + c * kTile + ltok;
+      nid = token_block_id(p, r, tok0, end);
+    }
   }
-  // 16-bit caches: blocks g_next .. g_end - 1 into their slots.
+  // 16-bit caches: blocks g_next .. g_end - 1 into their slots (the issuing thread; the slots'
+  // earlier readers are done).
   __device__ __forceinline__ void blocks(int g_end) {
     g_end = min(g_end, total);
+    if (!issuer) return;
     for (; g_next < g_end; ++g_next) {
       const int m = g_next / L::kNb, j = g_next - m * L::kNb;
+      const int nbox = kTile / box;
       if (j == 0) {
-        const int tok = tok0 + 2 * m * kTile;
-        const unsigned char* b = block_base(p, nid, bbytes);
-        src = b ? b + static_cast<int64_t>(tok % p.page_block_size) * Tr::kRowBytes : nullptr;
-        nid = token_block_id(p, r, tok + 2 * kTile, end);
-      }
-      const uint32_t dst = ring + (g_next % L::kSlots) * Tr::kBlockBytes + ltok * 128;
-      const uint32_t n = src ? 16u : 0u;
 #pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const int ch = lsub + 2 * h;
-        cp_async_16(dst + ((ch ^ (ltok & 7)) << 4), n ? src + (8 * j + ch) * 16 : p.kv_cache, n);
+        for (int b = 0; b < kTile / 16; ++b) {
+          if (b >= nbox) break;
+          const int tok = tok0 + 2 * m * kTile + b * box;
+          const int blk = token_block_id(p, r, tok, end);
+          rows[b] = blk >= 0 && blk < p.num_blocks ? blk * p.page_block_size + tok % p.page_block_size : -kTile;
+        }
       }
+      const int s = g_next % L::kSlots;
+      const uint32_t bar = bars + 8 * s, dst = ring + s * Tr::kBlockBytes;
+      common::mbar_expect_tx(bar, Tr::kBlockBytes);
+#pragma unroll
+      for (int b = 0; b < kTile / 16; ++b)
+        if (b < nbox) common::tma_load_2d(dst + b * box * 128, tmap, 64 * j, rows[b], bar);
+    }
+  }
+  // 16-bit caches: every thread waits for the blocks of chain tile j (phase: the thread's parity
+  // bit per slot, flipped at each use).
+  __device__ __forceinline__ void wait_tile(int j, uint32_t& phase) const {
+#pragma unroll 1
+    for (int i = 0; i < L::kNb; ++i) {
+      const int s = (j * L::kNb + i) % L::kSlots;
+      common::mbar_wait(bars + 8 * s, (phase >> s) & 1u);
+      phase ^= 1u << s;
+    }
+  }
+  // 16-bit caches: tokens n0 .. 63 of the current tile (past the range end, copied from their
+  // cache block by a box the end cuts) set to 0 in every block, by the warpgroup's 128 threads.
+  template <class Kv>
+  __device__ __forceinline__ void zero_tail(const Kv& kv, int n0) const {
+    for (int i = threadIdx.x & 127; i < (kTile - n0) * 8 * L::kNb; i += 128) {
+      const int blk = i / ((kTile - n0) * 8), rem = i - blk * (kTile - n0) * 8;
+      *reinterpret_cast<uint4*>(kv.blk(blk) + (n0 + (rem >> 3)) * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
     }
   }
   // FP8 caches: the next raw part into the raw slot (none past the chain).
