@@ -112,16 +112,14 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
                                                const MlaPiece& pc, int r, int g, int tid, bool exact) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
-  const int token = tid >> 1, sub = tid & 1;
-  const unsigned char* src = nullptr;
-  uint32_t nsrc = 0;
+  WgArrival<Tr> in;
   if (pc.ntiles > 1) {  // tile 1 into the free buffer
-    nsrc = kv_row_src<Tr>(p, r, pc.start + kTile + token, pc.end, src);
-    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, 0, kHalf);
+    in.locate(p, r, pc.start + kTile + (tid >> 1), pc.end);
+    in.template copy<0>(p, sm.kv(1), tid);
     cp_async_commit();
-    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, kHalf, Tr::kChunks);
+    in.template copy<1>(p, sm.kv(1), tid);
     cp_async_commit();
-    if (pc.ntiles > 2) nsrc = kv_row_src<Tr>(p, r, pc.start + 2 * kTile + token, pc.end, src);
+    if (pc.ntiles > 2) in.locate(p, r, pc.start + 2 * kTile + (tid >> 1), pc.end);
   }
   named_arrive(kBarPvDone, kThreads);  // the lo tile is free
   for (int n = 0; n < pc.ntiles; ++n) {
@@ -139,10 +137,10 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
     if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
       unsigned char* nxt = sm.kv((n + 1) & 1);
-      cp_async_wait<1>();
+      in.template land<0>(nxt, tid);
       fence_proxy_async_smem();
       named_arrive(kBarTileA, kThreads);
-      cp_async_wait<0>();
+      in.template land<1>(nxt, tid);
       const int t0 = max(pc.hidden0 - next0, 0), t1 = min(pc.end - next0, kTile);
       exact = false;
       if (t0 < t1) {  // uniform: only tiles with hidden keys pay for the check
@@ -156,15 +154,15 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     const bool refill = n + 2 < pc.ntiles;  // tile n + 2 into this buffer
     if (refill) {
       named_barrier(kBarFree, kThreads);  // warpgroup 0's P V of tile n done: blocks 0 .. 3 free
-      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, 0, kHalf);
+      in.template copy<0>(p, kv, tid);
       cp_async_commit();
     }
     wg_pv_wait(st);
     if (n + 1 < pc.ntiles) named_arrive(kBarPvDone, kThreads);  // the lo tile is free for P(n + 1)
     if (refill) {
-      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, kHalf, Tr::kChunks);
+      in.template copy<1>(p, kv, tid);
       cp_async_commit();
-      if (n + 3 < pc.ntiles) nsrc = kv_row_src<Tr>(p, r, next0 + 2 * kTile + token, pc.end, src);
+      if (n + 3 < pc.ntiles) in.locate(p, r, next0 + 2 * kTile + (tid >> 1), pc.end);
     }
   }
 }
