@@ -115,9 +115,10 @@ __device__ __forceinline__ float fp8_scale(const Fp8Scales& s, int j) {
 
 // Blocks j0 .. j1 - 1 of a landed raw tile dequantized in place (e4m3 * scale in fp32, rounded to
 // q's dtype, as mla_load.cuh's dequant_tile); with kRope, the RoPE part converted to q's dtype
-// too. Thread 2t + h writes 16-byte chunks 4h .. 4h + 3 of token t in every block. Every raw
-// byte of a block is read (by all of warpgroup 1) before the block is written.
-template <class Tr, int j0, int j1, bool kRope>
+// too, by the 128 threads of one warpgroup (named barrier kBar). Thread 2t + h writes 16-byte
+// chunks 4h .. 4h + 3 of token t in every block. Every raw byte of a block is read (by the whole
+// warpgroup) before the block is written.
+template <class Tr, int j0, int j1, bool kRope, int kBar = kWgLoadBarrier>
 __device__ __forceinline__ void dequant_blocks(unsigned char* kv, int t, int h, const Fp8Scales& sc) {
   using MT = typename Tr::MT;
   using F = Fp8Tile<Tr>;
@@ -127,7 +128,7 @@ __device__ __forceinline__ void dequant_blocks(unsigned char* kv, int t, int h, 
     const uint4 a = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h));
     const uint4 b = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h + 1));
     // block j's output covers its raw half (and, for j = 0, the scales): all reads first
-    named_barrier(kWgLoadBarrier, kWgLoaders);
+    named_barrier(kBar, kWgLoaders);
     const uint2 raw[4] = {make_uint2(a.x, a.y), make_uint2(a.z, a.w), make_uint2(b.x, b.y), make_uint2(b.z, b.w)};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
@@ -151,51 +152,5 @@ __device__ __forceinline__ void dequant_kv_wg(unsigned char* kv, int tid) {
   dequant_blocks<Tr, 0, Fp8Tile<Tr>::kFp8Blocks, true>(kv, t, h, read_fp8_scales<Tr>(kv, t));
   common::fence_proxy_async_smem();  // the wgmma reads the tile through the async proxy
 }
-
-// ---- How a KV tile arrives in the pipelined loop (mla_wg_pipe.cuh), per thread of warpgroup 1
-// (two per token): locate() the token's source a tile ahead, copy<part>() into a KV buffer (part
-// 0: what value blocks 0 .. 3 need, part 1: the rest; committed by the caller), land<part>() once
-// the buffer is to be read (then the caller fences and signals). 16-bit caches: cp.async of the
-// rows as they are; FP8: the raw bytes staged in the buffer, dequantized in place by land (part 0
-// waits for both parts' copies, reads the scales and dequantizes blocks 0 .. 3; part 1 the rest).
-template <class Tr, bool kRaw = !Tr::kDirect>
-struct WgArrival {
-  static constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
-  const unsigned char* src = nullptr;
-  uint32_t n = 0;
-  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { n = kv_row_src<Tr>(p, r, tok, end, src); }
-  template <int kPart>
-  __device__ void copy(const MlaDecodeParams&, unsigned char* kv, int tid) const {
-    copy_kv_row<Tr, 2>(smem_addr(kv), tid >> 1, tid & 1, src, n, kPart ? kHalf : 0, kPart ? Tr::kChunks : kHalf);
-  }
-  template <int kPart>
-  __device__ void land(unsigned char*, int) {
-    cp_async_wait<1 - kPart>();
-  }
-};
-
-template <class Tr>
-struct WgArrival<Tr, true> {
-  using F = Fp8Tile<Tr>;
-  Fp8Src src{nullptr, nullptr};
-  Fp8Scales sc;
-  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
-  template <int kPart>
-  __device__ void copy(const MlaDecodeParams& p, unsigned char* kv, int tid) const {
-    load_kv_raw_part<Tr, kPart>(p, smem_addr(kv), tid >> 1, tid & 1, src);
-  }
-  template <int kPart>
-  __device__ void land(unsigned char* kv, int tid) {
-    const int t = tid >> 1, h = tid & 1;
-    if constexpr (kPart == 0) {
-      cp_async_wait<0>();
-      named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
-      sc = read_fp8_scales<Tr>(kv, t);
-      dequant_blocks<Tr, 0, 4, false>(kv, t, h, sc);
-    } else {
-      dequant_blocks<Tr, 4, F::kFp8Blocks, true>(kv, t, h, sc);
-    }
-  }
-};
 
 }  // namespace dualops::cuda::mla

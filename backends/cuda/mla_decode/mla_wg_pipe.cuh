@@ -26,6 +26,68 @@
 namespace dualops::cuda::mla {
 
 constexpr int kBarFree = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10, kBarTileA = 11;
+constexpr int kBarLanded = 12, kBarHidden = 13;  // FP8 caches
+
+// How tile n + 1 arrives, per thread. Warpgroup 1: locate() a token's source a tile ahead, copy<part>()
+// it into a KV buffer (part 0: what value blocks 0 .. 3 need, part 1: the rest; committed by the
+// caller), land() once its P V(n) is issued: tile n + 1 handed to warpgroup 0 (take(), before
+// S(n + 1)), and whether the tile's keys hidden from some rows (tokens t0 .. t1 - 1) hold NaN /
+// inf values. 16-bit caches: cp.async of the rows, signalled half by half.
+template <class Tr, bool kRaw = !Tr::kDirect>
+struct WgArrival {
+  const unsigned char* src = nullptr;
+  uint32_t n = 0;
+  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { n = kv_row_src<Tr>(p, r, tok, end, src); }
+  template <int kPart>
+  __device__ void copy(const MlaDecodeParams&, unsigned char* kv, int tid) const {
+    constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
+    copy_kv_row<Tr, 2>(smem_addr(kv), tid >> 1, tid & 1, src, n, kPart ? kHalf : 0, kPart ? Tr::kChunks : kHalf);
+  }
+  __device__ bool land(const unsigned char* nxt, int tid, int t0, int t1) const {
+    cp_async_wait<1>();
+    fence_proxy_async_smem();
+    named_arrive(kBarTileA, kThreads);
+    cp_async_wait<0>();
+    if (t0 >= t1) return false;  // uniform: only tiles with hidden keys pay for the check
+    named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
+    return named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
+  }
+  static __device__ void take(unsigned char*, int, int, int) { named_barrier(kBarTileA, kThreads); }
+};
+
+// FP8 caches: the raw bytes staged in the buffer (mla_wg_load.cuh), dequantized in place once
+// landed: value blocks 0 .. 3 by warpgroup 0 (idle behind its P V until S(n + 1)), the rest by
+// warpgroup 1; each checks its own value columns of the hidden keys.
+template <class Tr>
+struct WgArrival<Tr, true> {
+  Fp8Src src{nullptr, nullptr};
+  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
+  template <int kPart>
+  __device__ void copy(const MlaDecodeParams& p, unsigned char* kv, int tid) const {
+    load_kv_raw_part<Tr, kPart>(p, smem_addr(kv), tid >> 1, tid & 1, src);
+  }
+  __device__ bool land(unsigned char* nxt, int tid, int t0, int t1) const {
+    cp_async_wait<0>();
+    named_barrier(kWgLoadBarrier, kWgLoaders);  // every copy of the tile landed
+    const Fp8Scales sc = read_fp8_scales<Tr>(nxt, tid >> 1);
+    named_arrive(kBarLanded, kThreads);  // (the scales read: block 0 may be written)
+    dequant_blocks<Tr, 4, Fp8Tile<Tr>::kFp8Blocks, true>(nxt, tid >> 1, tid & 1, sc);
+    if (t0 >= t1) return false;
+    named_barrier(kWgLoadBarrier, kWgLoaders);
+    return named_barrier_or(kBarHidden, kThreads,
+                            values_nonfinite<Tr, kDv / 16, kWgLoaders>(nxt, t0, t1, kDv / 16, tid));
+  }
+  static __device__ void take(unsigned char* nxt, int tid, int t0, int t1) {
+    named_barrier(kBarLanded, kThreads);
+    dequant_blocks<Tr, 0, 4, false, kBarWg0>(nxt, tid >> 1, tid & 1, read_fp8_scales<Tr>(nxt, tid >> 1));
+    if (t0 < t1) {
+      named_barrier(kBarWg0, kWgLoaders);
+      named_barrier_or(kBarHidden, kThreads, values_nonfinite<Tr, kDv / 16, kWgLoaders>(nxt, t0, t1, 0, tid));
+    }
+    fence_proxy_async_smem();
+    named_barrier(kBarWg0, kWgLoaders);  // this warpgroup's values all written
+  }
+};
 
 template <class Tr>
 struct WgPipeSmem {
@@ -85,8 +147,10 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
       wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
     }
     if (n + 1 < pc.ntiles) {  // S(n + 1) queued behind this P V, in two parts as its halves land
-      const uint32_t kv_next = smem_addr(sm.kv((n + 1) & 1));
-      named_barrier(kBarTileA, kThreads);  // value blocks 0 .. 3 of tile n + 1
+      unsigned char* nxt = sm.kv((n + 1) & 1);
+      const uint32_t kv_next = smem_addr(nxt);
+      const int next0 = tile0 + kTile;
+      WgArrival<Tr>::take(nxt, threadIdx.x, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile));  // value blocks 0 .. 3
       wg_scores_part<Tr, 0, kDv / 32>(s, q_base, kv_next);
       named_barrier(kBarTile, kThreads);  // the rest, and its check of hidden values
       exact = sm.flags()[(n + 1) & 1] != 0;
@@ -137,16 +201,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
     if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
       unsigned char* nxt = sm.kv((n + 1) & 1);
-      in.template land<0>(nxt, tid);
-      fence_proxy_async_smem();
-      named_arrive(kBarTileA, kThreads);
-      in.template land<1>(nxt, tid);
-      const int t0 = max(pc.hidden0 - next0, 0), t1 = min(pc.end - next0, kTile);
-      exact = false;
-      if (t0 < t1) {  // uniform: only tiles with hidden keys pay for the check
-        named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
-        exact = named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
-      }
+      exact = in.land(nxt, tid, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile));
       if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
       fence_proxy_async_smem();
       named_arrive(kBarTile, kThreads);
