@@ -117,22 +117,39 @@ __device__ __forceinline__ float fp8_scale(const Fp8Scales& s, int j) {
 // q's dtype, as mla_load.cuh's dequant_tile); with kRope, the RoPE part converted to q's dtype
 // too, by the 128 threads of one warpgroup (named barrier kBar). Thread 2t + h writes 16-byte
 // chunks 4h .. 4h + 3 of token t in every block. Every raw byte of a block is read (by the whole
-// warpgroup) before the block is written.
-template <class Tr, int j0, int j1, bool kRope, int kBar = kWgLoadBarrier>
+// warpgroup) before the block is written: block by block, or (kBatch) all blocks' bytes into
+// registers first, one barrier.
+template <class Tr, int j0, int j1, bool kRope, int kBar = kWgLoadBarrier, bool kBatch = false>
 __device__ __forceinline__ void dequant_blocks(unsigned char* kv, int t, int h, const Fp8Scales& sc) {
   using MT = typename Tr::MT;
   using F = Fp8Tile<Tr>;
-#pragma unroll
-  for (int j = j0; j < j1; ++j) {
+  constexpr int kN = kBatch ? j1 - j0 : 1;
+  uint4 a[kN], b[kN];
+  auto read = [&](int j, int i) {
+    a[i] = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h));
+    b[i] = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h + 1));
+  };
+  auto write = [&](int j, int i) {
     const float scale = fp8_scale<Tr>(sc, j);
-    const uint4 a = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h));
-    const uint4 b = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h + 1));
-    // block j's output covers its raw half (and, for j = 0, the scales): all reads first
-    named_barrier(kBar, kWgLoaders);
-    const uint2 raw[4] = {make_uint2(a.x, a.y), make_uint2(a.z, a.w), make_uint2(b.x, b.y), make_uint2(b.z, b.w)};
+    const uint2 raw[4] = {make_uint2(a[i].x, a[i].y), make_uint2(a[i].z, a[i].w), make_uint2(b[i].x, b[i].y),
+                          make_uint2(b[i].z, b[i].w)};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = e4m3x8_scaled<MT>(raw[k], scale);
+  };
+  if constexpr (kBatch) {
+#pragma unroll
+    for (int j = j0; j < j1; ++j) read(j, j - j0);
+    named_barrier(kBar, kWgLoaders);  // the blocks' outputs cover their raw halves (block 0: the scales)
+#pragma unroll
+    for (int j = j0; j < j1; ++j) write(j, j - j0);
+  } else {
+#pragma unroll
+    for (int j = j0; j < j1; ++j) {
+      read(j, 0);
+      named_barrier(kBar, kWgLoaders);  // block j's output covers its raw half (block 0: the scales)
+      write(j, 0);
+    }
   }
   if constexpr (kRope && !std::is_same_v<MT, __nv_bfloat16>) {  // the RoPE part is bf16 in the cache
 #pragma unroll

@@ -60,6 +60,7 @@ struct WgArrival {
 // warpgroup 1; each checks its own value columns of the hidden keys.
 template <class Tr>
 struct WgArrival<Tr, true> {
+  static constexpr bool kBatch = false;  // dequant_blocks: raw bytes of all its blocks read first
   Fp8Src src{nullptr, nullptr};
   __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
   template <int kPart>
@@ -71,7 +72,7 @@ struct WgArrival<Tr, true> {
     named_barrier(kWgLoadBarrier, kWgLoaders);  // every copy of the tile landed
     const Fp8Scales sc = read_fp8_scales<Tr>(nxt, tid >> 1);
     named_arrive(kBarLanded, kThreads);  // (the scales read: block 0 may be written)
-    dequant_blocks<Tr, 4, Fp8Tile<Tr>::kFp8Blocks, true>(nxt, tid >> 1, tid & 1, sc);
+    dequant_blocks<Tr, 4, Fp8Tile<Tr>::kFp8Blocks, true, kWgLoadBarrier, kBatch>(nxt, tid >> 1, tid & 1, sc);
     if (t0 >= t1) return false;
     named_barrier(kWgLoadBarrier, kWgLoaders);
     return named_barrier_or(kBarHidden, kThreads,
@@ -79,7 +80,7 @@ struct WgArrival<Tr, true> {
   }
   static __device__ void take(unsigned char* nxt, int tid, int t0, int t1) {
     named_barrier(kBarLanded, kThreads);
-    dequant_blocks<Tr, 0, 4, false, kBarWg0>(nxt, tid >> 1, tid & 1, read_fp8_scales<Tr>(nxt, tid >> 1));
+    dequant_blocks<Tr, 0, 4, false, kBarWg0, kBatch>(nxt, tid >> 1, tid & 1, read_fp8_scales<Tr>(nxt, tid >> 1));
     if (t0 < t1) {
       named_barrier(kBarWg0, kWgLoaders);
       named_barrier_or(kBarHidden, kThreads, values_nonfinite<Tr, kDv / 16, kWgLoaders>(nxt, t0, t1, 0, tid));
