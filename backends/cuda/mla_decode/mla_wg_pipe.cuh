@@ -60,7 +60,7 @@ struct WgArrival {
 // warpgroup 1; each checks its own value columns of the hidden keys.
 template <class Tr>
 struct WgArrival<Tr, true> {
-  static constexpr bool kBatch = false;  // dequant_blocks: raw bytes of all its blocks read first
+  static constexpr bool kBatch = true;  // dequant_blocks: raw bytes of all its blocks read first
   Fp8Src src{nullptr, nullptr};
   __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
   template <int kPart>
