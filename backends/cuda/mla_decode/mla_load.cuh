@@ -143,20 +143,6 @@ __device__ __forceinline__ uint4 e4m3x8_scaled(uint2 raw, float s) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// The same for bf16 with a power-of-two scale (fp8_model1): the product of a 4-bit e4m3 mantissa and
-// 2^k is exact in fp32 (or flushed to 0, NaN, inf), hence exact in bf16, so the upper halves of the
-// fp32 products are the rounded bf16 values (one byte permute instead of a conversion per pair).
-__device__ __forceinline__ uint4 e4m3x8_pow2_scaled_bf16(uint2 raw, float s) {
-  uint32_t w[4];
-  const uint32_t in[2] = {raw.x, raw.y};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = e4m3x2_to_float2(static_cast<uint16_t>(in[k >> 1] >> ((k & 1) * 16)));
-    w[k] = __byte_perm(__float_as_uint(f.x * s), __float_as_uint(f.y * s), 0x7632);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
 // e8m0 exponent byte -> 2^(e - 127); 255 is NaN.
 __device__ __forceinline__ float e8m0_scale(uint32_t e) {
   if (e == 255u) return __uint_as_float(0x7fc00000u);

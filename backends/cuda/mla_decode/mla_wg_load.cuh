@@ -135,9 +135,7 @@ __device__ __forceinline__ void dequant_blocks(unsigned char* kv, int t, int h, 
                           make_uint2(b[i].z, b[i].w)};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) =
-          Tr::kFmt == kFmtModel1 && std::is_same_v<MT, __nv_bfloat16> ? e4m3x8_pow2_scaled_bf16(raw[k], scale)
-                                                                      : e4m3x8_scaled<MT>(raw[k], scale);
+      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = e4m3x8_scaled<MT>(raw[k], scale);
   };
   if constexpr (kBatch) {
 #pragma unroll
