@@ -1,7 +1,8 @@
 // FP8 KV tiles of the wgmma MLA kernel: warpgroup 1 copies a tile's raw bytes with cp.async into
 // the KV buffer it will fill (no separate staging tile: the kernel's shared memory holds Q and two
-// 16-bit KV tiles), then dequantizes them in place to the blocked 128-byte-swizzled layout of
-// q's dtype while the tensor cores run P V of the previous tile.
+// 16-bit KV tiles); they are dequantized in place to the blocked 128-byte-swizzled layout of
+// q's dtype while the tensor cores run P V of the previous tile (serial loop: by warpgroup 1;
+// pipelined loop, mla_wg_pipe.cuh: each warpgroup its own value blocks).
 //
 // In-buffer staging of one tile (64 tokens; block j = 8 KiB = dims 64j .. 64j + 63 once dequantized):
 //  * the e4m3 bytes of dims 64j .. 64j + 63 (4 KiB) in the upper half of block j, for the

@@ -1,5 +1,5 @@
-// The pipelined tile loop of the wgmma MLA kernel for 16-bit caches with bf16 q (two P parts;
-// docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
+// The pipelined tile loop of the wgmma MLA kernel for bf16 q (two P parts), every cache format
+// (how a tile arrives: WgArrival below; docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
 // instead of CTA barriers, warpgroup 0 keeps P in registers for its own P V (RS form), and it
 // queues S of the next tile behind that P V, so that the tensor cores go from one to the other
 // without a CTA-wide round trip. Per tile n (KV buffer n % 2):
@@ -9,6 +9,8 @@
 //                S(n + 1) rest -> P V(n) done: [arrive free] -> S(n + 1) done
 //   warpgroup 1: [sync P] rescale O -> P V(n) cols 256..511 -> tile n + 1 (copied a tile ago)
 //                landed: [arrive half A], hidden-value check, [arrive tile] -> [sync free]
+//                (FP8: [arrive landed] instead of half A, and its value blocks dequantized;
+//                warpgroup 0 dequantizes blocks 0 .. 3 after [sync landed], before S(n + 1))
 //                copy blocks 0..3 of tile n + 2 into buffer n % 2 -> P V(n) done: [arrive lo
 //                free] -> copy the rest of tile n + 2
 //
@@ -18,7 +20,8 @@
 // in one lo tile, written once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 and
 // 11 pair the two warpgroups (bar.arrive by the producer, bar.sync by the consumer, the same
 // number of each per piece, and each producer waits on its consumer before its next arrival,
-// so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own.
+// so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own; FP8 caches: 12
+// (landed) pairs them instead of 11, 13 joins their hidden-value checks (bar.red.or, all 256).
 #pragma once
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
