@@ -62,10 +62,10 @@ struct Traits {
   // Parts of P given to the MMA (wgmma kernel): bf16 hi + lo; fp16 alone keeps ~11 mantissa bits,
   // within the fp16 output tolerance, so fp16 q runs one P V pass.
   static constexpr int kPParts = std::is_same_v<MT_, __half> ? 1 : 2;
-  // The wgmma kernel on 16-bit caches with bf16 q pipelines its tiles (mla_wg_pipe.cuh; with
-  // fp16's single P pass the serial loop measured faster): the hi tiles of two consecutive tiles
-  // live at once, in the KV tiles' RoPE blocks (d_qk 576) or in two P tiles.
-  static constexpr bool kWgPipe = kWg && kDirect && kPParts == 2;
+  // The wgmma kernel with bf16 q pipelines its tiles, for every cache format (mla_wg_pipe.cuh;
+  // with fp16's single P pass the serial loop measured faster): the hi tiles of two consecutive
+  // tiles live at once, in the KV tiles' RoPE blocks (d_qk 576) or in two P tiles.
+  static constexpr bool kWgPipe = kWg && kPParts == 2;
   static constexpr int kPExtra = kWgPipe && !kLoInKv ? kRows * kPRowBytes : 0;
   static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes) + kPExtra;
   static constexpr int kOffFlags = kOffRed + 4 * kRows * 4;  // two ints (wgmma pipeline)

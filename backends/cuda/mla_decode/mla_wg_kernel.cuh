@@ -1,8 +1,8 @@
 // The wgmma MLA decode split kernel: the same grid, plan walk, NaN rules and epilogue as
-// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout. 16-bit caches
-// with bf16 q: the pipelined tile loop of mla_wg_pipe.cuh. fp16 q and the FP8 caches (raw bytes
-// staged in the KV buffer and dequantized there by warpgroup 1, mla_wg_load.cuh): the tiles one
-// after the other (the loop below). The tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
+// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout (FP8 caches: raw
+// bytes staged in the KV buffer and dequantized there, mla_wg_load.cuh). bf16 q: the pipelined
+// tile loop of mla_wg_pipe.cuh. fp16 q: the tiles one after the other (the loop below, FP8 tiles
+// dequantized by warpgroup 1). The tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_epilogue.cuh"
 #include "mla_load.cuh"

@@ -1,7 +1,8 @@
 // FP8 KV tiles of the wgmma MLA kernel: warpgroup 1 copies a tile's raw bytes with cp.async into
 // the KV buffer it will fill (no separate staging tile: the kernel's shared memory holds Q and two
-// 16-bit KV tiles), then dequantizes them in place to the blocked 128-byte-swizzled layout of
-// q's dtype while the tensor cores run P V of the previous tile.
+// 16-bit KV tiles); they are dequantized in place to the blocked 128-byte-swizzled layout of
+// q's dtype while the tensor cores run P V of the previous tile (serial loop: by warpgroup 1;
+// pipelined loop, mla_wg_pipe.cuh: each warpgroup its own value blocks).
 //
 // In-buffer staging of one tile (64 tokens; block j = 8 KiB = dims 64j .. 64j + 63 once dequantized):
 //  * the e4m3 bytes of dims 64j .. 64j + 63 (4 KiB) in the upper half of block j, for the
@@ -34,75 +35,139 @@ struct Fp8Tile {
   }
 };
 
+// Where token t's FP8 row and scales are (row nullptr: zero fill), for load_kv_raw_part.
+struct Fp8Src {
+  const unsigned char* row;
+  const unsigned char* sc;
+};
+
+template <class Tr>
+__device__ __forceinline__ Fp8Src fp8_src(const MlaDecodeParams& p, int r, int tok, int end) {
+  using F = Fp8Tile<Tr>;
+  int off;
+  const unsigned char* blk =
+      token_block(p, r, tok, end, static_cast<int64_t>(p.page_block_size) * F::kTokenBytes, off);
+  if (!blk) return {nullptr, nullptr};
+  const unsigned char* sc = Tr::kFmt == kFmtV32 ? blk + static_cast<int64_t>(off) * F::kDataRow + 512
+                                                : blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8;
+  return {blk + static_cast<int64_t>(off) * F::kDataRow, sc};
+}
+
+// Part kPart of token t's raw bytes (thread h = 0, 1 of the token) into KV buffer `base` (in-buffer
+// staging): part 0 = the e4m3 bytes of blocks 0 .. 3 and the scales, part 1 = the other e4m3
+// blocks and the RoPE part. Not committed.
+template <class Tr, int kPart>
+__device__ __forceinline__ void load_kv_raw_part(const MlaDecodeParams& p, uint32_t base, int t, int h, Fp8Src s) {
+  using F = Fp8Tile<Tr>;
+  const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
+  const uint32_t n = s.row ? 16u : 0u;
+  constexpr int c0 = kPart ? 16 : 0, c1 = kPart ? F::kFp8Blocks * 4 : 16;
+#pragma unroll
+  for (int ci = c0 + h; ci < c1; ci += 2)  // chunk ci: block ci / 4, 16-byte step ci % 4
+    cp_async_16(base + F::raw_off(ci >> 2, t, ci & 3), n ? s.row + ci * 16 : any, n);
+  if constexpr (kPart == 1) {
+#pragma unroll
+    for (int k = h; k < 8; k += 2)
+      cp_async_16(base + Tr::off(t, 8 * F::kFp8Blocks + k), n ? s.row + F::kRopeSrc + k * 16 : any, n);
+  } else if (h == 0) {
+    if constexpr (Tr::kFmt == kFmtV32) {
+      cp_async_16(base + t * 16, n ? s.sc : any, n);
+    } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
+      cp_async_8(base + t * 16, n ? s.sc : any, n ? 8u : 0u);
+    }
+  }
+}
+
 // Raw bytes of tokens tile0 .. tile0 + 63 of request r into KV buffer dst (in-buffer staging),
 // by the 128 threads of warpgroup 1 (tid 0 .. 127, two per token). Not waited for.
 template <class Tr>
 __device__ __forceinline__ void load_kv_raw_wg(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
                                                int end, int tid) {
-  using F = Fp8Tile<Tr>;
   const int t = tid >> 1, h = tid & 1;
-  const uint32_t base = smem_addr(dst);
-  int off;
-  const unsigned char* blk =
-      token_block(p, r, tile0 + t, end, static_cast<int64_t>(p.page_block_size) * F::kTokenBytes, off);
-  const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
-  const unsigned char* row = blk ? blk + static_cast<int64_t>(off) * F::kDataRow : nullptr;
-  const uint32_t n = row ? 16u : 0u;
-#pragma unroll
-  for (int ci = h; ci < F::kFp8Blocks * 4; ci += 2)  // chunk ci: block ci / 4, 16-byte step ci % 4
-    cp_async_16(base + F::raw_off(ci >> 2, t, ci & 3), n ? row + ci * 16 : any, n);
-#pragma unroll
-  for (int k = h; k < 8; k += 2)
-    cp_async_16(base + Tr::off(t, 8 * F::kFp8Blocks + k), n ? row + F::kRopeSrc + k * 16 : any, n);
-  if (h == 0) {
-    if constexpr (Tr::kFmt == kFmtV32) {
-      cp_async_16(base + t * 16, n ? row + 512 : any, n);
-    } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
-      const unsigned char* sc = row ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
-      cp_async_8(base + t * 16, sc, n ? 8u : 0u);
-    }
+  const Fp8Src s = fp8_src<Tr>(p, r, tile0 + t, end);
+  load_kv_raw_part<Tr, 0>(p, smem_addr(dst), t, h, s);
+  load_kv_raw_part<Tr, 1>(p, smem_addr(dst), t, h, s);
+}
+
+// Token t's scales (read from block 0's lower half before block 0 is written): v32 4 fp32 (one
+// per two blocks), model1 7 e8m0 bytes (one per block), kept as read.
+struct Fp8Scales {
+  uint4 w;
+};
+template <class Tr>
+__device__ __forceinline__ Fp8Scales read_fp8_scales(const unsigned char* kv, int t) {
+  if constexpr (Tr::kFmt == kFmtV32) {
+    return {*reinterpret_cast<const uint4*>(kv + t * 16)};
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(kv + t * 16);
+    return {make_uint4(v.x, v.y, 0u, 0u)};
+  }
+}
+// The scale of e4m3 block j (j a compile-time constant after unrolling).
+template <class Tr>
+__device__ __forceinline__ float fp8_scale(const Fp8Scales& s, int j) {
+  const uint32_t w[4] = {s.w.x, s.w.y, s.w.z, s.w.w};
+  if constexpr (Tr::kFmt == kFmtV32) {
+    return __uint_as_float(w[j >> 1]);
+  } else {
+    return e8m0_scale((w[j >> 2] >> ((j & 3) * 8)) & 0xffu);
   }
 }
 
-// Warpgroup 1, once its raw copies of `kv` are complete (cp.async.wait by each thread): the tile
-// dequantized in place (e4m3 * scale in fp32, rounded to q's dtype, as mla_load.cuh's
-// dequant_tile), then made visible to the async proxy. Thread 2t + h writes 16-byte chunks
-// 4h .. 4h + 3 of token t in every block.
-template <class Tr>
-__device__ __forceinline__ void dequant_kv_wg(unsigned char* kv, int tid) {
+// Blocks j0 .. j1 - 1 of a landed raw tile dequantized in place (e4m3 * scale in fp32, rounded to
+// q's dtype, as mla_load.cuh's dequant_tile); with kRope, the RoPE part converted to q's dtype
+// too, by the 128 threads of one warpgroup (named barrier kBar). Thread 2t + h writes 16-byte
+// chunks 4h .. 4h + 3 of token t in every block. Every raw byte of a block is read (by the whole
+// warpgroup) before the block is written: block by block, or (kBatch) all blocks' bytes into
+// registers first, one barrier.
+template <class Tr, int j0, int j1, bool kRope, int kBar = kWgLoadBarrier, bool kBatch = false>
+__device__ __forceinline__ void dequant_blocks(unsigned char* kv, int t, int h, const Fp8Scales& sc) {
   using MT = typename Tr::MT;
   using F = Fp8Tile<Tr>;
-  const int t = tid >> 1, h = tid & 1;
-  named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
-  float sc[F::kFp8Blocks];
-  if constexpr (Tr::kFmt == kFmtV32) {
-    const float4 v = *reinterpret_cast<const float4*>(kv + t * 16);
-    const float s4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sc[j] = s4[j >> 1];
-  } else {
-    const uint2 v = *reinterpret_cast<const uint2*>(kv + t * 16);
-#pragma unroll
-    for (int j = 0; j < 7; ++j) sc[j] = e8m0_scale(((j < 4 ? v.x : v.y) >> ((j & 3) * 8)) & 0xffu);
-  }
-#pragma unroll 1
-  for (int j = 0; j < F::kFp8Blocks; ++j) {
-    const uint4 a = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h));
-    const uint4 b = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h + 1));
-    // block j's output covers its raw half (and, for j = 0, the scales): all reads first
-    named_barrier(kWgLoadBarrier, kWgLoaders);
-    const uint2 raw[4] = {make_uint2(a.x, a.y), make_uint2(a.z, a.w), make_uint2(b.x, b.y), make_uint2(b.z, b.w)};
+  constexpr int kN = kBatch ? j1 - j0 : 1;
+  uint4 a[kN], b[kN];
+  auto read = [&](int j, int i) {
+    a[i] = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h));
+    b[i] = *reinterpret_cast<const uint4*>(kv + F::raw_off(j, t, 2 * h + 1));
+  };
+  auto write = [&](int j, int i) {
+    const float scale = fp8_scale<Tr>(sc, j);
+    const uint2 raw[4] = {make_uint2(a[i].x, a[i].y), make_uint2(a[i].z, a[i].w), make_uint2(b[i].x, b[i].y),
+                          make_uint2(b[i].z, b[i].w)};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = e4m3x8_scaled<MT>(raw[k], sc[j]);
+      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = e4m3x8_scaled<MT>(raw[k], scale);
+  };
+  if constexpr (kBatch) {
+#pragma unroll
+    for (int j = j0; j < j1; ++j) read(j, j - j0);
+    named_barrier(kBar, kWgLoaders);  // the blocks' outputs cover their raw halves (block 0: the scales)
+#pragma unroll
+    for (int j = j0; j < j1; ++j) write(j, j - j0);
+  } else {
+#pragma unroll
+    for (int j = j0; j < j1; ++j) {
+      read(j, 0);
+      named_barrier(kBar, kWgLoaders);  // block j's output covers its raw half (block 0: the scales)
+      write(j, 0);
+    }
   }
-  if constexpr (!std::is_same_v<MT, __nv_bfloat16>) {  // the RoPE part is bf16 in the cache
+  if constexpr (kRope && !std::is_same_v<MT, __nv_bfloat16>) {  // the RoPE part is bf16 in the cache
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       uint4* w = reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * F::kFp8Blocks + 4 * h + k));
       *w = bf16x8_to<MT>(*w);
     }
   }
+}
+
+// Warpgroup 1, once its raw copies of `kv` are complete (cp.async.wait by each thread): the whole
+// tile dequantized in place, then made visible to the async proxy.
+template <class Tr>
+__device__ __forceinline__ void dequant_kv_wg(unsigned char* kv, int tid) {
+  const int t = tid >> 1, h = tid & 1;
+  named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
+  dequant_blocks<Tr, 0, Fp8Tile<Tr>::kFp8Blocks, true>(kv, t, h, read_fp8_scales<Tr>(kv, t));
   common::fence_proxy_async_smem();  // the wgmma reads the tile through the async proxy
 }
 

@@ -1,5 +1,5 @@
-// The pipelined tile loop of the wgmma MLA kernel for 16-bit caches with bf16 q (two P parts;
-// docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
+// The pipelined tile loop of the wgmma MLA kernel for bf16 q (two P parts), every cache format
+// (how a tile arrives: WgArrival below; docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
 // instead of CTA barriers, warpgroup 0 keeps P in registers for its own P V (RS form), and it
 // queues S of the next tile behind that P V, so that the tensor cores go from one to the other
 // without a CTA-wide round trip. Per tile n (KV buffer n % 2):
@@ -9,6 +9,8 @@
 //                S(n + 1) rest -> P V(n) done: [arrive free] -> S(n + 1) done
 //   warpgroup 1: [sync P] rescale O -> P V(n) cols 256..511 -> tile n + 1 (copied a tile ago)
 //                landed: [arrive half A], hidden-value check, [arrive tile] -> [sync free]
+//                (FP8: [arrive landed] instead of half A, and its value blocks dequantized;
+//                warpgroup 0 dequantizes blocks 0 .. 3 after [sync landed], before S(n + 1))
 //                copy blocks 0..3 of tile n + 2 into buffer n % 2 -> P V(n) done: [arrive lo
 //                free] -> copy the rest of tile n + 2
 //
@@ -18,7 +20,8 @@
 // in one lo tile, written once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 and
 // 11 pair the two warpgroups (bar.arrive by the producer, bar.sync by the consumer, the same
 // number of each per piece, and each producer waits on its consumer before its next arrival,
-// so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own.
+// so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own; FP8 caches: 12
+// (landed) pairs them instead of 11, 13 joins their hidden-value checks (bar.red.or, all 256).
 #pragma once
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
@@ -26,6 +29,69 @@
 namespace dualops::cuda::mla {
 
 constexpr int kBarFree = 6, kBarPvDone = 7, kBarP = 8, kBarTile = 9, kBarWg0 = 10, kBarTileA = 11;
+constexpr int kBarLanded = 12, kBarHidden = 13;  // FP8 caches
+
+// How tile n + 1 arrives, per thread. Warpgroup 1: locate() a token's source a tile ahead, copy<part>()
+// it into a KV buffer (part 0: what value blocks 0 .. 3 need, part 1: the rest; committed by the
+// caller), land() once its P V(n) is issued: tile n + 1 handed to warpgroup 0 (take(), before
+// S(n + 1)), and whether the tile's keys hidden from some rows (tokens t0 .. t1 - 1) hold NaN /
+// inf values. 16-bit caches: cp.async of the rows, signalled half by half.
+template <class Tr, bool kRaw = !Tr::kDirect>
+struct WgArrival {
+  const unsigned char* src = nullptr;
+  uint32_t n = 0;
+  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { n = kv_row_src<Tr>(p, r, tok, end, src); }
+  template <int kPart>
+  __device__ void copy(const MlaDecodeParams&, unsigned char* kv, int tid) const {
+    constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
+    copy_kv_row<Tr, 2>(smem_addr(kv), tid >> 1, tid & 1, src, n, kPart ? kHalf : 0, kPart ? Tr::kChunks : kHalf);
+  }
+  __device__ bool land(const unsigned char* nxt, int tid, int t0, int t1) const {
+    cp_async_wait<1>();
+    fence_proxy_async_smem();
+    named_arrive(kBarTileA, kThreads);
+    cp_async_wait<0>();
+    if (t0 >= t1) return false;  // uniform: only tiles with hidden keys pay for the check
+    named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
+    return named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
+  }
+  static __device__ void take(unsigned char*, int, int, int) { named_barrier(kBarTileA, kThreads); }
+};
+
+// FP8 caches: the raw bytes staged in the buffer (mla_wg_load.cuh), dequantized in place once
+// landed: value blocks 0 .. 3 by warpgroup 0 (idle behind its P V until S(n + 1)), the rest by
+// warpgroup 1; each checks its own value columns of the hidden keys.
+template <class Tr>
+struct WgArrival<Tr, true> {
+  static constexpr bool kBatch = true;  // dequant_blocks: raw bytes of all its blocks read first
+  Fp8Src src{nullptr, nullptr};
+  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
+  template <int kPart>
+  __device__ void copy(const MlaDecodeParams& p, unsigned char* kv, int tid) const {
+    load_kv_raw_part<Tr, kPart>(p, smem_addr(kv), tid >> 1, tid & 1, src);
+  }
+  __device__ bool land(unsigned char* nxt, int tid, int t0, int t1) const {
+    cp_async_wait<0>();
+    named_barrier(kWgLoadBarrier, kWgLoaders);  // every copy of the tile landed
+    const Fp8Scales sc = read_fp8_scales<Tr>(nxt, tid >> 1);
+    named_arrive(kBarLanded, kThreads);  // (the scales read: block 0 may be written)
+    dequant_blocks<Tr, 4, Fp8Tile<Tr>::kFp8Blocks, true, kWgLoadBarrier, kBatch>(nxt, tid >> 1, tid & 1, sc);
+    if (t0 >= t1) return false;
+    named_barrier(kWgLoadBarrier, kWgLoaders);
+    return named_barrier_or(kBarHidden, kThreads,
+                            values_nonfinite<Tr, kDv / 16, kWgLoaders>(nxt, t0, t1, kDv / 16, tid));
+  }
+  static __device__ void take(unsigned char* nxt, int tid, int t0, int t1) {
+    named_barrier(kBarLanded, kThreads);
+    dequant_blocks<Tr, 0, 4, false, kBarWg0, kBatch>(nxt, tid >> 1, tid & 1, read_fp8_scales<Tr>(nxt, tid >> 1));
+    if (t0 < t1) {
+      named_barrier(kBarWg0, kWgLoaders);
+      named_barrier_or(kBarHidden, kThreads, values_nonfinite<Tr, kDv / 16, kWgLoaders>(nxt, t0, t1, 0, tid));
+    }
+    fence_proxy_async_smem();
+    named_barrier(kBarWg0, kWgLoaders);  // this warpgroup's values all written
+  }
+};
 
 template <class Tr>
 struct WgPipeSmem {
@@ -85,8 +151,10 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
       wg_pv_issue_rs<Tr>(st, f, smem_addr(kv));
     }
     if (n + 1 < pc.ntiles) {  // S(n + 1) queued behind this P V, in two parts as its halves land
-      const uint32_t kv_next = smem_addr(sm.kv((n + 1) & 1));
-      named_barrier(kBarTileA, kThreads);  // value blocks 0 .. 3 of tile n + 1
+      unsigned char* nxt = sm.kv((n + 1) & 1);
+      const uint32_t kv_next = smem_addr(nxt);
+      const int next0 = tile0 + kTile;
+      WgArrival<Tr>::take(nxt, threadIdx.x, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile));  // value blocks 0 .. 3
       wg_scores_part<Tr, 0, kDv / 32>(s, q_base, kv_next);
       named_barrier(kBarTile, kThreads);  // the rest, and its check of hidden values
       exact = sm.flags()[(n + 1) & 1] != 0;
@@ -112,16 +180,14 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
                                                const MlaPiece& pc, int r, int g, int tid, bool exact) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
-  const int token = tid >> 1, sub = tid & 1;
-  const unsigned char* src = nullptr;
-  uint32_t nsrc = 0;
+  WgArrival<Tr> in;
   if (pc.ntiles > 1) {  // tile 1 into the free buffer
-    nsrc = kv_row_src<Tr>(p, r, pc.start + kTile + token, pc.end, src);
-    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, 0, kHalf);
+    in.locate(p, r, pc.start + kTile + (tid >> 1), pc.end);
+    in.template copy<0>(p, sm.kv(1), tid);
     cp_async_commit();
-    copy_kv_row<Tr, 2>(smem_addr(sm.kv(1)), token, sub, src, nsrc, kHalf, Tr::kChunks);
+    in.template copy<1>(p, sm.kv(1), tid);
     cp_async_commit();
-    if (pc.ntiles > 2) nsrc = kv_row_src<Tr>(p, r, pc.start + 2 * kTile + token, pc.end, src);
+    if (pc.ntiles > 2) in.locate(p, r, pc.start + 2 * kTile + (tid >> 1), pc.end);
   }
   named_arrive(kBarPvDone, kThreads);  // the lo tile is free
   for (int n = 0; n < pc.ntiles; ++n) {
@@ -139,16 +205,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
     if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
       unsigned char* nxt = sm.kv((n + 1) & 1);
-      cp_async_wait<1>();
-      fence_proxy_async_smem();
-      named_arrive(kBarTileA, kThreads);
-      cp_async_wait<0>();
-      const int t0 = max(pc.hidden0 - next0, 0), t1 = min(pc.end - next0, kTile);
-      exact = false;
-      if (t0 < t1) {  // uniform: only tiles with hidden keys pay for the check
-        named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
-        exact = named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
-      }
+      exact = in.land(nxt, tid, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile));
       if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
       fence_proxy_async_smem();
       named_arrive(kBarTile, kThreads);
@@ -156,15 +213,15 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     const bool refill = n + 2 < pc.ntiles;  // tile n + 2 into this buffer
     if (refill) {
       named_barrier(kBarFree, kThreads);  // warpgroup 0's P V of tile n done: blocks 0 .. 3 free
-      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, 0, kHalf);
+      in.template copy<0>(p, kv, tid);
       cp_async_commit();
     }
     wg_pv_wait(st);
     if (n + 1 < pc.ntiles) named_arrive(kBarPvDone, kThreads);  // the lo tile is free for P(n + 1)
     if (refill) {
-      copy_kv_row<Tr, 2>(smem_addr(kv), token, sub, src, nsrc, kHalf, Tr::kChunks);
+      in.template copy<1>(p, kv, tid);
       cp_async_commit();
-      if (n + 3 < pc.ntiles) nsrc = kv_row_src<Tr>(p, r, next0 + 2 * kTile + token, pc.end, src);
+      if (n + 3 < pc.ntiles) in.locate(p, r, next0 + 2 * kTile + (tid >> 1), pc.end);
     }
   }
 }
