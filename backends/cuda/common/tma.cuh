@@ -12,8 +12,8 @@
 
 namespace dualops::cuda::common {
 
-// One arrival expected (the thread that posts the transaction bytes).
-// (bar, dst: shared-window addresses; an mbarrier is 8 bytes, 8-byte aligned)
+// bar, dst: shared-window addresses (an mbarrier is 8 bytes, 8-byte aligned).
+// Initializes `bar` for one arrival per phase (the thread that posts the transaction bytes).
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
 }

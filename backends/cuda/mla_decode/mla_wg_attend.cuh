@@ -7,17 +7,10 @@
 // either warpgroup holds q rows 16g .. 16g + 15 of every fragment. The pipelined form of these
 // stages for 16-bit caches (P of warpgroup 0 from registers) is at the end (mla_wg_pipe.cuh).
 #pragma once
-#include "../common/wgmma.cuh"
+#include "mla_wgmma_names.cuh"
 #include "mla_attend.cuh"
 
 namespace dualops::cuda::mla {
-
-using common::fence_proxy_async_smem;
-using common::wgmma_commit;
-using common::wgmma_desc_sw128;
-using common::wgmma_fence;
-using common::wgmma_fence_regs;
-using common::wgmma_wait;
 
 // K-major operand rows are 128 bytes: 8-row groups 1024 bytes apart (lbo unused: 16).
 __device__ __forceinline__ uint64_t kmajor_desc(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }

@@ -12,18 +12,11 @@
 // M row 16w + l / 4 + 8 (e / 2), q row 8j + 2 (l % 4) + e % 2: the thread's q rows are
 // column index 2j + e % 2 of kCols.
 #pragma once
-#include "../common/wgmma.cuh"
+#include "mla_wgmma_names.cuh"
 #include "mla_attend.cuh"
 #include "mla_wt_layout.cuh"
 
 namespace dualops::cuda::mla {
-
-using common::fence_proxy_async_smem;
-using common::wgmma_commit;
-using common::wgmma_desc_sw128;
-using common::wgmma_fence;
-using common::wgmma_fence_regs;
-using common::wgmma_wait;
 
 template <class L>
 struct WtState {
