@@ -184,7 +184,7 @@ def test_cuda_kernel_choice():
     assert [cuda_kernel_for(r, **fp8) for r in (4, 64, 96, 128, 256, 384, 512)] == \
         ["sm90_small", "sm90_small", "sm90_mid", "sm90_mid", "sm90_mid", "sm90_mid", "sm90"]
     bw = {**kw, "dtype": "float8_e4m3fn", "scale_mode": "blockwise"}              # no mid kernel
-    assert cuda_kernel_for(96, **bw) == "sm90" and cuda_kernel_for(300, **bw) == "sm90"
+    assert [cuda_kernel_for(r, **bw) for r in (1, 4, 96, 300)] == ["sm90"] * 4  # every size
     fp16 = {**kw, "dtype": "float16", "out_dtype": "float16"}                     # no small kernel
     assert cuda_kernel_for(16, **fp16) == "mma" and cuda_kernel_for(4096, **fp16) == "sm90"
     assert cuda_kernel_for(4096, **{**kw, "out_dtype": "float32"}) == "mma"      # no sm90 kernel for it
