@@ -23,29 +23,20 @@ constexpr uint16_t kFlagTileReady = 1;
 constexpr uint16_t kFlagSlotFree = 2;
 
 __aicore__ inline void CubeSide(GM_ADDR x, GM_ADDR eye, GM_ADDR ws, int32_t rounds) {
-  const int64_t blk = GetBlockIdx();
   sim_test::CubeTiles cube;
-  cube.Init(eye);
-  GlobalTensor<half> xg;
-  GlobalTensor<float> wg;
-  xg.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(x) + blk * rounds * kTile, rounds * kTile);
-  wg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws) + blk * 2 * kTile, 2 * kTile);
-  const LocalTensor<half>& a1 = cube.a1;
-  const LocalTensor<half>& a2 = cube.a2;
-  const LocalTensor<half>& b2 = cube.b2;
-  const LocalTensor<float>& c = cube.c;
+  cube.Init(x, eye, ws, rounds, 2);
   for (int32_t r = 0; r < rounds; ++r) {
     if (r >= 2) CrossCoreWaitFlag(kFlagSlotFree);   // both AIVs are done with slot r % 2
-    if (r > 0) PipeSync<HardEvent::MTE1_MTE2>();    // the last LoadData read a1
-    DataCopy(a1, xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+    if (r > 0) PipeSync<HardEvent::MTE1_MTE2>();    // the last LoadData read cube.a1
+    DataCopy(cube.a1, cube.xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
     PipeSync<HardEvent::MTE2_MTE1>();
-    if (r > 0) PipeSync<HardEvent::M_MTE1>();       // the last Mmad read a2
-    LoadData(a2, a1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
+    if (r > 0) PipeSync<HardEvent::M_MTE1>();       // the last Mmad read cube.a2
+    LoadData(cube.a2, cube.a1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
     PipeSync<HardEvent::MTE1_M>();
-    if (r > 0) PipeSync<HardEvent::FIX_M>();        // the last Fixpipe read c
-    Mmad(c, a2, b2, MmadParams(16, 16, 16, 0, false, true));
+    if (r > 0) PipeSync<HardEvent::FIX_M>();        // the last Fixpipe read cube.c
+    Mmad(cube.c, cube.a2, cube.b2, MmadParams(16, 16, 16, 0, false, true));
     PipeSync<HardEvent::M_FIX>();
-    Fixpipe<float, float, CFG_ROW_MAJOR>(wg[(r % 2) * kTile], c, FixpipeParamsV220(16, 16, 16, 16, false));
+    Fixpipe<float, float, CFG_ROW_MAJOR>(cube.wg[(r % 2) * kTile], cube.c, FixpipeParamsV220(16, 16, 16, 16, false));
     CrossCoreSetFlag<2, PIPE_FIX>(kFlagTileReady);
   }
   // Consume the acknowledgements of the last rounds so no flag outlives the kernel.

@@ -50,28 +50,19 @@ __aicore__ inline void Sync(int32_t drop, int32_t which) {
 }
 
 __aicore__ inline void CubeSide(GM_ADDR x, GM_ADDR eye, GM_ADDR ws, int32_t rounds, int32_t drop) {
-  const int64_t blk = GetBlockIdx();
   sim_test::CubeTiles cube;
-  cube.Init(eye);
-  GlobalTensor<half> xg;
-  GlobalTensor<float> wg;
-  xg.SetGlobalBuffer(reinterpret_cast<__gm__ half*>(x) + blk * rounds * kTile, rounds * kTile);
-  wg.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(ws) + blk * rounds * kTile, rounds * kTile);
-  const LocalTensor<half>& a1 = cube.a1;
-  const LocalTensor<half>& a2 = cube.a2;
-  const LocalTensor<half>& b2 = cube.b2;
-  const LocalTensor<float>& c = cube.c;
+  cube.Init(x, eye, ws, rounds, rounds);
   for (int32_t r = 0; r < rounds; ++r) {
     if (r > 0) Sync<HardEvent::MTE1_MTE2>(drop, kMte1Mte2);
-    DataCopy(a1, xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
+    DataCopy(cube.a1, cube.xg[r * kTile], Nd2NzParams(1, 16, 16, 0, 16, 16, 1, 0));
     Sync<HardEvent::MTE2_MTE1>(drop, kMte2Mte1);
     if (r > 0) Sync<HardEvent::M_MTE1>(drop, kMMte1);
-    LoadData(a2, a1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
+    LoadData(cube.a2, cube.a1, LoadData2DParams(0, 1, 1, 0, 0, false, 0));
     Sync<HardEvent::MTE1_M>(drop, kMte1M);
     if (r > 0) Sync<HardEvent::FIX_M>(drop, kFixM);
-    Mmad(c, a2, b2, MmadParams(16, 16, 16, 0, false, true));
+    Mmad(cube.c, cube.a2, cube.b2, MmadParams(16, 16, 16, 0, false, true));
     Sync<HardEvent::M_FIX>(drop, kMFix);
-    Fixpipe<float, float, CFG_ROW_MAJOR>(wg[r * kTile], c, FixpipeParamsV220(16, 16, 16, 16, false));
+    Fixpipe<float, float, CFG_ROW_MAJOR>(cube.wg[r * kTile], cube.c, FixpipeParamsV220(16, 16, 16, 16, false));
   }
   if (drop == kFixFlag) CrossCoreSetFlag<2, PIPE_MTE2>(kFlagReady);
   else CrossCoreSetFlag<2, PIPE_FIX>(kFlagReady);

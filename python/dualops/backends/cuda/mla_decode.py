@@ -18,8 +18,8 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, MLA_CUDA_WGMMA_T_ROWS, PART_STRIDE, MlaPlan,  # noqa: F401
-                                  cuda_mla_kernel, num_sm_parts_for)  # (MLA_CUDA_WGMMA_T_ROWS: for the kernel A/B script)
+from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
+                                  num_sm_parts_for)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import current_stream, pack_params
 
