@@ -11,7 +11,8 @@
 // (kSlots = kNb) and a ring of kRawSlots raw parts of kRawTok = 16 tokens (bulk copies of the
 // cache bytes: fp8_v32 rows of 656 bytes; fp8_model1 16 x 576 data bytes, then 16 x 8 scale
 // bytes), which the producer dequantizes into the tiles. mbarriers: full[2] (tile c dequantized),
-// empty[2] (tile c free), raw[kRawSlots] (part landed), then an int per raw slot: its valid tokens.
+// empty[2] (tile c free), raw[kRawSlots] (part landed), then an int per raw slot (its valid
+// tokens) and the ring of block-table entries of the producer's copies.
 // After the chains, a warpgroup's ring holds its state for the merge (kXchBytes).
 #pragma once
 #include "mla_config.cuh"
@@ -45,8 +46,9 @@ struct WtLayout {
   static constexpr int kRawPitch = Tr::kFmt == kFmtV32 ? 656 : 576;  // data bytes per token in a part
   static constexpr int kRawPart = kRawTok * (Tr::kFmt == kFmtV32 ? 656 : 584);
   // 16-bit caches: one mbarrier per ring slot (TMA completion), at most 2 kNb slots per warpgroup;
-  // FP8: full / empty per warpgroup and an mbarrier + an int per raw slot (at most 16).
-  static constexpr int kBarBytes = kProducer ? (4 + 16) * 8 + 16 * 4 : 2 * 2 * kNb * 8;
+  // FP8: full / empty per warpgroup, an mbarrier + an int per raw slot (at most 16), and a ring of
+  // 32 block-table entries (WtRawCopies).
+  static constexpr int kBarBytes = kProducer ? (4 + 16) * 8 + (16 + 32) * 4 : 2 * 2 * kNb * 8;
   static constexpr int kFixed = kQBytes + 4 * kPBytes + kRedBytes + kBarBytes;
   static constexpr int kBudget = 227 * 1024;
   static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;

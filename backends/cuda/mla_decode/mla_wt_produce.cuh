@@ -13,6 +13,7 @@
 // waits for full[c], uses the tile, arrives on empty[c]. The two sides alternate strictly, so
 // one parity bit per barrier and side suffices.
 #pragma once
+#include "../common/cp_async.cuh"
 #include "../common/tma.cuh"
 #include "mla_piece.cuh"
 #include "mla_wt_layout.cuh"
@@ -59,50 +60,87 @@ __device__ __forceinline__ void wt_dequant_part(const unsigned char* part, unsig
   *reinterpret_cast<uint4*>(dst + kBlocks * Tr::kBlockBytes) = bf16x8_to<MT>(rope);
 }
 
-// The producer's copies (its first thread): the raw parts of the CTA's part of the plan in the
-// order they are dequantized (requests with tokens, piece tiles, 4 parts of 16 tokens per tile),
-// part u into raw slot u % kRawSlots. A part copies its tokens up to the range end from their
-// cache block (the page holds the whole part: pages are multiples of 16 tokens and pieces start
-// on 64-token boundaries); its slot's valid-token count (0 for a block out of range) goes next
-// to the mbarriers, published by the mbarrier's arrival.
-template <class Tr, class L>
-struct WtRawCopies {
-  const MlaDecodeParams& p;
-  const MlaDecodeTiling& t;
-  const MlaPart& part;
-  int r, tok, end, last;  // request; next part's first token; its piece's end and last token + 1 (tiles)
-  int u = 0;              // parts issued
-
-  __device__ __forceinline__ WtRawCopies(const MlaDecodeParams& p_, const MlaDecodeTiling& t_, const MlaPart& w)
-      : p(p_), t(t_), part(w), r(max(w.begin_req, 0) - 1), tok(0), end(0), last(0) {}
-
-  __device__ __forceinline__ void issue(unsigned char* raw, uint32_t bars, int* nvalid) {
-    while (tok >= last) {  // next request with tokens
-      if (++r > part.end_req) return;
-      const MlaPiece pc = mla_piece(t, part, r, 0, false);
+// A walk over the raw parts of a CTA's part of the plan, in the order they are dequantized:
+// requests with tokens, their piece's tiles, kTok-token parts. next() moves to the next part
+// (false past the last one): request r, first token tok, the piece's end and the end of its tiles.
+template <int kTok>
+struct WtPartWalk {
+  int r, tok = 0, end = 0, last = 0;
+  __device__ __forceinline__ bool next(const MlaDecodeTiling& t, const MlaPart& w) {
+    tok += kTok;
+    while (tok >= last) {
+      if (++r > w.end_req) return false;
+      const MlaPiece pc = mla_piece(t, w, r, 0, false);
       tok = pc.start;
       end = pc.end;
       last = pc.start + pc.ntiles * kTile;
     }
+    return true;
+  }
+};
+
+// The producer's copies (its first thread): part u into raw slot u % kRawSlots. A part copies its
+// tokens up to the range end from their cache block (the page holds the whole part: pages are
+// multiples of 16 tokens and pieces start on 64-token boundaries); its slot's valid-token count
+// (0 past the block table's width or for a block out of range) goes next to the mbarriers,
+// published by the mbarrier's arrival. The parts' block-table entries are read kAhead parts
+// ahead by cp.async into a shared ring (bid), so that no copy waits for a global load.
+template <class Tr, class L>
+struct WtRawCopies {
+  static constexpr int kAhead = 16;
+  const MlaDecodeParams& p;
+  const MlaDecodeTiling& t;
+  const MlaPart& part;
+  WtPartWalk<L::kRawTok> ahead, cur;  // the next part to look up, the last part copied
+  int v = 0, u = 0;                   // parts looked up, parts copied
+
+  __device__ __forceinline__ WtRawCopies(const MlaDecodeParams& p_, const MlaDecodeTiling& t_, const MlaPart& w)
+      : p(p_), t(t_), part(w) {
+    ahead.r = cur.r = max(w.begin_req, 0) - 1;
+  }
+  // Column of the block table holding a part's tokens, or -1 when the part is past its piece's end
+  // or past the table's width.
+  __device__ __forceinline__ int column(const WtPartWalk<L::kRawTok>& x) const {
+    const int col = x.tok / p.page_block_size;
+    return x.tok < x.end && col < p.max_blocks ? col : -1;
+  }
+  // The block-table entry of the next part into bid[v % (2 kAhead)] (one cp.async group, empty past the end).
+  __device__ __forceinline__ void look_up(int* bid) {
+    if (ahead.next(t, part)) {
+      const int col = column(ahead);
+      if (col >= 0)
+        common::cp_async_4(smem_addr(bid + v % (2 * kAhead)),
+                           static_cast<const int*>(p.block_table) + ahead.r * p.block_table_stride + col, 4);
+    }
+    cp_async_commit();
+    ++v;
+  }
+  __device__ __forceinline__ void start(int* bid) {
+    for (int i = 0; i < kAhead; ++i) look_up(bid);
+  }
+  __device__ __forceinline__ void issue(unsigned char* raw, uint32_t bars, int* nvalid, int* bid) {
+    if (!cur.next(t, part)) return;
+    cp_async_wait<kAhead - 1>();  // this part's look-up (kAhead - 1 later ones may be in flight)
+    const int col = column(cur);
+    const int blk = col >= 0 ? bid[u % (2 * kAhead)] : -1;
+    look_up(bid);  // (into the other half of bid's ring)
     const int s = u % L::kRawSlots;
-    const int blk = token_block_id(p, r, tok, end);
-    const int n = blk >= 0 && blk < p.num_blocks ? min(end - tok, L::kRawTok) : 0;
+    const int n = blk >= 0 && blk < p.num_blocks ? min(cur.end - cur.tok, L::kRawTok) : 0;
     const uint32_t bar = bars + 8 * s, dst = smem_addr(raw + s * L::kRawPart);
-    const int64_t pbs = p.page_block_size, off = tok % p.page_block_size;
-    const unsigned char* blk_base = static_cast<const unsigned char*>(p.kv_cache) + max(blk, 0) * pbs * token_bytes<Tr>();
+    const int64_t pbs = p.page_block_size, off = cur.tok % p.page_block_size;
+    const unsigned char* base = static_cast<const unsigned char*>(p.kv_cache) + max(blk, 0) * pbs * token_bytes<Tr>();
     nvalid[s] = n;
     if constexpr (Tr::kFmt == kFmtV32) {
       common::mbar_expect_tx(bar, n * 656);
-      if (n > 0) common::bulk_load(dst, blk_base + off * 656, n * 656, bar);
+      if (n > 0) common::bulk_load(dst, base + off * 656, n * 656, bar);
     } else {  // model1 block: [pbs x 576 data][pbs x 8 scales]; scales of an even token count (in the block)
       const int ns = (n + 1) & ~1;
       common::mbar_expect_tx(bar, n * 576 + ns * 8);
       if (n > 0) {
-        common::bulk_load(dst, blk_base + off * 576, n * 576, bar);
-        common::bulk_load(dst + L::kRawTok * 576, blk_base + pbs * 576 + off * 8, ns * 8, bar);
+        common::bulk_load(dst, base + off * 576, n * 576, bar);
+        common::bulk_load(dst + L::kRawTok * 576, base + pbs * 576 + off * 8, ns * 8, bar);
       }
     }
-    tok += L::kRawTok;
     ++u;
   }
 };
@@ -114,10 +152,13 @@ __device__ __forceinline__ void wt_produce(const MlaDecodeParams& p, const MlaDe
   const int tid = threadIdx.x & 127;
   const uint32_t full = smem_addr(smem + L::kOffBar), empty = full + 16, bars = full + 32;
   int* nvalid = reinterpret_cast<int*>(smem + L::kOffBar + 32 + 8 * 16);
+  int* bid = nvalid + 16;
   unsigned char* raw = smem + L::kOffRaw;
   WtRawCopies<Tr, L> copies(p, t, part);
-  if (tid == 0)
-    for (int i = 0; i < L::kRawSlots; ++i) copies.issue(raw, bars, nvalid);
+  if (tid == 0) {
+    copies.start(bid);
+    for (int i = 0; i < L::kRawSlots; ++i) copies.issue(raw, bars, nvalid, bid);
+  }
   uint32_t ephase = 3u;  // parity bit per MMA warpgroup (a fresh mbarrier's preceding phase counts as complete)
   int u = 0;             // parts dequantized
   const auto take = [&](int c) {  // the next use of tile c may start
@@ -139,7 +180,7 @@ __device__ __forceinline__ void wt_produce(const MlaDecodeParams& p, const MlaDe
         if (q == kTile / L::kRawTok - 1) fence_proxy_async_smem();  // the tile, for the wgmma (async proxy)
         named_barrier(L::kBarProd, 128);  // every producer thread is done with slot s (and the tile)
         if (tid == 0) {
-          copies.issue(raw, bars, nvalid);
+          copies.issue(raw, bars, nvalid, bid);
           if (q == kTile / L::kRawTok - 1) common::mbar_arrive(full + 8 * c);
         }
       }
