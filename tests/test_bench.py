@@ -243,3 +243,23 @@ def test_ifa_sweep_summary_reads_both_sdpa_ratios():
     assert md[2] == ("| 8/1 | 1 | 131072 | 64 | 24.0 | 23.0 (BHSD) | 28.0 | 1.22 | 0.95 | 2800 | 65 | 0.98 | – | "
                      "0.58 | – | 0.59 | – |")
     assert len(md) == 3
+
+
+def test_rounds_keep_each_implementation_median_round():
+    """--rounds: every implementation of a config keeps its median round (same-run ratios less
+    exposed to the order the implementations run in)."""
+    from dualops.bench.runner import Row, _median_rows
+
+    def row(impl, t):
+        return Row("s", "op", "l", {}, impl, "dualops", "cpu", "ok" if t else "n/a", time_s=t)
+
+    rounds = [[row("a", 3.0), row("b", 1.0), row("c", None)],
+              [row("a", 1.0), row("b", 5.0), row("c", None)],
+              [row("a", 2.0), row("b", 2.0), row("c", None)]]
+    got = _median_rows(rounds)
+    assert [r.time_s for r in got] == [2.0, 2.0, None]
+    assert got[2] is rounds[0][2]
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        from dualops.bench.runner import run
+
+        run([], rounds=0)

@@ -1,6 +1,6 @@
 """Every CUDA grouped-GEMM kernel on the same calls: the own mma.sync kernel and the CUTLASS
 sm90 kernels (forced through the plan), with torch._grouped_mm / torch._scaled_grouped_mm, on the
-gg-targets shapes (CUDA graph of 5 back-to-back calls, median of 15 replays). The planner's
+gg-targets shapes (timed like the bench: CUDA-graph replays after 200 ms of warm-up, median of 15). The planner's
 choice (`tiling.grouped_gemm.cuda_kernel_for`) follows these figures (docs/grouped_gemm_cuda.md).
 
     python benchmarks/cuda/gg_kernel_choice.py [--quick | --miss | --shapes SPEC] [--kernels mma,sm90,...]
@@ -21,33 +21,13 @@ import torch
 
 from dualops.backends.cuda import grouped_gemm as cuda_gg
 from dualops.bench import grouped_gemm as wl
+from dualops.bench.timing import time_cuda
 from dualops.devices import detect
 from dualops.tiling.grouped_gemm import CUDA_KERNELS, cuda_kernel_for, plan_grouped_gemm, sm90_supports
 
-CALLS = 5
-
-
 def _time(fn, reps=15):
-    fn()
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            fn()
-    graph.replay()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / CALLS)
-    return statistics.median(ts) * 1e3   # us
+    """Per-call median (us): the bench's method (CUDA-graph replays after 200 ms of warm-up)."""
+    return time_cuda(lambda i: fn(), 1, runs=reps).median_us
 
 
 def _plan(s, inp, kernel):

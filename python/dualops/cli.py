@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument("--backend", action="append", help="only these backends (repeatable or comma-separated)")
     ben.add_argument("--eager", action="store_true", help="CUDA: time eager calls, not CUDA-graph replays")
     ben.add_argument("--runs", type=_count, default=30, help="timed runs per config (default 30)")
+    ben.add_argument("--rounds", type=_count, default=1,
+                     help="time each config's implementations in turn this many times; each keeps its "
+                          "median round (default 1)")
     ben.add_argument("--budget", type=_positive, default=1.0, help="CPU: seconds of timing per config (default 1)")
     ben.add_argument("--no-probe", action="store_true", help="CUDA: skip the copy/matmul ceiling probes")
     ben.add_argument("--no-peers", action="store_true", help="do not time the peer implementations")
@@ -165,7 +168,7 @@ def _bench(args) -> int:
         print(bench.sweeps.listing())
         return 0
     return bench.main(sweep_names=args.sweep, op=args.op, shapes=args.shape,
-                      backends=_backend_list(args.backend), graph=not args.eager, runs=args.runs,
+                      backends=_backend_list(args.backend), graph=not args.eager, runs=args.runs, rounds=args.rounds,
                       budget_s=args.budget, probe=not args.no_probe, peers=not args.no_peers,
                       cpu_limit=args.cpu_limit, sim_profile=args.sim_profile, seed=args.seed, out=args.out,
                       compare=args.compare, threshold=args.threshold,

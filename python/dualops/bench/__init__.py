@@ -21,7 +21,7 @@ from .runner import BenchRun, Row, run
 __all__ = ["BenchRun", "Row", "run", "report", "sweeps", "main"]
 
 
-def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, runs=30,
+def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, runs=30, rounds=1,
          budget_s=1.0, probe=True, peers=True, cpu_limit=2.0, sim_profile=None, seed=0,
          out="reports", compare=None, threshold=0.05, fail_on_regression=False, plots=True,
          stream=None) -> int:
@@ -43,12 +43,13 @@ def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, r
             if not sweep_list:
                 raise ValueError(f"--op {op}: none of the selected sweeps is for this op")
     old = compare_mod.load(compare) if compare else None  # fail before a long run, not after
-    result = run(sweep_list, backends=backends, graph=graph, runs=runs, budget_s=budget_s, probe=probe,
+    result = run(sweep_list, backends=backends, graph=graph, runs=runs, rounds=rounds, budget_s=budget_s, probe=probe,
                  with_peers=peers, cpu_limit=cpu_limit, sim_profile=sim_profile, seed=seed)
     result.settings["command"] = " ".join(
         ["python -m dualops bench"] + [f"--sweep {n}" for n in sweep_names or ([] if shapes else ["quick"])]
         + ([f"--op {op}"] if op else []) + [f"--shape {s}" for s in shapes or []]
-        + ([f"--backend {','.join(backends)}"] if backends else []) + ([] if graph else ["--eager"]))
+        + ([f"--backend {','.join(backends)}"] if backends else []) + ([] if graph else ["--eager"])
+        + ([f"--rounds {rounds}"] if rounds > 1 else []))
     if old is not None:
         compare_mod.apply(result, old, threshold=threshold, path=compare)
     print(report.terminal(result), file=stream)

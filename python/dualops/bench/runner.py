@@ -249,11 +249,26 @@ def _bench_peers(cfg: _Config, dev: str, opts: dict, ceilings: dict) -> list[Row
     return rows
 
 
+def _median_rows(rounds: list[list[Row]]) -> list[Row]:
+    """Per implementation, the row of the median time over the rounds (rows without a time: the
+    first round's)."""
+    out = []
+    for i, first in enumerate(rounds[0]):
+        timed = sorted((r[i] for r in rounds if r[i].time_s is not None), key=lambda r: r.time_s)
+        out.append(timed[(len(timed) - 1) // 2] if timed and len(timed) == len(rounds) else first)
+    return out
+
+
 def run(sweep_list: list[Sweep], *, backends=None, graph: bool = True, runs: int = 30,
         budget_s: float = 1.0, probe: bool = True, with_peers: bool = True, cpu_limit: float = 2.0,
-        sim_profile: str | None = None, seed: int = 0) -> BenchRun:
+        sim_profile: str | None = None, seed: int = 0, rounds: int = 1) -> BenchRun:
     """Run the sweeps. ``cpu_limit``: GFLOP above which CPU backends (reference, simulator) and
-    CPU peers skip a config. ``sim_profile``: the 910B profile the simulator's estimate is for."""
+    CPU peers skip a config. ``sim_profile``: the 910B profile the simulator's estimate is for.
+    ``rounds``: each config's implementations are timed in turn this many times (inputs built
+    anew each round) and each keeps its median round, so the order they run in and the GPU's
+    clock drift between them weigh less on same-run ratios."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     from .. import devices
 
     names, status = select_backends(backends)
@@ -268,7 +283,7 @@ def run(sweep_list: list[Sweep], *, backends=None, graph: bool = True, runs: int
                 sim_profile=sim_profile or devices.DEFAULT_SIM_PROFILE)
     result = BenchRun(settings={"backends": names, "graph": graph, "runs": runs, "budget_s": budget_s,
                                 "peers": with_peers, "cpu_limit_gflop": cpu_limit, "seed": seed,
-                                "sim_profile": opts["sim_profile"], "accelerated": accelerated,
+                                "sim_profile": opts["sim_profile"], "accelerated": accelerated, "rounds": rounds,
                                 "sweeps": [s.name for s in sweep_list]},
                       backends=status)
     for d in sorted(set(devs + ([peer_device] if with_peers else []))):
@@ -286,12 +301,16 @@ def run(sweep_list: list[Sweep], *, backends=None, graph: bool = True, runs: int
             result.rows.append(Row(sweep.name, sweep.op, str(shape), dict(shape), "-", "dualops", "-",
                                    "error", reason=str(e)))
             continue
-        cfg = _Config(sweep, mod, norm, seed)
-        _progress(i, len(configs), f"{sweep.name}: {cfg.label}")
-        for b in names:
-            result.rows.append(_bench_backend(cfg, b, opts, result.ceilings))
-        if with_peers:
-            result.rows += _bench_peers(cfg, peer_device, opts, result.ceilings)
-        cfg.release()
+        per_round = []
+        for _ in range(rounds):
+            cfg = _Config(sweep, mod, norm, seed)
+            _progress(i, len(configs), f"{sweep.name}: {cfg.label}")
+            rows = [_bench_backend(cfg, b, opts, result.ceilings) for b in names]
+            if with_peers:
+                rows += _bench_peers(cfg, peer_device, opts, result.ceilings)
+            cfg.release()
+            per_round.append(rows)
+        same = all(len(r) == len(per_round[0]) for r in per_round)
+        result.rows += _median_rows(per_round) if same else per_round[0]
     _progress(len(configs), len(configs), "done")
     return result

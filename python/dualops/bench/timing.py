@@ -59,12 +59,16 @@ def l2_bytes(device=None) -> int:
 
 
 def time_cuda(fn: Callable[[int], object], n_sets: int = 1, *, warmup: int = 3, runs: int = 30,
-              graph: bool = True, min_run_us: float = 0.0) -> Timing:
+              graph: bool = True, min_run_us: float = 0.0, warmup_ms: float = 200.0) -> Timing:
     """Time `fn(i)` (i = input-set index, 0..n_sets-1) on the current CUDA stream.
 
     One run calls fn on every set once (repeated `reps` times when a pass is shorter than
     `min_run_us`); with graph=True that run is captured once as a CUDA graph and replayed, so
-    the figure is device time without Python or launch gaps. Returns per-call statistics."""
+    the figure is device time without Python or launch gaps. Before the timed runs, runs are
+    repeated until `warmup_ms` of device time has passed: a GPU that has just come out of
+    another workload (a previous shape, building the inputs) runs the first tens of
+    milliseconds measurably slower, and whichever implementation was timed first would pay
+    for it. Returns per-call statistics."""
     if n_sets < 1:
         raise ValueError(f"n_sets must be >= 1, got {n_sets}")
     stream = torch.cuda.current_stream()
@@ -102,6 +106,7 @@ def time_cuda(fn: Callable[[int], object], n_sets: int = 1, *, warmup: int = 3, 
             one_run()
         g.replay()
         torch.cuda.synchronize()
+    _warm(lambda: g.replay() if g is not None else one_run(), stream, warmup_ms)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
     for s, e in zip(starts, ends):
@@ -118,6 +123,20 @@ def time_cuda(fn: Callable[[int], object], n_sets: int = 1, *, warmup: int = 3, 
     return Timing(median_us=statistics.median(per_call), p10_us=_quantile(per_call, 0.1),
                   p90_us=_quantile(per_call, 0.9), min_us=min(per_call), runs=runs,
                   calls_per_run=calls, graph=graph)
+
+
+def _warm(run: Callable[[], object], stream, warmup_ms: float, max_runs: int = 2000) -> None:
+    """Repeat `run` until about `warmup_ms` of device time has passed (one timed run sizes it)."""
+    if warmup_ms <= 0:
+        return
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(stream)
+    run()
+    b.record(stream)
+    b.synchronize()
+    for _ in range(min(max_runs, math.ceil(warmup_ms / max(a.elapsed_time(b), 1e-3)) - 1)):
+        run()
+    torch.cuda.synchronize()
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 * 2**30, *, runs: int = 20, device=None) -> dict:
