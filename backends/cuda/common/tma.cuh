@@ -1,7 +1,6 @@
-// Hopper tensor-memory-accelerator (TMA) pieces: shared-memory mbarriers (init, arrival, expected
-// transaction bytes, phase wait), the 1-D bulk copy and the 2-D tiled bulk tensor copy global ->
-// shared completing on an mbarrier, the register reallocation of warp-specialized warpgroups
-// (setmaxnreg), and (host) the encoding of a 2-D tensor map of 16-bit values with the 128-byte
+// Hopper tensor-memory-accelerator (TMA) pieces: shared-memory mbarriers (init, expected
+// transaction bytes, phase wait), the 2-D tiled bulk tensor copy global -> shared completing on
+// an mbarrier, and (host) the encoding of a 2-D tensor map of 16-bit values with the 128-byte
 // swizzle of the wgmma operand layout (common/wgmma.cuh), through the driver entry point so that
 // the library does not link libcuda. sm_90a only (device parts).
 #pragma once
@@ -14,14 +13,9 @@
 namespace dualops::cuda::common {
 
 // bar, dst: shared-window addresses (an mbarrier is 8 bytes, 8-byte aligned).
-// Initializes `bar` for `count` arrivals per phase (1: the thread that posts the transaction bytes).
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count = 1) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Counts this thread's arrival (release: its earlier shared-memory writes are visible to the
-// threads whose wait sees the phase complete).
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+// Initializes `bar` for one arrival per phase (the thread that posts the transaction bytes).
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
 }
 // Makes initialized mbarriers visible to the async proxy (the TMA unit); a CTA barrier follows.
 __device__ __forceinline__ void mbar_init_fence() {
@@ -49,24 +43,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
-}
-
-// `bytes` (a multiple of 16; src and dst 16-byte aligned) global -> shared at `dst`, counting
-// towards `bar`'s transaction.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-// Register budget per thread of the calling warpgroup (all its threads; N a multiple of 8 in
-// 24 .. 256): lowered by a producer warpgroup, raised by the consumers it gives them to.
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 // Host: a 2-D map over `rows` rows of `inner` 16-bit values, `row_bytes` apart, read as boxes of

@@ -58,13 +58,11 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   if (p.kernel == 2 && t.q_rows > mla::kWtMaxRows)
     return fail("mla_decode (cuda): the wgmma_t kernel takes at most %d q rows (s_q * h_q), got %d", mla::kWtMaxRows,
                 t.q_rows);
-  if (p.kernel == 2 && p.page_block_size % 16)
-    return fail("mla_decode (cuda): the wgmma_t kernel copies the cache in parts of 16 tokens: page_block_size must "
-                "be a multiple of 16, got %d", p.page_block_size);
-  if (p.kernel == 2 && p.kv_format == 0 && p.num_blocks * static_cast<int64_t>(p.page_block_size) >= (int64_t{1} << 31))
-    return fail("mla_decode (cuda): the wgmma_t kernel copies a 16-bit cache by tensor map: num_blocks * "
-                "page_block_size must be below 2^31 (got %lld blocks of %d)", static_cast<long long>(p.num_blocks),
-                p.page_block_size);
+  if (p.kernel == 2 && p.kv_format == 0 &&
+      (p.page_block_size % 16 || p.num_blocks * static_cast<int64_t>(p.page_block_size) >= (int64_t{1} << 31)))
+    return fail("mla_decode (cuda): the wgmma_t kernel copies a 16-bit cache by tensor map: page_block_size must be "
+                "a multiple of 16 and num_blocks * page_block_size below 2^31 (got %d, %lld)",
+                p.page_block_size, static_cast<long long>(p.num_blocks));
   if (!variant_of(p))
     return fail("mla_decode (cuda): no kernel for q dtype code %d, kv_format %d, d_qk %d", p.q_dtype, p.kv_format,
                 p.head_dim);

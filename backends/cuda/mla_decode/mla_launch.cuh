@@ -13,14 +13,12 @@
 
 namespace dualops::cuda::mla {
 
-// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32; 256 threads, 384 with the FP8
-// caches' producer warpgroup). 16-bit caches: its KV copies go through a tensor map of the cache
-// (rows of d_qk values, boxes of 64 values x gcd(page, 64) tokens, 128-byte swizzle), encoded
-// here per call.
+// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32). 16-bit caches: its KV copies go
+// through a tensor map of the cache (rows of d_qk values, boxes of 64 values x gcd(page, 64)
+// tokens, 128-byte swizzle), encoded here per call.
 template <class Tw, int NQ>
 cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
-  using L = WtLayout<Tw, NQ>;
-  constexpr int smem = L::kSmemBytes;
+  constexpr int smem = WtLayout<Tw, NQ>::kSmemBytes;
   static const cudaError_t attr =
       cudaFuncSetAttribute(mla_wt_split_kernel<Tw, NQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return attr;
@@ -32,7 +30,7 @@ cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 g
                                           Tw::kRowBytes, box))
       return cudaErrorInvalidValue;
   }
-  mla_wt_split_kernel<Tw, NQ><<<grid, L::kThreads, smem, stream>>>(p, t, tmap);
+  mla_wt_split_kernel<Tw, NQ><<<grid, kThreads, smem, stream>>>(p, t, tmap);
   return cudaSuccess;
 }
 

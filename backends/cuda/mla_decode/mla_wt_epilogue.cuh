@@ -53,7 +53,7 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
       o_mine[bb][i] = c ? st.o[4 + bb][i] : st.o[bb][i];
       mine[2 * L::kNq + (bb * L::kAccO + i) * 128 + tid] = c ? st.o[bb][i] : st.o[4 + bb][i];
     }
-  named_barrier(L::kBarMma, 256);  // both chains' states visible
+  __syncthreads();  // both chains' states visible
   float sa[L::kCols], sb[L::kCols];
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {

@@ -6,20 +6,18 @@
 // warpgroup c takes the piece's tiles n with n % 2 == c entirely on its own (S^T over all dims,
 // its softmax state, O^T over all 512 value dims), synchronized only by named barriers of its
 // 128 threads, and the two states are merged at the end of the piece (mla_wt_epilogue.cuh).
-// 16-bit caches: each warpgroup copies its own tiles by TMA into its ring of 8 KiB block slots
-// (the next tile's blocks in flight while a tile is computed). FP8 caches: a third, producer
-// warpgroup copies the raw bytes and dequantizes them into the MMA warpgroups' tiles
-// (mla_wt_produce.cuh; docs/mla_decode_cuda.md).
+// Each warpgroup copies its own tiles: 16-bit caches by TMA into its ring of 8 KiB block slots
+// (the next tile's blocks in flight while a tile is computed), FP8 caches part by part into its raw
+// slot, dequantized by the warpgroup while the other one runs its MMAs (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_piece.cuh"
 #include "mla_wt_epilogue.cuh"
 #include "mla_wt_load.cuh"
-#include "mla_wt_produce.cuh"
 
 namespace dualops::cuda::mla {
 
 template <class Tr, int NQ>
-__global__ void __launch_bounds__(WtLayout<Tr, NQ>::kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     mla_wt_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t,
                         const __grid_constant__ CUtensorMap tmap) {
   using L = WtLayout<Tr, NQ>;
@@ -34,33 +32,19 @@ __global__ void __launch_bounds__(WtLayout<Tr, NQ>::kThreads, 1)
   unsigned char* ring = smem_wt + L::kOffKv + c * L::kRingBytes;
   unsigned char* sp = smem_wt + L::kOffP + c * 2 * L::kPBytes;
   unsigned char* sp_lo = sp + L::kPBytes;
+  unsigned char* raw = smem_wt + L::kOffRaw + c * L::kRawBytes;
   float* red = reinterpret_cast<float*>(smem_wt + L::kOffRed) + c * 4 * NQ;
   WtKv<L> kv{smem_addr(ring), ring, 0};
-  // 16-bit caches: the warpgroup's slot mbarriers; FP8: full[c] at bars, empty[c] at bars + 16.
-  const uint32_t bars = smem_addr(smem_wt + L::kOffBar) + c * 8 * (L::kProducer ? 1 : 2 * L::kNb);
-  uint32_t phase = 0;  // 16-bit caches: parity of each ring slot's next phase; FP8: of full[c]
-  if constexpr (L::kProducer) {
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < 2; ++i) common::mbar_init(bars + 8 * i);            // full
-      for (int i = 0; i < 2; ++i) common::mbar_init(bars + 16 + 8 * i, 128);  // empty
-      for (int i = 0; i < L::kRawSlots; ++i) common::mbar_init(bars + 32 + 8 * i);
-    }
-  } else if ((threadIdx.x & 127) == 0) {
-    for (int s = 0; s < L::kSlots; ++s) common::mbar_init(bars + 8 * s);
+  const uint32_t bars = smem_addr(smem_wt + L::kOffBar) + c * 8 * 2 * L::kNb;  // (16-bit caches)
+  uint32_t phase = 0;  // 16-bit caches: parity of each ring slot's next phase
+  if constexpr (Tr::kDirect) {
+    if ((threadIdx.x & 127) == 0)
+      for (int s = 0; s < L::kSlots; ++s) common::mbar_init(bars + 8 * s);
+    common::mbar_init_fence();
   }
-  common::mbar_init_fence();
-  __syncthreads();
 
   pdl_launch_dependents();
   const MlaPart part = mla_part(p, t);
-  if constexpr (L::kProducer) {
-    if (c == 2) {
-      common::setmaxnreg_dec<L::kRegProd>();
-      wt_produce<Tr, L>(p, t, part, smem_wt);
-      return;
-    }
-    common::setmaxnreg_inc<L::kRegMma>();
-  }
   const int lane = threadIdx.x & 31;
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q_base = smem_addr(sq);
@@ -81,15 +65,21 @@ __global__ void __launch_bounds__(WtLayout<Tr, NQ>::kThreads, 1)
     WtState<L> st;
     wt_init(st);
     fence_proxy_async_smem();  // the merge's writes to the rings before the copies' (async proxy)
-    named_barrier(L::kBarMma, 256);  // the previous request's readers of Q / KV / P / merge areas are done
+    __syncthreads();  // the previous request's readers of Q / KV / P / merge areas are done
     if (ntiles > 0) {
       wt_load_q<Tr, L>(p, t, sq, r);
       cp_async_commit();
-      Ld ld(p, r, start, end, nt, c, smem_addr(ring), &tmap, bars);
-      if constexpr (Tr::kDirect) ld.blocks(L::kSlots);  // chain tile 0, then the ring's other slots (tile 1)
-      cp_async_wait<0>();  // Q (copied by the two MMA warpgroups)
+      Ld ld(p, r, start, end, nt, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
+      // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1); FP8: raw part 0.
+      if constexpr (Tr::kDirect) {
+        ld.blocks(L::kSlots);
+      } else {
+        ld.raw_part();
+      }
+      cp_async_commit();
+      cp_async_wait<Tr::kDirect ? 0 : 1>();  // Q (copied by the whole CTA)
       fence_proxy_async_smem();
-      named_barrier(L::kBarMma, 256);
+      __syncthreads();
       for (int j = 0; j < nt; ++j) {
         const int tile0 = start + (2 * j + c) * kTile;
         if constexpr (Tr::kDirect) {
@@ -101,8 +91,16 @@ __global__ void __launch_bounds__(WtLayout<Tr, NQ>::kThreads, 1)
             named_barrier(1 + c, 128);
           }
         } else {
-          common::mbar_wait(bars, phase);  // the producer has dequantized the tile
-          phase ^= 1u;
+#pragma unroll 1
+          for (int q = 0; q < Ld::kParts; ++q) {
+            cp_async_wait<0>();
+            named_barrier(1 + c, 128);  // raw part visible; (q = 0) the last tile's readers done
+            wt_dequant<Tr, L::kRawPer>(raw, ring, q * L::kRawTok);
+            fence_proxy_async_smem();
+            named_barrier(1 + c, 128);  // raw slot free; (last part) the 16-bit tile visible
+            ld.raw_part();
+            cp_async_commit();
+          }
         }
         const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, c);
         float s[L::kAcc];
@@ -127,20 +125,11 @@ __global__ void __launch_bounds__(WtLayout<Tr, NQ>::kThreads, 1)
           named_barrier(1 + c, 128);  // every reader of tile j's slots is done
           ld.blocks((j + 2) * NB);  // the rest of tile j + 1
           ld.blocks((j + 1) * NB + L::kSlots);  // blocks of tile j + 2 that fit
-        } else {
-          common::mbar_arrive(bars + 16);  // the tile is free (the P V wgmmas are complete)
         }
       }
-    }
-    if constexpr (L::kProducer) {  // the merge keeps the chains' states in the tiles
-      common::mbar_wait(bars, phase);
-      phase ^= 1u;
+      cp_async_wait<0>();  // (only empty groups can be pending)
     }
     wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, c);
-    if constexpr (L::kProducer) {
-      named_barrier(L::kBarMma, 256);  // both warpgroups have read the merge areas
-      common::mbar_arrive(bars + 16);
-    }
   }
 }
 

@@ -1,18 +1,13 @@
 // Shared-memory layout of the transposed-tile wgmma MLA kernel (mla_wt_kernel.cuh) for NQ q rows
-// (8, 16 or 32). The two MMA warpgroups run independent tile chains (warpgroup c: the piece's
-// tiles n with n % 2 == c), so each has its own KV ring, P^T tiles and reduction rows; the Q tile
-// is shared:
+// (8, 16 or 32). The two warpgroups run independent tile chains (warpgroup c: the piece's tiles
+// n with n % 2 == c), so each has its own KV ring, P^T tiles and reduction rows; the Q tile is
+// shared:
 //   Q (D / 64 blocks of NQ rows x 64 values, 128-byte swizzle) | ring 0 | ring 1 |
-//   P^T hi / lo of warpgroup 0, of warpgroup 1 | FP8 raw parts | reductions | mbarriers.
-// 16-bit caches (256 threads): a ring of kSlots 8 KiB block slots per warpgroup (64 tokens x 64
-// dims, copied as they are): the tile being computed plus kSlots - kNb blocks of the chain's next
-// tile in flight; one mbarrier per slot.
-// FP8 caches (384 threads: a third, producer warpgroup): one 16-bit tile per MMA warpgroup
-// (kSlots = kNb) and a ring of kRawSlots raw parts of kRawTok = 16 tokens (bulk copies of the
-// cache bytes: fp8_v32 rows of 656 bytes; fp8_model1 16 x 576 data bytes, then 16 x 8 scale
-// bytes), which the producer dequantizes into the tiles. mbarriers: full[2] (tile c dequantized),
-// empty[2] (tile c free), raw[kRawSlots] (part landed), then an int per raw slot (its valid
-// tokens) and the ring of block-table entries of the producer's copies.
+//   P^T hi / lo of warpgroup 0, of warpgroup 1 | raw FP8 slot 0 | slot 1 | reductions.
+// 16-bit caches: a ring of kSlots 8 KiB block slots per warpgroup (64 tokens x 64 dims, copied as
+// they are): the tile being computed plus kSlots - kNb blocks of the chain's next tile in flight.
+// FP8 caches: one 16-bit tile per warpgroup (kSlots = kNb) and a raw slot of kRawTok tokens
+// (mla_load.cuh rows: token * kRawRow), dequantized part by part by the warpgroup that uses it.
 // After the chains, a warpgroup's ring holds its state for the merge (kXchBytes).
 #pragma once
 #include "mla_config.cuh"
@@ -39,29 +34,24 @@ struct WtLayout {
   static constexpr int kQBytes = (Tr::D / 64) * kQBlock;
   static constexpr int kPBytes = NQ * 128;                 // P^T tile: NQ q rows x 64 tokens, 16-bit
   static constexpr int kRedBytes = 2 * 4 * NQ * 4;         // [warpgroup][warp][q row]
-  static constexpr bool kProducer = !Tr::kDirect;           // FP8: a dequantizing producer warpgroup
-  static constexpr int kThreads = kProducer ? 384 : 256;
-  static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
-  static constexpr int kRawTok = 16;                       // tokens of an FP8 raw part
-  static constexpr int kRawPitch = Tr::kFmt == kFmtV32 ? 656 : 576;  // data bytes per token in a part
-  static constexpr int kRawPart = kRawTok * (Tr::kFmt == kFmtV32 ? 656 : 584);
-  // 16-bit caches: one mbarrier per ring slot (TMA completion), at most 2 kNb slots per warpgroup;
-  // FP8: full / empty per warpgroup, an mbarrier + an int per raw slot (at most 16), and a ring of
-  // 32 block-table entries (WtRawCopies).
-  static constexpr int kBarBytes = kProducer ? (4 + 16) * 8 + (16 + 32) * 4 : 2 * 2 * kNb * 8;
+  // 16-bit caches: one mbarrier per ring slot (TMA completion), at most 2 kNb slots per warpgroup.
+  static constexpr int kBarBytes = Tr::kDirect ? 2 * 2 * (Tr::D / 64) * 8 : 0;
   static constexpr int kFixed = kQBytes + 4 * kPBytes + kRedBytes + kBarBytes;
   static constexpr int kBudget = 227 * 1024;
+  static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
   static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;
-  static constexpr int kSlots = kProducer ? kNb : kFitSlots > 2 * kNb ? 2 * kNb : kFitSlots;
-  static constexpr int kFitRaw = kProducer ? (kBudget - kFixed - 2 * kSlots * Tr::kBlockBytes) / kRawPart : 0;
-  static constexpr int kRawSlots = kFitRaw > 16 ? 16 : kFitRaw;
-  static constexpr int kRawBytes = kRawSlots * kRawPart;
+  static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 2 * kNb ? 2 * kNb : kFitSlots;
+  // FP8: raw slot of 32 tokens where it fits, else 16 (kRawPer threads of a warpgroup per token).
+  static constexpr int kRawTok =
+      Tr::kDirect ? 0 : kFixed + 2 * kNb * Tr::kBlockBytes + 2 * 32 * Tr::kRawRow <= kBudget ? 32 : 16;
+  static constexpr int kRawPer = Tr::kDirect ? 0 : 128 / kRawTok;
+  static constexpr int kRawBytes = kRawTok * Tr::kRawRow;
   static constexpr int kRingBytes = kSlots * Tr::kBlockBytes;
   static constexpr int kOffKv = kQBytes;
   static constexpr int kOffP = kOffKv + 2 * kRingBytes;
   static constexpr int kOffRaw = kOffP + 4 * kPBytes;
-  static constexpr int kOffRed = kOffRaw + kRawBytes;
-  static constexpr int kOffBar = kOffRed + kRedBytes;  // mbarriers (above)
+  static constexpr int kOffRed = kOffRaw + 2 * kRawBytes;
+  static constexpr int kOffBar = kOffRed + kRedBytes;  // [warpgroup][slot] mbarriers
   static constexpr int kSmemBytes = kOffBar + kBarBytes;
   // Merge: row maxima and sums, then the O^T fragments of the other warpgroup's value dims.
   static constexpr int kXchBytes = (2 * NQ + 4 * kAccO * 128) * 4;
@@ -69,13 +59,6 @@ struct WtLayout {
   static_assert(kQBytes % 1024 == 0 && kPBytes % 1024 == 0, "wgmma operands on 1024-byte boundaries");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");
   static_assert(kOffBar % 8 == 0 && kSlots <= 32, "mbarriers 8-byte aligned; slot phases in one word");
-  static_assert(!kProducer || kRawSlots >= 2, "FP8: at least two raw parts in flight");
-  static_assert(kRawPart % 16 == 0 && kRawTok * kRawPitch % 16 == 0, "bulk copies: 16-byte aligned");
-  // Named barriers: 1 + c the MMA warpgroup c, then the two MMA warpgroups, then the producer.
-  static constexpr int kBarMma = 3, kBarProd = 4;
-  // FP8: registers per thread of the MMA warpgroups and of the producer (setmaxnreg; 2 x 128 x
-  // kRegMma + 128 x kRegProd = the 64 K registers of the SM).
-  static constexpr int kRegMma = 216, kRegProd = 72;
 
   // Byte offset of 16-byte chunk `chunk` (dims 8 chunk ..) of q row `row` in the Q tile.
   static __device__ __forceinline__ uint32_t q_off(int row, int chunk) {

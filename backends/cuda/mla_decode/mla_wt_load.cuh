@@ -1,6 +1,7 @@
 // Loads of the transposed-tile wgmma MLA kernel: the Q tile of NQ rows (blocked layout of
-// WtLayout) and, for the 16-bit caches, the TMA copies of one MMA warpgroup's tile chain (the FP8
-// caches' producer warpgroup is in mla_wt_produce.cuh).
+// WtLayout), the KV copies of one warpgroup's tile chain, and the dequantization of a raw FP8
+// slot (mla_load.cuh rows of Tr::kRawRow: e4m3 data, scales, bf16 RoPE part) into the
+// warpgroup's blocked 16-bit KV tile.
 #pragma once
 #include "../common/tma.cuh"
 #include "mla_load.cuh"
@@ -24,35 +25,100 @@ __device__ __forceinline__ void wt_load_q(const MlaDecodeParams& p, const MlaDec
   }
 }
 
-// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j), 16-bit caches:
-// block g = kNb j + i (dims 64i .. of chain tile j) into ring slot g % kSlots by
+// kRawTok tokens of a raw FP8 slot -> tokens tok0 .. of the warpgroup's 16-bit KV tile (e4m3 *
+// scale in fp32, rounded to q's dtype, as dequant_tile), by the 128 threads of the warpgroup:
+// thread kPer t + s converts the kCh = 8 / kPer 16-byte output chunks 8i + kCh s .. of token t in
+// every 64-dim block i (one raw read per block), and kCh of the token's 8 RoPE chunks. Unrolled,
+// so a thread's raw reads are in flight together.
+template <class Tr, int kPer>
+__device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned char* kv, int tok0) {
+  using MT = typename Tr::MT;
+  using Raw = std::conditional_t<kPer == 4, uint4, uint2>;
+  static_assert(kPer == 4 || kPer == 8, "4 or 8 threads per token");
+  constexpr int kCh = 8 / kPer;
+  constexpr bool kV32 = Tr::kFmt == kFmtV32;
+  constexpr int kBlocks = kV32 ? 8 : 7;       // 64-dim e4m3 blocks
+  constexpr int kRope = kV32 ? 528 : 448;     // RoPE bytes in the raw row
+  const int tid = threadIdx.x & 127, t = tid / kPer, s = tid % kPer;
+  const unsigned char* row = stage + t * Tr::kRawRow;
+  float sc[kBlocks];
+  if constexpr (kV32) {  // fp32 scale per 128 dims
+    const float4 v = *reinterpret_cast<const float4*>(row + 512);
+    const float s4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sc[j] = s4[j >> 1];
+  } else {  // e8m0 exponent per 64 dims
+    const uint2 v = *reinterpret_cast<const uint2*>(row + 576);
+#pragma unroll
+    for (int j = 0; j < 7; ++j) sc[j] = e8m0_scale(((j < 4 ? v.x : v.y) >> ((j & 3) * 8)) & 0xffu);
+  }
+  uint4 rope[kCh];
+#pragma unroll
+  for (int u = 0; u < kCh; ++u) rope[u] = *reinterpret_cast<const uint4*>(row + kRope + (kCh * s + u) * 16);
+  Raw raw[kBlocks];
+#pragma unroll
+  for (int i = 0; i < kBlocks; ++i) raw[i] = *reinterpret_cast<const Raw*>(row + (8 * i + kCh * s) * 8);
+  const int tok = tok0 + t;
+#pragma unroll
+  for (int i = 0; i < kBlocks; ++i) {
+    if constexpr (kPer == 4) {
+      const uint4 w = raw[i];
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s)) = e4m3x8_scaled<MT>(make_uint2(w.x, w.y), sc[i]);
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s + 1)) = e4m3x8_scaled<MT>(make_uint2(w.z, w.w), sc[i]);
+    } else {
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + s)) = e4m3x8_scaled<MT>(raw[i], sc[i]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kCh; ++u)
+    *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * kBlocks + kCh * s + u)) = bf16x8_to<MT>(rope[u]);
+}
+
+// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j).
+// 16-bit caches: block g = kNb j + i (dims 64i .. of chain tile j) into ring slot g % kSlots by
 // TMA (`tmap`: the cache as rows of d_qk 16-bit values, boxes of 64 values x `box` tokens, box =
 // gcd(page, 64), so a box never crosses a page), issued by the warpgroup's first thread; the
 // slot's mbarrier completes when its 8 KiB have landed (wait_tile). A box whose tokens are past
 // the range end, past the block table's width or in a block outside the cache is addressed out
 // of bounds and arrives as zeros; a box the range end cuts is zeroed past the end (zero_tail).
+// FP8 caches: raw part u = parts j + q (tokens kRawTok q ..) into the raw slot, kRawPer threads
+// per token (cp.async); the block id of the next part is read one copy ahead.
 template <class Tr, class L>
 struct WtChainLoad {
+  static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
   const MlaDecodeParams& p;
-  int r, end, tok0;       // request; range end; first token of chain tile 0
-  int total;              // blocks of the chain
-  uint32_t ring;          // shared address of the warpgroup's ring
-  int g_next = 0;         // next block to copy
-  // The tensor map, the warpgroup's slot mbarriers, box rows, whether this thread issues the
-  // copies, and the out-of-bounds-or-cache row of each box of the tile being copied.
-  const CUtensorMap* tmap;
-  uint32_t bars;
-  int box;
-  bool issuer;
+  int r, end, tok0;       // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
+  int total;              // blocks (16-bit) or raw parts (FP8) of the chain
+  int ltok, lsub, nid;    // FP8: the thread's token and share; block id of its next copy
+  int64_t bbytes;
+  uint32_t ring, raw;     // shared addresses of the warpgroup's ring and raw slot
+  int g_next = 0;         // next block / part to copy
+  // 16-bit caches: the tensor map, the warpgroup's slot mbarriers, box rows, whether this thread
+  // issues the copies, and the out-of-bounds-or-cache row of each box of the tile being copied.
+  const CUtensorMap* tmap = nullptr;
+  uint32_t bars = 0;
+  int box = kTile;
+  bool issuer = false;
   int rows[kTile / 16];
 
   __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int r_, int start, int end_, int nt, int c,
-                                         uint32_t ring_, const CUtensorMap* tmap_, uint32_t bars_)
-      : p(p_), r(r_), end(end_), tok0(start + c * kTile), total(nt * L::kNb), ring(ring_), tmap(tmap_), bars(bars_) {
-    box = p.page_block_size % 64 == 0 ? 64 : p.page_block_size % 32 == 0 ? 32 : 16;
-    issuer = (threadIdx.x & 127) == 0;
+                                         uint32_t ring_, uint32_t raw_, const CUtensorMap* tmap_, uint32_t bars_)
+      : p(p_), r(r_), end(end_), ring(ring_), raw(raw_), tmap(tmap_), bars(bars_) {
+    const int tid = threadIdx.x & 127;
+    total = nt * (Tr::kDirect ? L::kNb : kParts);
+    bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();
+    if constexpr (Tr::kDirect) {
+      tok0 = start + c * kTile;
+      box = p.page_block_size % 64 == 0 ? 64 : p.page_block_size % 32 == 0 ? 32 : 16;
+      issuer = tid == 0;
+    } else {
+      ltok = tid / L::kRawPer;
+      lsub = tid % L::kRawPer;
+      tok0 = start + c * kTile + ltok;
+      nid = token_block_id(p, r, tok0, end);
+    }
   }
-  // Blocks g_next .. g_end - 1 into their slots (the issuing thread; the slots'
+  // 16-bit caches: blocks g_next .. g_end - 1 into their slots (the issuing thread; the slots'
   // earlier readers are done).
   __device__ __forceinline__ void blocks(int g_end) {
     g_end = min(g_end, total);
@@ -77,7 +143,7 @@ struct WtChainLoad {
         if (b < nbox) common::tma_load_2d(dst + b * box * 128, tmap, 64 * j, rows[b], bar);
     }
   }
-  // Every thread waits for the blocks of chain tile j (phase: the thread's parity
+  // 16-bit caches: every thread waits for the blocks of chain tile j (phase: the thread's parity
   // bit per slot, flipped at each use).
   __device__ __forceinline__ void wait_tile(int j, uint32_t& phase) const {
 #pragma unroll 1
@@ -87,7 +153,7 @@ struct WtChainLoad {
       phase ^= 1u << s;
     }
   }
-  // Tokens n0 .. 63 of the current tile (past the range end, copied from their
+  // 16-bit caches: tokens n0 .. 63 of the current tile (past the range end, copied from their
   // cache block by a box the end cuts) set to 0 in every block, by the warpgroup's 128 threads.
   template <class Kv>
   __device__ __forceinline__ void zero_tail(const Kv& kv, int n0) const {
@@ -95,6 +161,15 @@ struct WtChainLoad {
       const int blk = i / ((kTile - n0) * 8), rem = i - blk * (kTile - n0) * 8;
       *reinterpret_cast<uint4*>(kv.blk(blk) + (n0 + (rem >> 3)) * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
     }
+  }
+  // FP8 caches: the next raw part into the raw slot (none past the chain).
+  __device__ __forceinline__ void raw_part() {
+    if (g_next >= total) return;
+    const int m = g_next / kParts, q = g_next - m * kParts;
+    const int tok = tok0 + 2 * m * kTile + q * L::kRawTok;
+    load_kv_token<Tr, L::kRawPer>(p, raw, ltok, lsub, block_base(p, nid, bbytes), tok % p.page_block_size);
+    nid = token_block_id(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
+    ++g_next;
   }
 };
 
