@@ -75,6 +75,17 @@ def test_num_sm_parts_follows_flashmla():
     assert (p.q_rows, p.num_m_blocks, p.num_sm_parts) == (192, 3, 22)
 
 
+def test_fixed_overhead_per_piece():
+    # FlashMLA's 5 blocks, 2 for the memory-bound CUDA rows (at most 32 q rows)
+    assert plan_mla_decode([4096], num_heads_q=16, device=H100).fixed_overhead == 2
+    assert plan_mla_decode([4096], num_heads_q=16, s_q=2, device=H200).fixed_overhead == 2
+    assert plan_mla_decode([4096], num_heads_q=64, device=H100).fixed_overhead == 5
+    assert plan_mla_decode([4096], num_heads_q=16, device=ASCEND_910B2).fixed_overhead == 5
+    # b64 s_k4096 h_q16 on 132 SMs: 2 pieces of 32 blocks per request (5: 34 + 30)
+    p = plan_mla_decode([4096] * 64, num_heads_q=16, device=H100)
+    assert p.payload == 34 and max(e - b for _, _, b, e, _ in p.token_ranges([4096] * 64)) == 32 * 64
+
+
 def test_hand_worked_schedule():
     # blocks [64, 64] + 5 overhead each = 138 over 4 parts -> payload ceil(138/4) + 5 = 40
     p = plan_mla_decode([4096, 4096], num_heads_q=16, device=with_cores(ASCEND_910B2, 4))

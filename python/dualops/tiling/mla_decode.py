@@ -2,7 +2,8 @@
 
 The KV of every request is cut into scheduler blocks of `block_tokens` (64) tokens, whatever
 the cache's page_block_size (the kernel maps a token range onto pages itself). Every request
-costs its blocks plus a fixed overhead (5 blocks); the total is dealt over `num_sm_parts`
+costs its blocks plus a fixed overhead (5 blocks; 2 for the memory-bound CUDA rows, see
+mla_fixed_overhead); the total is dealt over `num_sm_parts`
 parts in request order, each part taking at most `payload` = ceil(total / parts) + overhead.
 A part takes whole requests while they fit, else the first `remaining payload - overhead`
 blocks of the current request, which is then split across parts.
@@ -51,6 +52,7 @@ from .base import PackedPlan, ceil_div, check_choice, check_device, check_int, i
 MLA_VERSION = 1
 MLA_BLOCK_TOKENS = 64       # scheduler block
 MLA_FIXED_OVERHEAD = 5      # blocks of per-request cost (prologue, q load, epilogue)
+MLA_CUDA_FIXED_OVERHEAD_FEW_ROWS = 2  # the same on CUDA for calls of at most MLA_CUDA_WGMMA_T_ROWS q rows
 MLA_Q_BLOCK_ROWS = 64       # q rows of one CTA / AI core pass (FlashMLA's block M)
 PART_STRIDE = 8
 KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2}
@@ -180,11 +182,21 @@ def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int) -> st
     return "wgmma" if use else "mma"
 
 
-def schedule(lengths: list[int], parts_n: int) -> tuple[int, list[int], list[int]]:
-    """FlashMLA's greedy split of the requests' blocks over `parts_n` parts (module docstring):
-    (payload, parts [parts_n * PART_STRIDE], num_splits [batch + 1])."""
+def mla_fixed_overhead(device: DeviceProfile, *, q_rows: int) -> int:
+    """Blocks the scheduler charges per request piece: FlashMLA's 5, and 2 on CUDA for calls of
+    at most MLA_CUDA_WGMMA_T_ROWS q rows (memory-bound: a piece's fixed cost is about one
+    block's copy time; H200, b64 s_k4096: h_q 16 bf16 98.0 -> 93.7 us, h_q 32 128.3 -> 122.7 us,
+    fp8_v32 h_q 16 -5 %, the varlen row unchanged; 0 and 1 measured the same as 2)."""
+    if device.kind == "cuda" and q_rows <= MLA_CUDA_WGMMA_T_ROWS:
+        return MLA_CUDA_FIXED_OVERHEAD_FEW_ROWS
+    return MLA_FIXED_OVERHEAD
+
+
+def schedule(lengths: list[int], parts_n: int, ovh: int = MLA_FIXED_OVERHEAD) -> tuple[int, list[int], list[int]]:
+    """FlashMLA's greedy split of the requests' blocks over `parts_n` parts (module docstring),
+    `ovh` blocks of fixed cost per piece: (payload, parts [parts_n * PART_STRIDE], num_splits [batch + 1])."""
     batch = len(lengths)
-    bt, ovh = MLA_BLOCK_TOKENS, MLA_FIXED_OVERHEAD
+    bt = MLA_BLOCK_TOKENS
     blocks = [max(ceil_div(n, bt), 1) for n in lengths]
     payload = ceil_div(sum(b + ovh for b in blocks), parts_n) + ovh
 
@@ -256,13 +268,14 @@ def plan_mla_decode(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_
         raise ValueError("cache_seqlens must hold at least one request, got an empty sequence")
 
     parts_n = num_sm_parts_for(device, s_q=s_q, h_q=h_q, h_kv=h_kv)
-    payload, parts, num_splits = schedule(lengths, parts_n)
-
     q_rows = s_q * h_q // h_kv
+    ovh = mla_fixed_overhead(device, q_rows=q_rows)
+    payload, parts, num_splits = schedule(lengths, parts_n, ovh)
+
     plan = MlaPlan(
         version=MLA_VERSION, batch=batch, s_q=s_q, h_q=h_q, h_kv=h_kv, q_rows=q_rows,
         num_m_blocks=ceil_div(q_rows, MLA_Q_BLOCK_ROWS), num_sm_parts=parts_n,
-        block_tokens=MLA_BLOCK_TOKENS, fixed_overhead=MLA_FIXED_OVERHEAD, payload=payload, total_splits=num_splits[batch], part_stride=PART_STRIDE,
+        block_tokens=MLA_BLOCK_TOKENS, fixed_overhead=ovh, payload=payload, total_splits=num_splits[batch], part_stride=PART_STRIDE,
         kv_format=KV_FORMATS[kv_format], sparse=int(topk is not None), topk=topk or 0,
         extra_topk=extra_topk or 0, page_block_size=page_block_size, parts=tuple(parts),
         num_splits=tuple(num_splits))
@@ -297,7 +310,7 @@ def check_plan_for_call(plan: MlaPlan, args: dict, dims: dict, *, full: bool = F
     if full:
         lengths = request_lengths(args["cache_seqlens"], topk=plan.topk if plan.sparse else None,
                                   extra_topk=plan.extra_topk if plan.sparse else None)
-        payload, parts, num_splits = schedule(lengths, plan.num_sm_parts)
+        payload, parts, num_splits = schedule(lengths, plan.num_sm_parts, plan.fixed_overhead)
         if tuple(num_splits) != tuple(plan.num_splits) or tuple(parts) != tuple(plan.parts) \
                 or payload != plan.payload:
             raise ValueError(f"mla_decode: the plan's schedule was made for other request lengths "

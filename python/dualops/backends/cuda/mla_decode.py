@@ -19,7 +19,7 @@ import torch
 from ... import native, schema
 from ...devices import detect
 from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
-                                  num_sm_parts_for)
+                                  mla_fixed_overhead, num_sm_parts_for)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import current_stream, pack_params
 
@@ -42,13 +42,13 @@ class MlaDevicePlan:
     __slots__ = ("packed", "_dualops_packed", "batch", "s_q", "h_q", "h_kv", "num_sm_parts",
                  "kv_format", "page_block_size", "header_bytes")
 
-    def __init__(self, packed, *, batch, s_q, h_q, h_kv, num_sm_parts, kv_format, page_block_size):
+    def __init__(self, packed, *, batch, s_q, h_q, h_kv, num_sm_parts, kv_format, page_block_size, fixed_overhead):
         self.packed = self._dualops_packed = packed
         self.batch, self.s_q, self.h_q, self.h_kv = batch, s_q, h_q, h_kv
         self.num_sm_parts, self.kv_format, self.page_block_size = num_sm_parts, kv_format, page_block_size
         q_rows = s_q * h_q // h_kv
         self.header_bytes = _HEADER.pack(
-            1, batch, s_q, h_q, h_kv, q_rows, -(-q_rows // 64), num_sm_parts, 64, 5, 0, -1, PART_STRIDE,
+            1, batch, s_q, h_q, h_kv, q_rows, -(-q_rows // 64), num_sm_parts, 64, fixed_overhead, 0, -1, PART_STRIDE,
             kv_format, 0, 0, 0, page_block_size)
 
     def pack(self) -> torch.Tensor:
@@ -82,12 +82,13 @@ def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q
     if batch < 1:
         raise ValueError("plan_on_device: cache_seqlens must hold at least one request")
     dev = cache_seqlens.device
-    parts = num_sm_parts_for(_profile(dev.index if dev.index is not None else torch.cuda.current_device()),
-                             s_q=s_q, h_q=num_heads_q, h_kv=1)
+    profile = _profile(dev.index if dev.index is not None else torch.cuda.current_device())
+    parts = num_sm_parts_for(profile, s_q=s_q, h_q=num_heads_q, h_kv=1)
     seq = cache_seqlens.contiguous()
     buf = torch.empty(packed_numel(batch, parts), dtype=torch.int32, device=dev)
     plan = MlaDevicePlan(buf, batch=batch, s_q=s_q, h_q=num_heads_q, h_kv=1, num_sm_parts=parts,
-                         kv_format=KV_FORMATS[kv_format], page_block_size=page_block_size)
+                         kv_format=KV_FORMATS[kv_format], page_block_size=page_block_size,
+                         fixed_overhead=mla_fixed_overhead(profile, q_rows=s_q * num_heads_q))
     native.require().cuda_mla_plan(seq.data_ptr(), buf.data_ptr(), plan.header_bytes,
                                    current_stream(buf.get_device()))
     return plan
@@ -146,12 +147,14 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
         if plan.device != dev or plan.dtype != torch.int32 or plan.dim() != 1:
             raise ValueError(f"mla_decode: plan: a packed device plan must be a 1-D int32 tensor on {dev}, "
                              f"got {plan.dtype} {tuple(plan.shape)} on {plan.device}")
-        parts = num_sm_parts_for(_profile(dev.index), s_q=S_q, h_q=H_q, h_kv=1)
+        profile = _profile(dev.index)
+        parts = num_sm_parts_for(profile, s_q=S_q, h_q=H_q, h_kv=1)
         if plan.numel() != packed_numel(B, parts):
             raise ValueError(f"mla_decode: plan: packed device plan holds {plan.numel()} ints, a plan for "
                              f"batch {B}, s_q {S_q}, h_q {H_q} on this GPU holds {packed_numel(B, parts)}")
         plan = MlaDevicePlan(plan.contiguous(), batch=B, s_q=S_q, h_q=H_q, h_kv=1, num_sm_parts=parts,
-                             kv_format=KV_FORMATS[kv_format], page_block_size=pbs)
+                             kv_format=KV_FORMATS[kv_format], page_block_size=pbs,
+                             fixed_overhead=mla_fixed_overhead(profile, q_rows=S_q * H_q))
     if isinstance(plan, MlaDevicePlan):
         _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs)
         if plan.packed.device != dev:
