@@ -170,7 +170,7 @@ def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs, kernel):
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
 @pytest.mark.parametrize("pbs", [16, 32, 128])
 def test_parity_pages_long_split(fmt, pbs):
-    """Few long requests: every request is split across many SM parts (combine kernel)."""
+    """Few long requests: every request is split across many SM parts (split merge)."""
     g = bld.generator(pbs, "mla_decode", f"cuda/long/{fmt}")
     a = make_inputs(g, lens=(4099, 1, 2500), h_q=16, pbs=pbs, kv_format=fmt)
     plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=16, kv_format=fmt, page_block_size=pbs,
@@ -232,7 +232,7 @@ def _set_key(a, b, pos, d, value):
 
 
 def _split_plan(a):
-    """The host plan of `a` on an H100 profile: its long request must be split (combine kernel)."""
+    """The host plan of `a` on an H100 profile: its long request must be split (split merge)."""
     plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=a["q"].shape[2], s_q=a["q"].shape[1],
                                     kv_format=a["kv_format"], page_block_size=a["kv_cache"].shape[1],
                                     device=dualops.devices.profile("h100"))
@@ -324,6 +324,45 @@ def test_cuda_graph_capture_and_replay_with_changing_lengths():
         want = exp.expected("mla_decode", {**a, "cache_seqlens": torch.tensor(lens, dtype=torch.int32)})
         assert_close_parity(out.cpu(), want["out"].to(out.dtype), name=f"out {lens}")
         assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name=f"lse {lens}")
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_model1"])
+def test_in_kernel_merge_graph_replays_with_changing_lengths(fmt, monkeypatch):
+    """wgmma_t merges a split request in the split kernel (its last piece to finish, behind an
+    arrival counter): a graph captured on a stream that has no counters yet (they are made and
+    zeroed inside the capture), with two calls sharing them, replayed with new lengths (many
+    splits, 0- and 1-token requests): both calls match the reference every time and the counters
+    are back at zero after each replay."""
+    monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: "wgmma_t")
+    g = bld.generator(5, "mla_decode", f"cuda/merge_graph/{fmt}")
+    B, H, pbs, max_len = 5, 16, 64, 3000
+    a = make_inputs(g, lens=(max_len,) * B, h_q=H, pbs=pbs, kv_format=fmt)
+    d = to_cuda(a)
+    seq = d["cache_seqlens"]
+
+    def step():
+        plan = dualops.get_mla_metadata(seq, num_heads_q=H, kv_format=fmt, page_block_size=pbs, on_device=True)
+        return dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], seq, plan=plan, kv_format=fmt)
+
+    step()  # eager warm-up on the current stream
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        outs = [step(), step()]
+    ctr = cuda_mla._MERGE_COUNTERS[(seq.device.index, s.cuda_stream)]
+    for lens in ((max_len, 1, 0, 700, 2999), (3, 1499, 64, 65, 0), (0, 0, 0, 1, 2000), (max_len,) * B):
+        lens_t = torch.tensor(lens, dtype=torch.int32)
+        _split_plan({**a, "cache_seqlens": lens_t})
+        seq.copy_(lens_t)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = exp.expected("mla_decode", {**a, "cache_seqlens": lens_t})
+        for out, lse in outs:
+            assert_close_parity(out.cpu(), want["out"].to(out.dtype), name=f"out {lens}")
+            assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name=f"lse {lens}")
+        assert not ctr.any(), "arrival counters must be back at zero"
 
 
 @needs_cuda

@@ -1,7 +1,7 @@
 // Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync, wgmma or the
 // transposed-tile wgmma kernel), then
 // (when any request may be split) the combine kernel chained with programmatic dependent
-// launch. Instantiated once per (q dtype, cache format, d_qk) in the small mla_<q>_<cache>.cu
+// launch, unless the split kernel merges the partials itself (`wgmma_t` with arrival counters). Instantiated once per (q dtype, cache format, d_qk) in the small mla_<q>_<cache>.cu
 // files so they compile in parallel.
 #pragma once
 #include <cuda_runtime.h>
@@ -61,7 +61,9 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
     mla_split_kernel<Tr><<<grid, kThreads, Tr::kSmemBytes, stream>>>(p, t);
   }
   cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || !need_combine) return err;
+  // The transposed-tile kernel merges split requests itself when it has arrival counters.
+  const bool merged = p.kernel == kKernelWgmmaT && p.merge_counters != nullptr;
+  if (err != cudaSuccess || !need_combine || merged) return err;
   cudaLaunchAttribute la[1];
   la[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   la[0].val.programmaticStreamSerializationAllowed = 1;

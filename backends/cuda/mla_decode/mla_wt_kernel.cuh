@@ -9,7 +9,10 @@
 // Each warpgroup copies its own tiles: 16-bit caches by TMA into its ring of 8 KiB block slots
 // (the next tile's blocks in flight while a tile is computed), FP8 caches part by part into its raw
 // slot, dequantized by the warpgroup while the other one runs its MMAs (docs/mla_decode_cuda.md).
+// The split partials of a request are merged by the CTA that writes its last piece (arrival
+// counters in p.merge_counters, mla_merge.cuh); without counters, by the combine kernel.
 #pragma once
+#include "mla_merge.cuh"
 #include "mla_piece.cuh"
 #include "mla_wt_epilogue.cuh"
 #include "mla_wt_load.cuh"
@@ -130,6 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_wait<0>();  // (only empty groups can be pending)
     }
     wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, c);
+    // A split request's last piece to finish merges its partials (no combine kernel)
+    if (pc.n_splits > 1 && p.merge_counters != nullptr)
+      mla_merge_in_kernel<typename Tr::MT>(p, t, r, part.ns[r], pc.n_splits);
   }
 }
 

@@ -80,6 +80,7 @@ struct MlaDecodeParams {
   void* lse;
   void* o_accum;
   void* lse_accum;
+  void* merge_counters;
   int64_t q_stride_b;
   int64_t q_stride_s;
   int64_t q_stride_h;
@@ -98,7 +99,7 @@ struct MlaDecodeParams {
   void* plan;
   int32_t kernel;
 };
-static_assert(sizeof(MlaDecodeParams) == 216, "mla_decode params layout differs from schema.pack_params");
+static_assert(sizeof(MlaDecodeParams) == 224, "mla_decode params layout differs from schema.pack_params");
 
 // Many independent GEMMs in one launch (bf16/fp16, fp8 per-tensor/rowwise/blockwise, int8 rowwise).
 struct GroupedGemmParams {

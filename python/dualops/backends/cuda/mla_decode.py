@@ -37,7 +37,8 @@ def _profile(dev_index: int):
 class MlaDevicePlan:
     """An MLA plan whose packed form lives on the GPU (made there by the device planner, or a host
     plan's packed tensor moved there). The host knows its shape fields only: the split count is
-    bounded by batch + num_sm_parts - 1 and the combine kernel always runs."""
+    bounded by batch + num_sm_parts - 1 and every split request is merged (in the
+    `wgmma_t` kernel, or by the combine kernel, which then always runs)."""
 
     __slots__ = ("packed", "_dualops_packed", "batch", "s_q", "h_q", "h_kv", "num_sm_parts",
                  "kv_format", "page_block_size", "header_bytes")
@@ -124,6 +125,27 @@ def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
     return t
 
 
+# Arrival counters of the in-kernel split merge (`wgmma_t`): one zeroed int32 buffer per (device,
+# stream), at least batch * num_m_blocks entries; the kernel leaves it all zeros after every call,
+# and calls on different streams never share one. Made (or grown) inside a CUDA-graph capture, the
+# buffer comes from the graph's pool and its zero fill is a node of the graph (it runs at every
+# replay, before the graph's first call); later calls on that stream, captured or eager, reuse it.
+# A grown buffer's predecessor stays alive: a graph captured earlier may read it.
+_MERGE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+_RETIRED_COUNTERS: list = []
+
+
+def _merge_counters(dev, stream: int, n: int) -> int:
+    key = (dev.index, stream)
+    buf = _MERGE_COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        if buf is not None:
+            _RETIRED_COUNTERS.append(buf)
+        size = max(n, 1024, 2 * buf.numel() if buf is not None else 0)
+        buf = _MERGE_COUNTERS[key] = torch.zeros(size, dtype=torch.int32, device=dev)
+    return buf.data_ptr()
+
+
 def _check_plan(plan, *, B, S_q, H_q, kv_format, pbs):
     got = (plan.batch, plan.s_q, plan.h_q, plan.h_kv, plan.kv_format, plan.page_block_size)
     want = (B, S_q, H_q, 1, KV_FORMATS[kv_format], pbs)
@@ -203,16 +225,17 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
     work = q.new_empty(rows * q_rows * (D_V + 1), dtype=torch.float32) if rows else None
     o_acc = work.data_ptr() if work is not None else 0
     l_acc = o_acc + 4 * rows * q_rows * D_V if work is not None else 0
+    kernel = cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format, q_rows=q_rows)
+    stream = current_stream(q.get_device())
+    counters = _merge_counters(dev, stream, B * -(-q_rows // 64)) if rows and kernel == "wgmma_t" else 0
     params = pack_params(
         _OP, q=q.data_ptr(), kv_cache=kv_cache.data_ptr(), block_table=block_table.data_ptr(),
         cache_seqlens=cache_seqlens.data_ptr(), attn_sink=attn_sink.data_ptr() if attn_sink is not None else 0,
-        out=out.data_ptr(), lse=lse.data_ptr(), o_accum=o_acc, lse_accum=l_acc,
+        out=out.data_ptr(), lse=lse.data_ptr(), o_accum=o_acc, lse_accum=l_acc, merge_counters=counters,
         q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
         block_table_stride=block_table.stride(0), num_blocks=int(kv_cache.shape[0]),
         softmax_scale=float(softmax_scale), causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format],
         q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs,
-        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr(),
-        kernel=MLA_CUDA_KERNELS[cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format,
-                                                 q_rows=S_q * H_q)])
-    native.require().cuda_mla_decode(params, header, current_stream(q.get_device()))
+        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr(), kernel=MLA_CUDA_KERNELS[kernel])
+    native.require().cuda_mla_decode(params, header, stream)
     return out, lse
