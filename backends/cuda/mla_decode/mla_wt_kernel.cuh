@@ -133,9 +133,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_wait<0>();  // (only empty groups can be pending)
     }
     wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, c);
-    // A split request's last piece to finish merges its partials (no combine kernel)
-    if (pc.n_splits > 1 && p.merge_counters != nullptr)
-      mla_merge_in_kernel<typename Tr::MT>(p, t, r, part.ns[r], pc.n_splits);
+  }
+  // The CTA's split requests (its part's first and last): the last piece of each to finish
+  // merges its partials (no combine kernel). After the request loop, whose registers are then
+  // free (inside it, the merge made the NQ 32 loop spill).
+  if (p.merge_counters != nullptr) {
+#pragma unroll 1
+    for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
+      const int first = part.ns[r], n = part.ns[r + 1] - first;
+      if (n > 1) mla_merge_in_kernel<typename Tr::MT>(p, t, r, first, n);
+    }
   }
 }
 
