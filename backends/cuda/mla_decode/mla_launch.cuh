@@ -1,8 +1,8 @@
 // Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync, wgmma or the
-// transposed-tile wgmma kernel), then
-// (when any request may be split) the combine kernel chained with programmatic dependent
-// launch, unless the split kernel merges the partials itself (`wgmma_t` with arrival counters). Instantiated once per (q dtype, cache format, d_qk) in the small mla_<q>_<cache>.cu
-// files so they compile in parallel.
+// transposed-tile wgmma kernel), then (when any request may be split) the combine kernel chained
+// with programmatic dependent launch, unless the split kernel merges the partials itself
+// (`wgmma_t` with arrival counters). Instantiated once per (q dtype, cache format, d_qk) in the
+// small mla_<q>_<cache>.cu files so they compile in parallel.
 #pragma once
 #include <cuda_runtime.h>
 
