@@ -10,51 +10,31 @@
 namespace dualops::cuda::mla {
 
 // One warp merges q row `row` of request b (split slots first .. first + n - 1) into out / lse:
-// 16 value columns per lane. The partials come from other CTAs: L2 loads (__ldcg), not L1. The
-// loads of up to kLseBatch lse values, then of kOBatch slots' lse and rows, are issued together
-// (one L2 round trip per batch); the sums still run over the slots in order.
+// 16 value columns per lane. The partials come from other CTAs: L2 loads (__ldcg), not L1.
 template <typename MT>
 __device__ __forceinline__ void mla_merge_row(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b, int row,
                                               int first, int n, int lane) {
-  constexpr int kLseBatch = 8, kOBatch = 4;
-  const int64_t base = static_cast<int64_t>(first) * t.q_rows + row, stride = t.q_rows;  // slot s: base + s stride
-  const float* la = static_cast<const float*>(p.lse_accum) + base;
-  const float4* oa = reinterpret_cast<const float4*>(static_cast<const float*>(p.o_accum) + base * kDv) + lane;
+  const float* la = static_cast<const float*>(p.lse_accum);
+  const float* oa = static_cast<const float*>(p.o_accum);
   float m = -INFINITY;
-  for (int s0 = 0; s0 < n; s0 += kLseBatch) {
-    float l[kLseBatch];
-#pragma unroll
-    for (int u = 0; u < kLseBatch; ++u) l[u] = s0 + u < n ? __ldcg(la + (s0 + u) * stride) : -INFINITY;
-#pragma unroll
-    for (int u = 0; u < kLseBatch; ++u) m = fmaxf(m, l[u]);
-  }
+  for (int s = 0; s < n; ++s) m = fmaxf(m, __ldcg(la + static_cast<int64_t>(first + s) * t.q_rows + row));
   const float m_use = isinf(m) ? 0.f : m;
   float acc[16];
 #pragma unroll
   for (int k = 0; k < 16; ++k) acc[k] = 0.f;
   float sum = 0.f;
-  for (int s0 = 0; s0 < n; s0 += kOBatch) {
-    float l[kOBatch];
-    float4 v[kOBatch][4];
+  for (int s = 0; s < n; ++s) {
+    const int64_t prow = static_cast<int64_t>(first + s) * t.q_rows + row;
+    const float w = expf(__ldcg(la + prow) - m_use);
+    sum += w;
+    const float4* o = reinterpret_cast<const float4*>(oa + prow * kDv);
 #pragma unroll
-    for (int u = 0; u < kOBatch; ++u) {
-      const bool ok = s0 + u < n;
-      l[u] = ok ? __ldcg(la + (s0 + u) * stride) : 0.f;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) v[u][k] = ok ? __ldcg(oa + (s0 + u) * stride * (kDv / 4) + k * 32) : float4{};
-    }
-#pragma unroll
-    for (int u = 0; u < kOBatch; ++u) {
-      if (s0 + u >= n) break;
-      const float w = expf(l[u] - m_use);
-      sum += w;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        acc[4 * k] += w * v[u][k].x;
-        acc[4 * k + 1] += w * v[u][k].y;
-        acc[4 * k + 2] += w * v[u][k].z;
-        acc[4 * k + 3] += w * v[u][k].w;
-      }
+    for (int k = 0; k < 4; ++k) {
+      const float4 v = __ldcg(o + k * 32 + lane);
+      acc[4 * k] += w * v.x;
+      acc[4 * k + 1] += w * v.y;
+      acc[4 * k + 2] += w * v.z;
+      acc[4 * k + 3] += w * v.w;
     }
   }
   const bool empty = sum == 0.f;
