@@ -363,7 +363,7 @@ def test_in_kernel_merge_graph_replays_with_changing_lengths(fmt, monkeypatch):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=s):
         outs = [step(), step()]
-    ctr = cuda_mla._MERGE_COUNTERS[(seq.device.index, s.cuda_stream)]
+    ctr = cuda_mla._MERGE_COUNTERS.buffers[(seq.device.index, s.cuda_stream)]
     for lens in ((max_len, 1, 0, 700, 2999), (3, 1499, 64, 65, 0), (0, 0, 0, 1, 2000), (max_len,) * B):
         lens_t = torch.tensor(lens, dtype=torch.int32)
         _split_plan({**a, "cache_seqlens": lens_t})

@@ -302,10 +302,12 @@ def run(sweep_list: list[Sweep], *, backends=None, graph: bool = True, runs: int
                                    "error", reason=str(e)))
             continue
         per_round = []
-        for _ in range(rounds):
+        for rnd in range(rounds):
             cfg = _Config(sweep, mod, norm, seed)
             _progress(i, len(configs), f"{sweep.name}: {cfg.label}")
-            rows = [_bench_backend(cfg, b, opts, result.ceilings) for b in names]
+            # (a cost-model estimate is the same every round: made once)
+            rows = [per_round[0][j] if rnd and per_round[0][j].kind == "estimate" else
+                    _bench_backend(cfg, b, opts, result.ceilings) for j, b in enumerate(names)]
             if with_peers:
                 rows += _bench_peers(cfg, peer_device, opts, result.ceilings)
             cfg.release()

@@ -70,3 +70,31 @@ def current_stream(dev_index: int) -> int:
     if _RAW_STREAM is not None:
         return _RAW_STREAM(dev_index)
     return torch.cuda.current_stream(dev_index).cuda_stream
+
+
+class MergeCounters:
+    """Zeroed int32 arrival counters of in-kernel split merges, one buffer per (device, stream):
+    the kernels leave them all zeros after every call, and calls on different streams never share
+    one. ``in_capture``: a stream that has no buffer yet gets one inside a CUDA-graph capture too
+    (from the graph's pool; its zero fill is a node of the graph, run at every replay before the
+    graph's first call); otherwise ``get`` answers 0 there (no counters: the caller merges with
+    its combine kernel). A buffer too small is replaced by a bigger one; the old one stays alive,
+    since a graph captured earlier may read it."""
+
+    def __init__(self, *, in_capture: bool):
+        self.in_capture = in_capture
+        self.buffers: dict[tuple[int, int], torch.Tensor] = {}
+        self.retired: list[torch.Tensor] = []
+
+    def get(self, dev, stream: int, n: int) -> int:
+        """Device address of at least `n` zeroed counters for `stream` on `dev`, or 0."""
+        key = (dev.index, stream)
+        buf = self.buffers.get(key)
+        if buf is None or buf.numel() < n:
+            if buf is None and not self.in_capture and torch.cuda.is_current_stream_capturing():
+                return 0
+            if buf is not None:
+                self.retired.append(buf)
+            size = max(n, 1024, 2 * buf.numel() if buf is not None else 0)
+            buf = self.buffers[key] = torch.zeros(size, dtype=torch.int32, device=dev)
+        return buf.data_ptr()

@@ -11,7 +11,7 @@ from ...tiling.incre_flash_attention import IfaPlan, check_plan_for_tensors, pla
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import current_stream as _current_stream
 from ._common import f32 as _f32
-from ._common import fields_template, params_struct, ptr_head
+from ._common import MergeCounters, fields_template, params_struct, ptr_head
 from ._common import ptr as _ptr
 from ._common import strides4 as _strides4
 
@@ -26,19 +26,8 @@ def pack_ifa_params(**values) -> bytes:
     return params_struct(_OP)[0].pack(*fields_template(_OP, **values))
 
 
-# One zeroed int32 buffer of in-kernel merge counters per (device, stream): the kernel leaves it
-# all zeros after every call, and calls on different streams never share one.
-_MERGE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
-
-
-def _merge_counters(C, dev, dev_index: int, stream: int) -> int:
-    key = (dev_index, stream)
-    buf = _MERGE_COUNTERS.get(key)
-    if buf is None:
-        if torch.cuda.is_current_stream_capturing():
-            return 0  # no allocation inside a capture: this graph uses the combine kernel
-        buf = _MERGE_COUNTERS[key] = torch.zeros(C.cuda_ifa_merge_groups, dtype=torch.int32, device=dev)
-    return buf.data_ptr()
+# In-kernel merge counters (a capture on a stream without them runs the combine kernel).
+_MERGE_COUNTERS = MergeCounters(in_capture=False)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -145,7 +134,7 @@ class IfaLaunch:
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
             kv_lens.data_ptr(), _ptr(block_table), _ptr(atten_mask), _ptr(pse_shift), _ptr(k_scale),
             _ptr(v_scale), _ptr(k_offset), _ptr(v_offset), ws, ws + 4 * self.n_o if ws else 0,
-            _merge_counters(C, dev, dev_index, stream) if self.splits else 0) + self.tail
+            _MERGE_COUNTERS.get(dev, stream, C.cuda_ifa_merge_groups) if self.splits else 0) + self.tail
         C.cuda_incre_flash_attention(params, self.plan_bytes, stream)
         return out, lse
 

@@ -21,7 +21,7 @@ from ...devices import detect
 from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
                                   mla_fixed_overhead, num_sm_parts_for)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
-from ._common import current_stream, pack_params
+from ._common import MergeCounters, current_stream, pack_params
 
 _OP = "mla_decode"
 HEADER_INTS = len(MlaPlan.FIELDS)
@@ -125,25 +125,9 @@ def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
     return t
 
 
-# Arrival counters of the in-kernel split merge (`wgmma_t`): one zeroed int32 buffer per (device,
-# stream), at least batch * num_m_blocks entries; the kernel leaves it all zeros after every call,
-# and calls on different streams never share one. Made (or grown) inside a CUDA-graph capture, the
-# buffer comes from the graph's pool and its zero fill is a node of the graph (it runs at every
-# replay, before the graph's first call); later calls on that stream, captured or eager, reuse it.
-# A grown buffer's predecessor stays alive: a graph captured earlier may read it.
-_MERGE_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
-_RETIRED_COUNTERS: list = []
-
-
-def _merge_counters(dev, stream: int, n: int) -> int:
-    key = (dev.index, stream)
-    buf = _MERGE_COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        if buf is not None:
-            _RETIRED_COUNTERS.append(buf)
-        size = max(n, 1024, 2 * buf.numel() if buf is not None else 0)
-        buf = _MERGE_COUNTERS[key] = torch.zeros(size, dtype=torch.int32, device=dev)
-    return buf.data_ptr()
+# Arrival counters of the in-kernel split merge (`wgmma_t`): at least batch * num_m_blocks per
+# call; made inside a capture too, so captured calls merge in the kernel as well.
+_MERGE_COUNTERS = MergeCounters(in_capture=True)
 
 
 def _check_plan(plan, *, B, S_q, H_q, kv_format, pbs):
@@ -227,7 +211,7 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
     l_acc = o_acc + 4 * rows * q_rows * D_V if work is not None else 0
     kernel = cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format, q_rows=q_rows)
     stream = current_stream(q.get_device())
-    counters = _merge_counters(dev, stream, B * -(-q_rows // 64)) if rows and kernel == "wgmma_t" else 0
+    counters = _MERGE_COUNTERS.get(dev, stream, B * -(-q_rows // 64)) if rows and kernel == "wgmma_t" else 0
     params = pack_params(
         _OP, q=q.data_ptr(), kv_cache=kv_cache.data_ptr(), block_table=block_table.data_ptr(),
         cache_seqlens=cache_seqlens.data_ptr(), attn_sink=attn_sink.data_ptr() if attn_sink is not None else 0,
