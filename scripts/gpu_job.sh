@@ -14,7 +14,7 @@
 #   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
 #   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py); kvgap:
 #   the same calls with K and V at several distances in one allocation (ifa_kv_gap.py); host:
-#   host time of eager calls (ifa_host_overhead.py), and again with the package copy at
+#   host time of eager calls (host_overhead.py), and again with the package copy at
 #   benchmarks/cuda/old_python/python when one was carried (an A/B of the Python glue)
 #   shapes, small, durations, splits, layouts and profile run benchmarks/cuda/ifa_probes.py
 #   (PROBE_QUICK=1: the first configuration of each list only)
@@ -136,12 +136,12 @@ if has host; then
       cp -f python/dualops/_C*.so benchmarks/cuda/old_python/python/dualops/ 2>/dev/null
       echo "-- round $round, old package (benchmarks/cuda/old_python)"
       PYTHONPATH=$PWD/benchmarks/cuda/old_python/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
-        $PY benchmarks/cuda/ifa_host_overhead.py --json "$OUT/host_old_$round.json" 2>&1 | tee -a "$OUT/host_old.log"
+        $PY benchmarks/cuda/host_overhead.py --json "$OUT/host_old_$round.json" 2>&1 | tee -a "$OUT/host_old.log"
       echo "-- round $round, this package"
     fi
     prof=""; [ $round -eq 1 ] && prof="--profile"
     PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
-      $PY benchmarks/cuda/ifa_host_overhead.py $prof --json "$OUT/host_$round.json" 2>&1 | tee -a "$OUT/host.log"
+      $PY benchmarks/cuda/host_overhead.py $prof --json "$OUT/host_$round.json" 2>&1 | tee -a "$OUT/host.log"
     [ -d benchmarks/cuda/old_python/python/dualops ] || break
   done
 fi

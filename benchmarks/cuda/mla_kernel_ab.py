@@ -9,6 +9,7 @@ import sys
 import torch
 
 import dualops
+from dualops import ops
 from dualops import quant
 from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_T_ROWS
@@ -48,6 +49,7 @@ def inputs(b, h, sq, sk, pbs, fmt, dtype=torch.bfloat16):
 
 def run(args, b, h, sq, sk, fmt, kernel):
     cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, **kw: kernel)
+    ops._PREPARED.clear()  # (prepared eager launches keep the kernel chosen when they were made)
     fn = lambda: dualops.mla_decode(**args)  # noqa: E731
     fn()
     torch.cuda.synchronize()

@@ -16,8 +16,9 @@ _VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "no
 
 
 def _call(op: str, given: dict):
-    """Run ``op`` with the arguments of ``given``: a public function's ``locals()``, taken first
-    thing in its body, so it holds the schema arguments plus backend / validate (/ return_lse)."""
+    """Run ``op`` with the arguments of ``given``: a public function's arguments by name (the
+    schema arguments plus backend / validate), in a dict of its own: ``run`` may modify it. (Not
+    ``locals()``: torch.compile's tracer of torch 2.11 does not follow it.)"""
     if torch.compiler.is_compiling():
         values = {name: given[name] for name in _ops.ARG_NAMES[op]}
         plan = values.get("plan")
@@ -60,7 +61,11 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     ``validate="full"`` also checks kv_lens and block ids against the cache (a device sync)."""
     if not isinstance(return_lse, bool):
         raise TypeError(f"incre_flash_attention: return_lse must be a bool, got {type(return_lse).__name__}")
-    out, lse = _call("incre_flash_attention", locals())
+    out, lse = _call("incre_flash_attention", dict(
+        q=q, k_cache=k_cache, v_cache=v_cache, kv_lens=kv_lens, block_table=block_table,
+        softmax_scale=softmax_scale, causal=causal, atten_mask=atten_mask, pse_shift=pse_shift,
+        k_scale=k_scale, v_scale=v_scale, k_offset=k_offset, v_offset=v_offset, return_lse=return_lse,
+        backend=backend, validate=validate))
     return (out, lse) if return_lse else out
 
 
@@ -128,7 +133,11 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
     See ``ops/mla_decode.yaml``."""
     if plan is not None and not hasattr(plan, "pack") and not isinstance(plan, torch.Tensor):
         raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
-    return _call("mla_decode", locals())
+    return _call("mla_decode", dict(
+        q=q, kv_cache=kv_cache, block_table=block_table, cache_seqlens=cache_seqlens, head_dim_v=head_dim_v,
+        plan=plan, softmax_scale=softmax_scale, causal=causal, kv_format=kv_format, indices=indices,
+        topk_length=topk_length, attn_sink=attn_sink, extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
+        extra_topk_length=extra_topk_length, backend=backend, validate=validate))
 
 
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None,
@@ -136,7 +145,9 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     """Grouped GEMM, NT layout: y[rows of group g] = x[rows of group g] @ w[g].T.
     Contiguous layout (x [M, K] + group_offsets [G+1]) or masked (x [G, M_max, K] + masked_m [G]).
     See ``ops/grouped_gemm.yaml``."""
-    return _call("grouped_gemm", locals())
+    return _call("grouped_gemm", dict(
+        x=x, w=w, group_offsets=group_offsets, masked_m=masked_m, scale_mode=scale_mode, x_scale=x_scale,
+        w_scale=w_scale, out_dtype=out_dtype, backend=backend, validate=validate))
 
 
 def supports(op: str, backend: str, **variant) -> bool:

@@ -161,20 +161,19 @@ def run(op: str, values: dict, backend: str = "", validate: str = "basic"):
         plan = glue.plan_from_packed(plan)
     v = _validated(op, values, validate)
     name = dispatch.select(op, backend, _device_of(op, v.args), v.features)
-    fn, prepare = backends.implementation(name, op)
+    _, prepare = backends.implementation(name, op)
     if plan is not None:
         glue.check_plan(plan, v.args, v.dims, validate == "full")
     kw = glue.backend_kwargs(v.args, v.dims)
     kw.pop(_PLAN_ARG, None)
-    prepared = prepare is not None and plan is None
-    launch = prepare(plan=None, **kw) if prepared else None
+    # A prepared launch takes the call's plan (an op whose plan travels with the call, MLA) or
+    # holds the plan it made (IFA); otherwise the op function takes the call's plan.
+    launch = prepare(plan=None, **kw) if prepare is not None else functools.partial(_plain_launch, name, op)
     if key[0] is not None:
         if len(_PREPARED) >= _PREPARED_MAX:
             _PREPARED.clear()
-        # A prepared launch holds its plan; otherwise the op function takes the call's plan.
-        entry = launch if prepared else functools.partial(_plain_launch, name, op)
-        _PREPARED[key] = (schema.filled_defaults(values, v), v.dims, entry)
-    return launch(**kw) if prepared else fn(plan=plan, **kw)
+        _PREPARED[key] = (schema.filled_defaults(values, v), v.dims, launch)
+    return launch(**kw) if plan is None else launch(plan=plan, **kw)
 
 
 def _plain_launch(name, op, plan=None, **kw):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import dualops
-from dualops import quant, schema
+from dualops import ops, quant, schema
 from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import expected as exp
@@ -79,8 +79,15 @@ def kernel(request, monkeypatch):
                 pytest.skip(f"wgmma_t takes at most {MLA_CUDA_WGMMA_T_ROWS} q rows, the call has {q_rows}")
             return request.param
 
-        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", pick)
+        force_kernel(monkeypatch, pick)
     return request.param
+
+
+def force_kernel(monkeypatch, pick):
+    """cuda_mla_kernel replaced by `pick` for the test, with an empty cache of prepared eager
+    launches (a launch keeps the kernel chosen when it was made)."""
+    monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", pick)
+    monkeypatch.setattr(ops, "_PREPARED", {})
 
 
 def _skip_duplicate(kernel, fmt):
@@ -171,7 +178,7 @@ def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs, kernel):
 def test_parity_wgmma_16bit_pages(d, pbs, monkeypatch):
     """bf16 q with a 16-bit cache in the wgmma kernel: page sizes other than 64, d_qk 512, tiles
     cut by the range end, split requests; host and device plans."""
-    monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: "wgmma")
+    force_kernel(monkeypatch, lambda device, **kw: "wgmma")
     g = bld.generator(d + pbs, "mla_decode", "cuda/wgmma16")
     a = make_inputs(g, lens=(1500, 1, 63, 65, 700), h_q=64, pbs=pbs, d_qk=d)
     check(a, plan="host")
@@ -208,6 +215,28 @@ def test_attn_sink_and_noncontiguous_q(fmt):
     a = make_inputs(g, lens=(5, 0, 2000), h_q=16, s_q=2, kv_format=fmt, causal=True, sink=True)
     check(a, plan="host", q_view=bld.strided_view)
     check(a, plan=None, q_view=lambda q: q.transpose(1, 2).contiguous().transpose(1, 2))
+
+
+@needs_cuda
+def test_eager_calls_reuse_one_prepared_launch(monkeypatch):
+    """Eager calls with one signature (the layers of a decode step) run through one prepared
+    launch (ops._PREPARED), each with its own tensors and plan: a host plan, a device plan, no
+    plan, and a q whose start is not 16-byte aligned (copied by that call)."""
+    monkeypatch.setattr(ops, "_PREPARED", {})
+    g = bld.generator(7, "mla_decode", "cuda/eager")
+
+    def misaligned(q):
+        buf = torch.empty(q.numel() + 1, dtype=q.dtype, device=q.device)
+        view = buf[1:].view(q.shape)
+        view.copy_(q)
+        assert view.data_ptr() % 16
+        return view
+
+    for plan, q_view in (("host", None), ("device", None), (None, None), ("host", misaligned)):
+        check(make_inputs(g, lens=(700, 1, 0, 130), h_q=16, s_q=1, kv_format="bf16", sink=True), plan=plan,
+              q_view=q_view)
+    assert len(ops._PREPARED) == 1
+    assert isinstance(next(iter(ops._PREPARED.values()))[2], cuda_mla.MlaLaunch)
 
 
 # ----------------------------------------------------------------------------- NaN semantics
@@ -346,7 +375,7 @@ def test_in_kernel_merge_graph_replays_with_changing_lengths(fmt, monkeypatch):
     zeroed inside the capture), with two calls sharing them, replayed with new lengths (many
     splits, 0- and 1-token requests): both calls match the reference every time and the counters
     are back at zero after each replay."""
-    monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: "wgmma_t")
+    force_kernel(monkeypatch, lambda device, **kw: "wgmma_t")
     g = bld.generator(5, "mla_decode", f"cuda/merge_graph/{fmt}")
     B, H, pbs, max_len = 5, 16, 64, 3000
     a = make_inputs(g, lens=(max_len,) * B, h_q=H, pbs=pbs, kv_format=fmt)

@@ -16,12 +16,12 @@ import struct
 
 import torch
 
-from ... import native, schema
+from ... import kernel_params, native, schema
 from ...devices import detect
 from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
                                   mla_fixed_overhead, num_sm_parts_for)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
-from ._common import MergeCounters, current_stream, pack_params
+from ._common import MergeCounters, current_stream, f32, fields_template, params_struct, ptr, ptr_head
 
 _OP = "mla_decode"
 HEADER_INTS = len(MlaPlan.FIELDS)
@@ -174,52 +174,115 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
     return header, packed, rows
 
 
+# The params fields holding device addresses, in the order MlaLaunch.__call__ packs them.
+_PTR_FIELDS = ("q", "kv_cache", "block_table", "cache_seqlens", "indices", "topk_length", "attn_sink",
+               "extra_kv_cache", "extra_indices", "extra_topk_length", "out", "lse", "o_accum", "lse_accum",
+               "merge_counters")
+_U64 = struct.Struct("<Q")
+
+
+class MlaLaunch:
+    """What a CUDA MLA decode call's shapes, dtypes, strides and flags fix: the checks, the split
+    kernel, the conversions its tensors need and the constant fields of the params struct.
+    ``ops.py`` keeps one per call signature, so the layers of a decode step only resolve their
+    plan, gather pointers, allocate the outputs and launch."""
+
+    __slots__ = ("C", "dev", "dev_index", "shape", "kv_format", "pbs", "q_rows", "m_blocks", "kernel",
+                 "copy_q", "convert_table", "convert_lens", "mid", "mid_copied", "rest")
+
+    def __init__(self, q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softmax_scale=None,
+                 causal=False, kv_format="bf16", indices=None, extra_kv_cache=None, **_unused):
+        if indices is not None or extra_kv_cache is not None:
+            raise NotImplementedError("mla_decode: sparse decode is not implemented on backend 'cuda'")
+        if head_dim_v != D_V:
+            raise ValueError(f"mla_decode: head_dim_v must be {D_V}, got {head_dim_v}")
+        if q.dtype not in (torch.bfloat16, torch.float16):
+            raise TypeError(f"mla_decode: q must be bfloat16 or float16, got {q.dtype}")
+        if kv_format == "bf16" and kv_cache.dtype != q.dtype:
+            raise NotImplementedError(f"mla_decode on backend 'cuda' needs a kv_cache of q's dtype for kv_format "
+                                      f"'bf16' (q {q.dtype}, kv_cache {kv_cache.dtype})")
+        if not kv_cache.is_contiguous():
+            raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
+        B, S_q, H_q, D = q.shape
+        self.dev, self.dev_index, self.shape = q.device, q.get_device(), (B, S_q, H_q)
+        self.kv_format, self.pbs = kv_format, int(kv_cache.shape[1])
+        self.q_rows = S_q * H_q
+        self.m_blocks = -(-self.q_rows // 64)
+        kernel = cuda_mla_kernel(_profile(self.dev_index), kv_format=kv_format, q_rows=self.q_rows)
+        self.kernel = kernel
+        self.copy_q = any(st % 8 for st in q.stride()[:3]) or q.stride(3) != 1
+        self.convert_table = block_table.dtype != torch.int32 or block_table.stride(-1) != 1 \
+            or block_table.device != self.dev
+        self.convert_lens = cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous() \
+            or cache_seqlens.device != self.dev
+        self.C = native.require()
+        table_stride = int(block_table.shape[1]) if self.convert_table else block_table.stride(0)
+        contiguous = (S_q * H_q * D, H_q * D, D)
+        # Every field but the pointers and the plan's address, packed once (for q as it comes and
+        # for a contiguous copy of it); the plan's address is packed per call.
+        off = {name: o for name, _, o in kernel_params.params_layout(_OP)}["plan"]
+        head = ptr_head(_OP, _PTR_FIELDS).size
+
+        def consts(strides):
+            full = params_struct(_OP)[0].pack(*fields_template(
+                _OP, q_stride_b=strides[0], q_stride_s=strides[1], q_stride_h=strides[2],
+                block_table_stride=table_stride, num_blocks=int(kv_cache.shape[0]),
+                softmax_scale=float(D ** -0.5 if softmax_scale is None else softmax_scale),
+                causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format], q_dtype=schema.dtype_code(q.dtype),
+                head_dim=D, page_block_size=self.pbs, max_blocks=int(block_table.shape[1]),
+                kernel=MLA_CUDA_KERNELS[kernel]))
+            return full[head:off], full[off + 8:]
+
+        self.mid, self.rest = consts(contiguous if self.copy_q else q.stride()[:3])
+        self.mid_copied = consts(contiguous)[0]
+
+    def __call__(self, q, kv_cache, block_table, cache_seqlens, *, plan=None, attn_sink=None, **_fixed):
+        """Launch on the current stream. The tensors must have the shapes, dtypes and strides of
+        the ones this object was made from (``_fixed``: the scalars it already holds)."""
+        if kv_cache.data_ptr() % 16:
+            raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
+        dev = self.dev
+        mid = self.mid
+        if self.copy_q:
+            q = q.clone(memory_format=torch.contiguous_format)
+        elif q.data_ptr() % 16:
+            q, mid = q.clone(memory_format=torch.contiguous_format), self.mid_copied
+        if self.convert_table:
+            block_table = block_table.to(device=dev, dtype=torch.int32).contiguous()
+        if self.convert_lens:
+            cache_seqlens = cache_seqlens.to(device=dev, dtype=torch.int32).contiguous()
+        if attn_sink is not None:
+            attn_sink = f32(attn_sink, dev)
+        header, plan_dev, rows = _resolve_plan(plan, q, cache_seqlens, self.kv_format, self.pbs)
+        B, S_q, H_q = self.shape
+        out = q.new_empty((B, S_q, H_q, D_V))
+        lse = q.new_empty((B, H_q, S_q), dtype=torch.float32)
+        q_rows = self.q_rows
+        work = q.new_empty(rows * q_rows * (D_V + 1), dtype=torch.float32) if rows else None
+        o_acc = work.data_ptr() if work is not None else 0
+        l_acc = o_acc + 4 * rows * q_rows * D_V if work is not None else 0
+        stream = current_stream(self.dev_index)
+        counters = _MERGE_COUNTERS.get(dev, stream, B * self.m_blocks) if rows and self.kernel == "wgmma_t" else 0
+        params = ptr_head(_OP, _PTR_FIELDS).pack(
+            q.data_ptr(), kv_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(), 0, 0,
+            ptr(attn_sink), 0, 0, 0, out.data_ptr(), lse.data_ptr(), o_acc, l_acc, counters) \
+            + mid + _U64.pack(plan_dev.data_ptr()) + self.rest
+        self.C.cuda_mla_decode(params, header, stream)
+        return out, lse
+
+
+def prepare_mla_decode(q, kv_cache, block_table, cache_seqlens, **kw) -> MlaLaunch:
+    """The reusable part of ``mla_decode`` for these tensors' signature (ops.py caches it per
+    signature, with or without a plan); call the result with the tensors (and the call's plan) to
+    launch."""
+    kw.pop("plan", None)
+    return MlaLaunch(q, kv_cache, block_table, cache_seqlens, **kw)
+
+
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None, softmax_scale=None,
                causal=False, kv_format="bf16", indices=None, topk_length=None, attn_sink=None,
                extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
     """docs/internals.md "Backend module interface". Returns (out, lse)."""
-    if indices is not None or extra_kv_cache is not None:
-        raise NotImplementedError("mla_decode: sparse decode is not implemented on backend 'cuda'")
-    if head_dim_v != D_V:
-        raise ValueError(f"mla_decode: head_dim_v must be {D_V}, got {head_dim_v}")
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError(f"mla_decode: q must be bfloat16 or float16, got {q.dtype}")
-    if kv_format == "bf16" and kv_cache.dtype != q.dtype:
-        raise NotImplementedError(f"mla_decode on backend 'cuda' needs a kv_cache of q's dtype for kv_format "
-                                  f"'bf16' (q {q.dtype}, kv_cache {kv_cache.dtype})")
-    B, S_q, H_q, D = q.shape
-    dev = q.device
-    pbs = int(kv_cache.shape[1])
-    if softmax_scale is None:
-        softmax_scale = D ** -0.5
-    if q.data_ptr() % 16 or any(s % 8 for s in q.stride()[:3]) or q.stride(3) != 1:
-        q = q.clone(memory_format=torch.contiguous_format)
-    if kv_cache.data_ptr() % 16 or not kv_cache.is_contiguous():
-        raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
-    if block_table.dtype != torch.int32 or block_table.stride(-1) != 1 or block_table.device != dev:
-        block_table = block_table.to(device=dev, dtype=torch.int32).contiguous()
-    if cache_seqlens.dtype != torch.int32 or not cache_seqlens.is_contiguous() or cache_seqlens.device != dev:
-        cache_seqlens = cache_seqlens.to(device=dev, dtype=torch.int32).contiguous()
-    if attn_sink is not None:
-        attn_sink = attn_sink.to(device=dev, dtype=torch.float32).contiguous()
-    header, plan_dev, rows = _resolve_plan(plan, q, cache_seqlens, kv_format, pbs)
-    out = q.new_empty((B, S_q, H_q, D_V))
-    lse = q.new_empty((B, H_q, S_q), dtype=torch.float32)
-    q_rows = S_q * H_q
-    work = q.new_empty(rows * q_rows * (D_V + 1), dtype=torch.float32) if rows else None
-    o_acc = work.data_ptr() if work is not None else 0
-    l_acc = o_acc + 4 * rows * q_rows * D_V if work is not None else 0
-    kernel = cuda_mla_kernel(_profile(q.get_device()), kv_format=kv_format, q_rows=q_rows)
-    stream = current_stream(q.get_device())
-    counters = _MERGE_COUNTERS.get(dev, stream, B * -(-q_rows // 64)) if rows and kernel == "wgmma_t" else 0
-    params = pack_params(
-        _OP, q=q.data_ptr(), kv_cache=kv_cache.data_ptr(), block_table=block_table.data_ptr(),
-        cache_seqlens=cache_seqlens.data_ptr(), attn_sink=attn_sink.data_ptr() if attn_sink is not None else 0,
-        out=out.data_ptr(), lse=lse.data_ptr(), o_accum=o_acc, lse_accum=l_acc, merge_counters=counters,
-        q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
-        block_table_stride=block_table.stride(0), num_blocks=int(kv_cache.shape[0]),
-        softmax_scale=float(softmax_scale), causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format],
-        q_dtype=schema.dtype_code(q.dtype), head_dim=D, page_block_size=pbs,
-        max_blocks=int(block_table.shape[1]), plan=plan_dev.data_ptr(), kernel=MLA_CUDA_KERNELS[kernel])
-    native.require().cuda_mla_decode(params, header, stream)
-    return out, lse
+    launch = MlaLaunch(q, kv_cache, block_table, cache_seqlens, head_dim_v=head_dim_v, softmax_scale=softmax_scale,
+                       causal=causal, kv_format=kv_format, indices=indices, extra_kv_cache=extra_kv_cache)
+    return launch(q, kv_cache, block_table, cache_seqlens, plan=plan, attn_sink=attn_sink)
