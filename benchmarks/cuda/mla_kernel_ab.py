@@ -77,8 +77,8 @@ for s in shapes:
     qt = s[6] if len(s) > 6 else "bf16"
     args = inputs(b, h, sq, sk, pbs, fmt, torch.float16 if qt == "fp16" else torch.bfloat16)
     res = {k: run(args, b, h, sq, sk, fmt, k) for k in KERNELS
-           if k != "wgmma_t" or h * sq <= MLA_CUDA_WGMMA_T_ROWS}
-    planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h)
+           if (k != "wgmma_t" or h * sq <= MLA_CUDA_WGMMA_T_ROWS) and (k != "wgmma_seesaw" or fmt == "bf16")}
+    planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h, page_block_size=pbs)
     print(f"{fmt} q {qt} b{b} h{h} s_q{sq} s_k{sk} page{pbs} (planned {planned}): " + "  ".join(
         f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()), flush=True)
     del args

@@ -58,7 +58,9 @@ def test_kernel_choice_is_plan_data():
     for fmt in ("bf16", "fp8_v32", "fp8_model1"):
         top = MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt]
         assert top <= MLA_CUDA_WGMMA_T_ROWS
-        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128) == "wgmma"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128) == ("wgmma_seesaw" if fmt == "bf16" else "wgmma")
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128, page_block_size=16) == "wgmma"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=64) == "wgmma"
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=1) == ("wgmma_t" if top >= 1 else "mma")
         assert top < 1 or cuda_mla_kernel(h100, kv_format=fmt, q_rows=top) == "wgmma_t"
         above = cuda_mla_kernel(h100, kv_format=fmt, q_rows=top + 1)
@@ -68,15 +70,17 @@ def test_kernel_choice_is_plan_data():
     assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=16) == "mma"
 
 
-@pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t"])
+@pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t", "wgmma_seesaw"])
 def kernel(request, monkeypatch):
     """Runs a test with the planned kernel, and again with each CUDA kernel forced (all of them
     stay tested for every cache format; wgmma_t only where it applies: calls with at most
-    MLA_CUDA_WGMMA_T_ROWS q rows, others skip the test)."""
+    MLA_CUDA_WGMMA_T_ROWS q rows, wgmma_seesaw 16-bit caches; others skip the test)."""
     if request.param != "planned":
-        def pick(device, *, kv_format, q_rows):
+        def pick(device, *, kv_format, q_rows, page_block_size=64):
             if request.param == "wgmma_t" and q_rows > MLA_CUDA_WGMMA_T_ROWS:
                 pytest.skip(f"wgmma_t takes at most {MLA_CUDA_WGMMA_T_ROWS} q rows, the call has {q_rows}")
+            if request.param == "wgmma_seesaw" and kv_format != "bf16":
+                pytest.skip("wgmma_seesaw takes 16-bit caches")
             return request.param
 
         force_kernel(monkeypatch, pick)

@@ -11,7 +11,8 @@ namespace dualops::cuda::mla {
 enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
 // The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync, wgmma
 // (both run every format) or the transposed-tile wgmma kernel (every format, at most 32 q rows).
-enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1, kKernelWgmmaT = 2 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
+// wgmma_seesaw: the wgmma kernel with the seesaw tile loop (16-bit caches).
+enum KernelKind : int { kKernelMma = 0, kKernelWgmma = 1, kKernelWgmmaT = 2, kKernelWgmmaSeesaw = 3 };  // tiling/mla_decode.py MLA_CUDA_KERNELS
 
 constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
 constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)
@@ -37,7 +38,7 @@ struct Traits {
   // wgmma kernel: Q and KV tiles as D / 64 blocks of [64 rows x 64 values] (8 KB each, 128-byte
   // swizzle, 1024-byte aligned), the canonical wgmma operand layout; mma.sync kernel: rows of D
   // values, 16-byte chunks swizzled by row % 8.
-  static constexpr bool kWg = KIND == kKernelWgmma;
+  static constexpr bool kWg = KIND == kKernelWgmma || KIND == kKernelWgmmaSeesaw;
   static constexpr int kBlockBytes = kRows * 128;
   // Raw staging row of an FP8 token: v32 656 B; model1 576 data + 8 scale bytes, padded to 592.
   static constexpr int kRawRow = FMT == kFmtV32 ? 656 : 592;
@@ -62,14 +63,20 @@ struct Traits {
   // Parts of P given to the MMA (wgmma kernel): bf16 hi + lo; fp16 alone keeps ~11 mantissa bits,
   // within the fp16 output tolerance, so fp16 q runs one P V pass.
   static constexpr int kPParts = std::is_same_v<MT_, __half> ? 1 : 2;
-  // The wgmma kernel with bf16 q pipelines its tiles, for every cache format (mla_wg_pipe.cuh;
-  // with fp16's single P pass the serial loop measured faster): the hi tiles of two consecutive
-  // tiles live at once, in the KV tiles' RoPE blocks (d_qk 576) or in two P tiles.
-  static constexpr bool kWgPipe = kWg && kPParts == 2;
-  static constexpr int kPExtra = kWgPipe && !kLoInKv ? kRows * kPRowBytes : 0;
+  // Tile loops of the wgmma kernel: the seesaw loop (wgmma_seesaw, 16-bit caches,
+  // mla_wg_seesaw.cuh: one hi tile, the lo tiles of a pair's two tiles in their KV tiles' RoPE
+  // blocks (d_qk 576) or in two P tiles); else with bf16 q the pipelined loop, for every cache
+  // format (mla_wg_pipe.cuh; with fp16's single P pass the serial loop measured faster): the hi
+  // tiles of two consecutive tiles live at once, in the KV tiles' RoPE blocks (d_qk 576) or in
+  // two P tiles.
+  static constexpr bool kWgSeesaw = KIND == kKernelWgmmaSeesaw;
+  static constexpr bool kWgPipe = kWg && !kWgSeesaw && kPParts == 2;
+  static constexpr int kPExtra = (kWgPipe || kWgSeesaw) && !kLoInKv ? kRows * kPRowBytes : 0;
   static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes) + kPExtra;
-  static constexpr int kOffFlags = kOffRed + 4 * kRows * 4;  // two ints (wgmma pipeline)
-  static constexpr int kSmemBytes = kOffFlags + 16;
+  // two ints (pipelined loop) or four mbarriers and each warpgroup's TMA box rows of a pair's two
+  // tiles (seesaw loop)
+  static constexpr int kOffFlags = kOffRed + 4 * kRows * 4;
+  static constexpr int kSmemBytes = kOffFlags + (kWgSeesaw ? 32 + 64 : 16);
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
 
   // Byte offset of 16-byte chunk `chunk` of row `row` (q row or token) in a Q / KV tile.
@@ -82,6 +89,7 @@ struct Traits {
   }
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
   static_assert(FMT != kFmtV32 || D == 576, "fp8_v32 is d_qk 576");
+  static_assert(!kWgSeesaw || kDirect, "the seesaw loop takes 16-bit caches");
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");
 };
 

@@ -54,13 +54,18 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   if (t.part_stride != 8 || t.block_tokens != 64)
     return fail("mla_decode: plan part_stride must be 8 and block_tokens 64");
   if (p.kernel < 0 || p.kernel >= mla::kNumKernels)
-    return fail("mla_decode (cuda): kernel must be 0 (mma), 1 (wgmma) or 2 (wgmma_t), got %d", p.kernel);
+    return fail("mla_decode (cuda): kernel must be 0 (mma), 1 (wgmma), 2 (wgmma_t) or 3 (wgmma_seesaw), got %d",
+                p.kernel);
+  if (p.kernel == 3 && p.kv_format != 0)
+    return fail("mla_decode (cuda): the wgmma_seesaw kernel takes a 16-bit cache (kv_format 'bf16'), got kv_format %d",
+                p.kv_format);
   if (p.kernel == 2 && t.q_rows > mla::kWtMaxRows)
     return fail("mla_decode (cuda): the wgmma_t kernel takes at most %d q rows (s_q * h_q), got %d", mla::kWtMaxRows,
                 t.q_rows);
-  if (p.kernel == 2 && p.kv_format == 0 &&
+  if ((p.kernel == 2 || p.kernel == 3) && p.kv_format == 0 &&
       (p.page_block_size % 16 || p.num_blocks * static_cast<int64_t>(p.page_block_size) >= (int64_t{1} << 31)))
-    return fail("mla_decode (cuda): the wgmma_t kernel copies a 16-bit cache by tensor map: page_block_size must be "
+    return fail("mla_decode (cuda): the wgmma_t and wgmma_seesaw kernels copy a 16-bit cache by tensor map: "
+                "page_block_size must be "
                 "a multiple of 16 and num_blocks * page_block_size below 2^31 (got %d, %lld)",
                 p.page_block_size, static_cast<long long>(p.num_blocks));
   if (!variant_of(p))

@@ -13,9 +13,17 @@
 
 namespace dualops::cuda::mla {
 
-// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32). 16-bit caches: its KV copies go
-// through a tensor map of the cache (rows of d_qk values, boxes of 64 values x gcd(page, 64)
-// tokens, 128-byte swizzle), encoded here per call.
+// 16-bit caches: the tensor map of the cache for the TMA copies of the wgmma_t and wgmma_seesaw
+// kernels (rows of d_qk values, boxes of 64 values x kv_box_rows(page) tokens, 128-byte swizzle),
+// encoded per call.
+template <class Tw>
+bool encode_kv_tmap(const MlaDecodeParams& p, CUtensorMap* tmap) {
+  const int pbs = p.page_block_size;
+  return common::make_tmap_2d_16bit_sw128(tmap, p.kv_cache, Tw::D, static_cast<uint64_t>(p.num_blocks) * pbs,
+                                          Tw::kRowBytes, kv_box_rows(pbs));
+}
+
+// The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32).
 template <class Tw, int NQ>
 cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
   constexpr int smem = WtLayout<Tw, NQ>::kSmemBytes;
@@ -24,13 +32,24 @@ cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 g
   if (attr != cudaSuccess) return attr;
   CUtensorMap tmap{};
   if constexpr (Tw::kDirect) {
-    const int pbs = p.page_block_size;
-    const int box = pbs % 64 == 0 ? 64 : pbs % 32 == 0 ? 32 : 16;
-    if (!common::make_tmap_2d_16bit_sw128(&tmap, p.kv_cache, Tw::D, static_cast<uint64_t>(p.num_blocks) * pbs,
-                                          Tw::kRowBytes, box))
-      return cudaErrorInvalidValue;
+    if (!encode_kv_tmap<Tw>(p, &tmap)) return cudaErrorInvalidValue;
   }
   mla_wt_split_kernel<Tw, NQ><<<grid, kThreads, smem, stream>>>(p, t, tmap);
+  return cudaSuccess;
+}
+
+// The wgmma kernel (pipelined / serial tile loops, or the seesaw loop whose 16-bit KV copies go
+// through the cache's tensor map).
+template <class Tw>
+cudaError_t launch_wg(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  CUtensorMap tmap{};
+  if constexpr (Tw::kWgSeesaw) {
+    if (!encode_kv_tmap<Tw>(p, &tmap)) return cudaErrorInvalidValue;
+  }
+  mla_wg_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t, tmap);
   return cudaSuccess;
 }
 
@@ -47,11 +66,15 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
                                            : launch_wt<Tw, 32>(p, t, grid, stream);
     if (e != cudaSuccess) return e;
   } else if (p.kernel == kKernelWgmma) {
-    using Tw = Traits<MT, FMT, D, kKernelWgmma>;
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
-    if (attr != cudaSuccess) return attr;
-    mla_wg_split_kernel<Tw><<<grid, kThreads, Tw::kSmemBytes, stream>>>(p, t);
+    const cudaError_t e = launch_wg<Traits<MT, FMT, D, kKernelWgmma>>(p, t, grid, stream);
+    if (e != cudaSuccess) return e;
+  } else if (p.kernel == kKernelWgmmaSeesaw) {
+    if constexpr (FMT == kFmtBf16) {  // (the host entry takes it for 16-bit caches only)
+      const cudaError_t e = launch_wg<Traits<MT, FMT, D, kKernelWgmmaSeesaw>>(p, t, grid, stream);
+      if (e != cudaSuccess) return e;
+    } else {
+      return cudaErrorInvalidValue;
+    }
   } else {
     using Tr = Traits<MT, FMT, D>;
     // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).

@@ -51,6 +51,17 @@ __device__ __forceinline__ constexpr int64_t token_bytes() {
   return Tr::kDirect ? Tr::kRowBytes : Tr::kFmt == kFmtV32 ? 656 : 584;
 }
 
+// TMA copies of 16-bit tiles (`wgmma_t`, the `wgmma` seesaw loop): the cache as a tensor of rows
+// of d_qk values (row = block id * page + in-block offset), read as boxes of 64 values x
+// kv_box_rows(page) tokens (gcd(page, 64): a box never crosses a page; pages are multiples of 16).
+__host__ __device__ __forceinline__ int kv_box_rows(int page) { return page % 64 == 0 ? 64 : page % 32 == 0 ? 32 : 16; }
+// Tensor row of the box starting at token `tok` of request r; past the range end, past the block
+// table's width or in a block outside the cache: a row out of bounds (the box arrives as zeros).
+__device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int tok, int end) {
+  const int blk = token_block_id(p, r, tok, end);
+  return blk >= 0 && blk < p.num_blocks ? blk * p.page_block_size + tok % p.page_block_size : -kTile;
+}
+
 // Row `token` of a tile from cache block `blk` (nullptr: zero fill), in-block offset `off`, by the
 // kPer threads sub = 0 .. kPer - 1 of the token: 16-bit rows into the swizzled tile, FP8 rows raw
 // into a staging tile (rows of Tr::kRawRow).

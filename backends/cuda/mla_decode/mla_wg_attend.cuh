@@ -39,17 +39,9 @@ __device__ __forceinline__ void wg_scores_issue(float (&s)[8][4], uint32_t q_bas
   wg_scores_part<Tr, 0, Tr::D / 16>(s, q_base, kv_base);
 }
 
-// Warpgroup 0, after wg_scores_issue: wait for S, then the softmax stage; the rows' rescale
-// factors and running maxima go to red[r] and red[kRows + r] for warpgroup 1.
-template <class Tr>
-__device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsigned char* sp, unsigned char* sp_lo,
-                                           float* red, int tile0, const int (&lim)[2], float scale_log2, int g) {
-  float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
-  wgmma_wait<0>();
-  wgmma_fence_regs(sf);
-  float alpha[2];
-  softmax_tile<Tr, 8, false, Tr::kPParts>(st, s, sp, sp_lo, Tr::kLoRowBytes, nullptr, tile0, lim, scale_log2, g, 0,
-                                          alpha);
+// A tile's rows' rescale factors and new running maxima to red (red[r], red[kRows + r]), for the
+// other warpgroup.
+__device__ __forceinline__ void wg_put_softmax(const RowState& st, const float (&alpha)[2], float* red, int g) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   if ((lane & 3) == 0) {
     red[r0] = alpha[0];
@@ -59,15 +51,41 @@ __device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsig
   }
 }
 
-// Warpgroup 1, once warpgroup 0's softmax is visible: O rescaled like warpgroup 0's rows, the
-// running maxima taken over (its running sums stay 0: warpgroup 0 keeps the rows' sums).
-__device__ __forceinline__ void wg_follow_softmax(RowState& st, const float* red, int g) {
+// The other warpgroup's softmax of a tile, once visible: its rescale factors, its running maxima
+// taken over.
+__device__ __forceinline__ void wg_take_softmax(RowState& st, const float* red, float (&alpha)[2], int g) {
   const int r0 = g * 16 + ((threadIdx.x & 31) >> 2);
-  const float alpha[2] = {red[r0], red[r0 + 8]};
+  alpha[0] = red[r0];
+  alpha[1] = red[r0 + 8];
   st.m[0] = red[kRows + r0];
   st.m[1] = red[kRows + r0 + 8];
+}
+
+// Warpgroup 0, after wg_scores_issue: wait for S, then the softmax stage; the rows' rescale
+// factors and running maxima go to red for warpgroup 1.
+template <class Tr>
+__device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsigned char* sp, unsigned char* sp_lo,
+                                           float* red, int tile0, const int (&lim)[2], float scale_log2, int g) {
+  float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
+  wgmma_wait<0>();
+  wgmma_fence_regs(sf);
+  float alpha[2];
+  softmax_tile<Tr, 8, false, Tr::kPParts>(st, s, sp, sp_lo, Tr::kLoRowBytes, nullptr, tile0, lim, scale_log2, g, 0,
+                                          alpha);
+  wg_put_softmax(st, alpha, red, g);
+}
+
+// Warpgroup 1 of the serial and pipelined loops, once warpgroup 0's softmax is visible: O
+// rescaled like warpgroup 0's rows (its running sums stay 0: warpgroup 0 keeps the rows' sums).
+__device__ __forceinline__ void wg_follow_softmax(RowState& st, const float* red, int g) {
+  float alpha[2];
+  wg_take_softmax(st, red, alpha, g);
   rescale_o(st, alpha);
 }
+
+// A running sum rescaled; a sum of no probabilities stays 0 (a factor inf, of a row whose max
+// became +inf, does not make it NaN: this warpgroup may not have seen any of the row's keys).
+__device__ __forceinline__ float scaled_sum(float l, float alpha) { return l != 0.f ? l * alpha : 0.f; }
 
 // O (64 rows x value columns 256c ..) += P V: A = the P tile (K-major, 64 tokens), B = value
 // blocks 4c .. 4c + 3 of the KV tile (MN-major: 64-column blocks 8 KB apart, 8-token groups
@@ -99,7 +117,7 @@ __device__ __forceinline__ void wg_pv_wait(RowState& st) {
 
 // ---- Pipelined stages (mla_wg_pipe.cuh): P of warpgroup 0 kept in registers as the A operand
 // of its own P V (RS form), the hi part also to shared memory for warpgroup 1, the lo part
-// written later (wg_store_lo), once warpgroup 1's P V of the previous tile is done.
+// written later (wg_store_p), once warpgroup 1's P V of the previous tile is done.
 struct PFrag {
   uint32_t hi[8][2];  // [8-token block n][row r0, r0 + 8]: 16-bit pairs of tokens 8n + 2 (lane % 4)
   uint32_t lo[8][2];
@@ -111,15 +129,12 @@ __device__ __forceinline__ void fence_u32(uint32_t (&r)[N][2]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1])::"memory");
 }
 
-// Warpgroup 0, S of the tile waited for: softmax (softmax_max's rules), P to f (and its hi part
-// to sp_hi), running sums, O rescaled (its P V of the previous tile is complete); alpha for
-// warpgroup 1.
+// S of the tile waited for: softmax (softmax_max's rules), P to f, running sums; alpha: the rows'
+// rescale factors (O is left to the caller: a P V of the previous tile may be in flight).
 template <class Tr>
-__device__ __forceinline__ void wg_softmax_regs(RowState& st, float (&s)[8][4], PFrag& f, unsigned char* sp_hi,
-                                                float (&alpha)[2], int tile0, const int (&lim)[2],
-                                                float scale_log2, int g) {
+__device__ __forceinline__ void wg_softmax_p(RowState& st, float (&s)[8][4], PFrag& f, float (&alpha)[2], int tile0,
+                                             const int (&lim)[2], float scale_log2, int g) {
   using MT = typename Tr::MT;
-  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   float m_use[2];
   softmax_max<Tr, 8, false>(st, s, nullptr, tile0, lim, scale_log2, g, 0, m_use, alpha);
   float sum[2] = {0.f, 0.f};
@@ -136,28 +151,36 @@ __device__ __forceinline__ void wg_softmax_regs(RowState& st, float (&s)[8][4], 
       f.hi[n][0] = pack2<MT>(p0, p1);
       f.hi[n][1] = pack2<MT>(p2, p3);
     }
-    const int byte = (lane & 3) * 4;
-    *reinterpret_cast<uint32_t*>(sp_hi + swz(r0, n, kPRowBytes) + byte) = f.hi[n][0];
-    *reinterpret_cast<uint32_t*>(sp_hi + swz(r0 + 8, n, kPRowBytes) + byte) = f.hi[n][1];
   }
 #pragma unroll
-  for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
-  rescale_o(st, alpha);
+  for (int j = 0; j < 2; ++j) st.l[j] = scaled_sum(st.l[j], alpha[j]) + sum[j];
 }
 
-// The lo part of f to the lo tile (rows of 128 bytes, 128-byte swizzle).
-__device__ __forceinline__ void wg_store_lo(const PFrag& f, unsigned char* sp_lo, int g) {
+// One part of f (hi or lo) to a P tile (rows of 128 bytes, 128-byte swizzle).
+__device__ __forceinline__ void wg_store_p(const uint32_t (&h)[8][2], unsigned char* sp, int g) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2), byte = (lane & 3) * 4;
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
-    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, n, kPRowBytes) + byte) = f.lo[n][0];
-    *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, n, kPRowBytes) + byte) = f.lo[n][1];
+    *reinterpret_cast<uint32_t*>(sp + swz(r0, n, kPRowBytes) + byte) = h[n][0];
+    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, n, kPRowBytes) + byte) = h[n][1];
   }
 }
 
-// Warpgroup 0: O (value columns 0 .. 255) += P V with P from f (RS form). Issued and committed.
+// Warpgroup 0 of the pipelined loop, S of the tile waited for: wg_softmax_p, the hi part of P to
+// sp_hi, O rescaled (its P V of the previous tile is complete); alpha for warpgroup 1.
 template <class Tr>
-__device__ __forceinline__ void wg_pv_issue_rs(RowState& st, PFrag& f, uint32_t kv_base) {
+__device__ __forceinline__ void wg_softmax_regs(RowState& st, float (&s)[8][4], PFrag& f, unsigned char* sp_hi,
+                                                float (&alpha)[2], int tile0, const int (&lim)[2],
+                                                float scale_log2, int g) {
+  wg_softmax_p<Tr>(st, s, f, alpha, tile0, lim, scale_log2, g);
+  wg_store_p(f.hi, sp_hi, g);
+  rescale_o(st, alpha);
+}
+
+// O (this warpgroup's 256 value columns, the 64-column blocks from v_base on) += P V with P from f
+// (RS form). Issued and committed.
+template <class Tr>
+__device__ __forceinline__ void wg_pv_issue_rs(RowState& st, PFrag& f, uint32_t v_base) {
   using MT = typename Tr::MT;
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   wgmma_fence_regs(of);
@@ -170,7 +193,7 @@ __device__ __forceinline__ void wg_pv_issue_rs(RowState& st, PFrag& f, uint32_t 
     for (int kk = 0; kk < kTile / 16; ++kk) {
       const uint32_t(&h)[8][2] = part ? f.lo : f.hi;
       const uint32_t a[4] = {h[2 * kk][0], h[2 * kk][1], h[2 * kk + 1][0], h[2 * kk + 1][1]};
-      common::wgmma_m64n256k16_rs<MT, 1>(of, a, wgmma_desc_sw128(kv_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
+      common::wgmma_m64n256k16_rs<MT, 1>(of, a, wgmma_desc_sw128(v_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
     }
   }
   wgmma_commit();

@@ -1,7 +1,8 @@
 // The wgmma MLA decode split kernel: the same grid, plan walk, NaN rules and epilogue as
 // mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout (FP8 caches: raw
-// bytes staged in the KV buffer and dequantized there, mla_wg_load.cuh). bf16 q: the pipelined
-// tile loop of mla_wg_pipe.cuh. fp16 q: the tiles one after the other (the loop below, FP8 tiles
+// bytes staged in the KV buffer and dequantized there, mla_wg_load.cuh). Tile loops: the seesaw
+// loop of mla_wg_seesaw.cuh (plan kernel wgmma_seesaw, 16-bit caches); else bf16 q the pipelined
+// loop of mla_wg_pipe.cuh, fp16 q the tiles one after the other (the loop below, FP8 tiles
 // dequantized by warpgroup 1). The tile stages are mla_wg_attend.cuh (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_epilogue.cuh"
@@ -10,12 +11,14 @@
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
 #include "mla_wg_pipe.cuh"
+#include "mla_wg_seesaw.cuh"
 
 namespace dualops::cuda::mla {
 
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_wg_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+    mla_wg_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t,
+                        const __grid_constant__ CUtensorMap tmap) {
   static_assert(Tr::kWg && Tr::kNumKvBufs == 2, "wgmma layout, two KV buffers");
   extern __shared__ __align__(1024) unsigned char smem_wg[];
   unsigned char* sq = smem_wg;
@@ -42,58 +45,62 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the previous request's readers of Q / KV / P are done
     if (ntiles > 0) {
       load_q<Tr>(p, t, sq, r, row0);
-      if constexpr (Tr::kDirect) {
-        load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
-      } else if (c == 1) {  // FP8: warpgroup 1 copies and dequantizes tile 0
-        load_kv_raw_wg<Tr>(p, kvbuf(0), r, start, end, threadIdx.x - kWgLoaders);
-        cp_async_commit();
-        cp_async_wait<0>();
-        dequant_kv_wg<Tr>(kvbuf(0), threadIdx.x - kWgLoaders);
-      }
-      cp_async_commit();
-      if constexpr (Tr::kWgPipe) {
-        wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g);
-      } else {  // serial: S and softmax (warpgroup 0), then both P V, CTA barriers between
-        for (int n = 0; n < ntiles; ++n) {
-          const int tile0 = start + n * kTile;
-          unsigned char* kv = kvbuf(n & 1);
-          // Tile n (this thread's copies, or warpgroup 1's dequantized values) visible to the
-          // wgmma (async proxy); every reader of the other buffer, the P tiles and red (tile n - 1) is done.
+      if constexpr (Tr::kWgSeesaw) {
+        wg_seesaw_piece<Tr>(p, st, smem_wg, &tmap, pc, r, scale_log2, c, g);
+      } else {
+        if constexpr (Tr::kDirect) {
+          load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+        } else if (c == 1) {  // FP8: warpgroup 1 copies and dequantizes tile 0
+          load_kv_raw_wg<Tr>(p, kvbuf(0), r, start, end, threadIdx.x - kWgLoaders);
+          cp_async_commit();
           cp_async_wait<0>();
-          fence_proxy_async_smem();
-          __syncthreads();
-          const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, hidden0, end);
-          float s[8][4];
-          if (c == 0) {
-            wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
-            wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
-          } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
-            if constexpr (Tr::kDirect) {
-              load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
-            } else {
-              load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
-            }
-            cp_async_commit();
-          }
-          fence_proxy_async_smem();
-          __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
-          if (c == 1) wg_follow_softmax(st, red, g);
-          if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
-            add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
-            __syncthreads();  // every thread has read the values
-            zero_nonfinite_values<Tr>(kv);
+          dequant_kv_wg<Tr>(kvbuf(0), threadIdx.x - kWgLoaders);
+        }
+        cp_async_commit();
+        if constexpr (Tr::kWgPipe) {
+          wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g);
+        } else {  // serial: S and softmax (warpgroup 0), then both P V, CTA barriers between
+          for (int n = 0; n < ntiles; ++n) {
+            const int tile0 = start + n * kTile;
+            unsigned char* kv = kvbuf(n & 1);
+            // Tile n (this thread's copies, or warpgroup 1's dequantized values) visible to the
+            // wgmma (async proxy); every reader of the other buffer, the P tiles and red (tile n - 1) is done.
+            cp_async_wait<0>();
             fence_proxy_async_smem();
             __syncthreads();
-          }
-          wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
-          if constexpr (!Tr::kDirect) {
-            // FP8: warpgroup 1 dequantizes the next tile while the tensor cores run P V
-            if (c == 1 && n + 1 < ntiles) {
-              cp_async_wait<0>();
-              dequant_kv_wg<Tr>(kvbuf((n + 1) & 1), threadIdx.x - kWgLoaders);
+            const bool exact = hidden_values_nonfinite<Tr>(kv, tile0, hidden0, end);
+            float s[8][4];
+            if (c == 0) {
+              wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
+              wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
+            } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
+              if constexpr (Tr::kDirect) {
+                load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+              } else {
+                load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+              }
+              cp_async_commit();
             }
+            fence_proxy_async_smem();
+            __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
+            if (c == 1) wg_follow_softmax(st, red, g);
+            if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
+              add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
+              __syncthreads();  // every thread has read the values
+              zero_nonfinite_values<Tr>(kv);
+              fence_proxy_async_smem();
+              __syncthreads();
+            }
+            wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
+            if constexpr (!Tr::kDirect) {
+              // FP8: warpgroup 1 dequantizes the next tile while the tensor cores run P V
+              if (c == 1 && n + 1 < ntiles) {
+                cp_async_wait<0>();
+                dequant_kv_wg<Tr>(kvbuf((n + 1) & 1), threadIdx.x - kWgLoaders);
+              }
+            }
+            wg_pv_wait(st);
           }
-          wg_pv_wait(st);
         }
       }
     }

@@ -126,7 +126,7 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
     // lo part and rescale factors for warpgroup 1, once its P V of tile n - 1 has read the lo tile
     auto publish = [&]() {
       named_barrier(kBarPvDone, kThreads);
-      if constexpr (Tr::kPParts == 2) wg_store_lo(f, sm.lo(), g);
+      if constexpr (Tr::kPParts == 2) wg_store_p(f.lo, sm.lo(), g);
       float* red = sm.red();
       if ((lane & 3) == 0) {
         red[r0] = alpha[0];

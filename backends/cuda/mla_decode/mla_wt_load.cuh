@@ -109,7 +109,7 @@ struct WtChainLoad {
     bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();
     if constexpr (Tr::kDirect) {
       tok0 = start + c * kTile;
-      box = p.page_block_size % 64 == 0 ? 64 : p.page_block_size % 32 == 0 ? 32 : 16;
+      box = kv_box_rows(p.page_block_size);
       issuer = tid == 0;
     } else {
       ltok = tid / L::kRawPer;
@@ -130,9 +130,7 @@ struct WtChainLoad {
 #pragma unroll
         for (int b = 0; b < kTile / 16; ++b) {
           if (b >= nbox) break;
-          const int tok = tok0 + 2 * m * kTile + b * box;
-          const int blk = token_block_id(p, r, tok, end);
-          rows[b] = blk >= 0 && blk < p.num_blocks ? blk * p.page_block_size + tok % p.page_block_size : -kTile;
+          rows[b] = kv_box_row(p, r, tok0 + 2 * m * kTile + b * box, end);
         }
       }
       const int s = g_next % L::kSlots;

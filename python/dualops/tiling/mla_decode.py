@@ -152,11 +152,13 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
 
 
 # The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16, Hopper wgmma (both for
-# every cache format and q row count) and the transposed-tile wgmma kernel (tokens and value dims
-# on the 64-row side of the MMAs; every format, at most 32 q rows) (docs/mla_decode_cuda.md).
-MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2}
+# every cache format and q row count), the transposed-tile wgmma kernel (tokens and value dims
+# on the 64-row side of the MMAs; every format, at most 32 q rows) and the wgmma kernel with the
+# seesaw tile loop (16-bit caches; KV tiles copied by TMA) (docs/mla_decode_cuda.md).
+MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2, "wgmma_seesaw": 3}
 MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
 MLA_CUDA_WGMMA_SMEM_BYTES = 230416  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, 2 flags
+MLA_CUDA_SEESAW_SMEM_BYTES = 230496  # the same with 4 mbarriers and the TMA box rows instead of the flags
 # Per cache format, the q rows (s_q * h_q) from which the wgmma kernel beats the mma.sync one
 # 16-bit caches (H100): the wgmma MMAs always cover 64 rows, the mma.sync kernel skips 16-row
 # groups with no q row (1-9 % faster up to 32 rows). FP8 caches (H200): the wgmma kernel
@@ -170,15 +172,25 @@ MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
 MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 16}
 
 
-def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int) -> str:
+def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_block_size: int = 64) -> str:
     """The CUDA split kernel of a dense call, where the GPU lets one block opt into the wgmma
     kernels' shared memory: wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows
     (s_q * h_q), wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on
-    other GPUs)."""
+    other GPUs). The wgmma kernel runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages
+    of a multiple of 64 tokens (one TMA box per block and page) and more than 64 q rows (the CTAs
+    of a request's m-blocks read its tiles once from memory, then from L2). H100, 2026-11-26,
+    `benchmarks/cuda/mla_kernel_ab.py --only wgmma`, seesaw against the pipelined loop, two
+    rounds: b128 h_q128 s_k8192 949-970 against 993-1008 us, s_q2 939-966 against 966-1008 us,
+    b32 s_k16384 487-489 against 499-500 us, page 256 465-475 against 509-514 us, fp16 q 404-419
+    against 433-465 us, s_k4096 473-477 against 468-479 us; slower with one m-block (b64 h_q64
+    163-165 against 152-159 us) and at page 16 (691 against 521-524 us: four boxes per block)."""
     fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
     if fits and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
         return "wgmma_t"
     use = fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
+    if use and kv_format == "bf16" and page_block_size % 64 == 0 and q_rows > MLA_Q_BLOCK_ROWS \
+            and device.smem_per_core_bytes >= MLA_CUDA_SEESAW_SMEM_BYTES:
+        return "wgmma_seesaw"
     return "wgmma" if use else "mma"
 
 

@@ -208,7 +208,8 @@ class MlaLaunch:
         self.kv_format, self.pbs = kv_format, int(kv_cache.shape[1])
         self.q_rows = S_q * H_q
         self.m_blocks = -(-self.q_rows // 64)
-        kernel = cuda_mla_kernel(_profile(self.dev_index), kv_format=kv_format, q_rows=self.q_rows)
+        kernel = cuda_mla_kernel(_profile(self.dev_index), kv_format=kv_format, q_rows=self.q_rows,
+                                 page_block_size=self.pbs)
         self.kernel = kernel
         self.copy_q = any(st % 8 for st in q.stride()[:3]) or q.stride(3) != 1
         self.convert_table = block_table.dtype != torch.int32 or block_table.stride(-1) != 1 \
