@@ -168,19 +168,29 @@ __device__ __forceinline__ void ss_take(RowState& st, const float* red, int x, i
   for (int j = 0; j < 2; ++j) st.l[j] = scaled_sum(st.l[j], alpha[j]);
 }
 
+// Pair k of a piece: its tiles' first tokens and which tiles exist (this pair's B, the next
+// pair's A and B, the pair after next).
+struct SsPair {
+  int ta, tb;
+  bool has_b, next_a, next_b, far;
+  __device__ SsPair(const MlaPiece& pc, int k)
+      : ta(pc.start + 2 * k * kTile), tb(ta + kTile), has_b(2 * k + 1 < pc.ntiles),
+        next_a(2 * k + 2 < pc.ntiles), next_b(2 * k + 3 < pc.ntiles), far(2 * k + 4 < pc.ntiles) {}
+};
+
 // Warpgroup 0's part of one request piece (tid 0 .. 127; cp: its copies, the rows of pair 1 located).
 template <class Tr>
 __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
                                        const SsCopy<Tr>& cp) {
   const uint32_t q_base = smem_addr(sm.base), kv0 = smem_addr(sm.kv(0)), kv1 = smem_addr(sm.kv(1));
-  const uint32_t bars = sm.bars();
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   float s[8][4];
-  ss_scores<Tr>(s, q_base, kv0, bars, 0, 0);
+  ss_scores<Tr>(s, q_base, kv0, sm.bars(), 0, 0);
   for (int k = 0; 2 * k < pc.ntiles; ++k) {
-    const int ta = pc.start + 2 * k * kTile, tb = ta + kTile;
-    const bool has_b = 2 * k + 1 < pc.ntiles, next_a = 2 * k + 2 < pc.ntiles, next_b = 2 * k + 3 < pc.ntiles;
+    const SsPair pr(pc, k);
+    const int ta = pr.ta, tb = pr.tb;
+    const uint32_t bars = sm.bars();
     if (pc.end - ta < kTile) ss_zero_tail<Tr>(sm.kv(0), pc.end - ta, 0, tid);
     const bool exact_a = ss_exact<Tr>(sm.kv(0), ta, pc, 0, tid);
     PFrag f;
@@ -195,8 +205,8 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
     wgmma_fence_regs(of);
     fence_u32(f.hi);
     if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
-    if (next_a) cp.copy(kv0, 0, 0, bars);
-    if (has_b) {
+    if (pr.next_a) cp.copy(kv0, 0, 0, bars);
+    if (pr.has_b) {
       ss_own_landed(bars, 1, 0, k);  // (its reads of tile B: value blocks 0 .. 3)
       const bool exact_b = ss_exact<Tr>(sm.kv(1), tb, pc, 0, tid);
       ss_take(st, sm.red(1), 1, g);
@@ -204,10 +214,10 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
       if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.hi(), sm.lo(1), tb, pc.lim, 0, tid);
       wg_pv_issue<Tr>(st, smem_addr(sm.hi()), smem_addr(sm.lo(1)), kv1, 0);
       wg_pv_wait(st);
-      if (next_b) cp.copy(kv1, 1, 0, bars + 16);
-      if (2 * k + 4 < pc.ntiles) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
+      if (pr.next_b) cp.copy(kv1, 1, 0, bars + 16);
+      if (pr.far) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
     }
-    if (next_a) ss_scores<Tr>(s, q_base, kv0, bars, 0, k + 1);
+    if (pr.next_a) ss_scores<Tr>(s, q_base, kv0, bars, 0, k + 1);
   }
 }
 
@@ -221,8 +231,9 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
   float s[8][4];
   if (pc.ntiles > 1) ss_scores<Tr>(s, q_base, kv1, bars, 1, 0);
   for (int k = 0; 2 * k < pc.ntiles; ++k) {
-    const int ta = pc.start + 2 * k * kTile, tb = ta + kTile;
-    const bool has_b = 2 * k + 1 < pc.ntiles, next_a = 2 * k + 2 < pc.ntiles, next_b = 2 * k + 3 < pc.ntiles;
+    const SsPair pr(pc, k);
+    const int ta = pr.ta, tb = pr.tb;
+    const bool has_b = pr.has_b;
     ss_own_landed(bars, 0, 1, k);  // (its reads of tile A: value blocks 4 .. 7)
     const bool exact_a = ss_exact<Tr>(sm.kv(0), ta, pc, 1, tid);
     const bool exact_b = has_b && ss_exact<Tr>(sm.kv(1), tb, pc, 1, tid);
@@ -236,7 +247,7 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
     float alpha[2];
     wg_softmax_p<Tr>(st, s, f, alpha, has_b ? tb : pc.end, pc.lim, scale_log2, g);
     wg_pv_wait(st);
-    if (next_a) cp.copy(kv0, 0, 1, bars + 8);
+    if (pr.next_a) cp.copy(kv0, 0, 1, bars + 8);
     if (has_b) {
       ss_store<Tr>(f, sm, 1, g);
       rescale_o(st, alpha);
@@ -246,9 +257,9 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
       wg_pv_wait(st);
       fence_u32(f.hi);
       if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
-      if (next_b) {
+      if (pr.next_b) {
         cp.copy(kv1, 1, 1, bars + 24);
-        if (2 * k + 4 < pc.ntiles) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
+        if (pr.far) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
         ss_scores<Tr>(s, q_base, kv1, bars, 1, k + 1);
       }
     }
