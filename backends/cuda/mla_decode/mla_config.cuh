@@ -93,4 +93,11 @@ struct Traits {
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");
 };
 
+// The planner checks a GPU's opt-in shared memory against these layouts' sizes
+// (tiling/mla_decode.py MLA_CUDA_WGMMA_SMEM_BYTES, MLA_CUDA_SEESAW_SMEM_BYTES).
+static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>::kSmemBytes == 230416, "MLA_CUDA_WGMMA_SMEM_BYTES");
+static_assert(Traits<__nv_bfloat16, kFmtV32, 576, kKernelWgmma>::kSmemBytes <= 230416, "MLA_CUDA_WGMMA_SMEM_BYTES");
+static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmmaSeesaw>::kSmemBytes == 230496,
+              "MLA_CUDA_SEESAW_SMEM_BYTES");
+
 }  // namespace dualops::cuda::mla
