@@ -178,11 +178,12 @@ def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs, kernel):
 
 
 @needs_cuda
-@pytest.mark.parametrize("d,pbs", [(576, 32), (576, 128), (512, 16), (512, 64)])
-def test_parity_wgmma_16bit_pages(d, pbs, monkeypatch):
-    """bf16 q with a 16-bit cache in the wgmma kernel: page sizes other than 64, d_qk 512, tiles
-    cut by the range end, split requests; host and device plans."""
-    force_kernel(monkeypatch, lambda device, **kw: "wgmma")
+@pytest.mark.parametrize("kernel_name", ["wgmma", "wgmma_seesaw"])
+@pytest.mark.parametrize("d,pbs", [(576, 32), (576, 128), (576, 256), (512, 16), (512, 64)])
+def test_parity_wgmma_16bit_pages(d, pbs, kernel_name, monkeypatch):
+    """bf16 q with a 16-bit cache in the wgmma kernel's loops (pipelined, seesaw): page sizes
+    other than 64, d_qk 512, tiles cut by the range end, split requests; host and device plans."""
+    force_kernel(monkeypatch, lambda device, **kw: kernel_name)
     g = bld.generator(d + pbs, "mla_decode", "cuda/wgmma16")
     a = make_inputs(g, lens=(1500, 1, 63, 65, 700), h_q=64, pbs=pbs, d_qk=d)
     check(a, plan="host")
