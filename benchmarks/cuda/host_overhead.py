@@ -27,7 +27,6 @@ import torch.nn.functional as F
 
 import dualops
 from dualops import quant
-from dualops.quant import quantize_kv_int8
 
 
 def _ifa_configs(dev):
@@ -43,8 +42,8 @@ def _ifa_configs(dev):
         out.append(_ifa_row(name + " bf16", dict(q=q, k_cache=k, v_cache=v, kv_lens=lens), q, k, v))
     b, hq, hkv, s, bs = 16, 32, 8, 4096, 64
     q, k, v = rnd(b, 1, hq, 128), rnd(b, s, hkv, 128), rnd(b, s, hkv, 128)
-    kq, ks, ko = quantize_kv_int8(k)
-    vq, vs, vo = quantize_kv_int8(v)
+    kq, ks, ko = quant.quantize_kv_int8(k)
+    vq, vs, vo = quant.quantize_kv_int8(v)
     nb = b * s // bs
     table = torch.randperm(nb, device=dev).to(torch.int32).view(b, s // bs)
     lens = torch.full((b,), s, dtype=torch.int32, device=dev)

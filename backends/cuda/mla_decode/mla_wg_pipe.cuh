@@ -127,13 +127,7 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
     auto publish = [&]() {
       named_barrier(kBarPvDone, kThreads);
       if constexpr (Tr::kPParts == 2) wg_store_p(f.lo, sm.lo(), g);
-      float* red = sm.red();
-      if ((lane & 3) == 0) {
-        red[r0] = alpha[0];
-        red[r0 + 8] = alpha[1];
-        red[kRows + r0] = st.m[0];
-        red[kRows + r0 + 8] = st.m[1];
-      }
+      wg_put_softmax(st, alpha, sm.red(), g);
       fence_proxy_async_smem();
       named_arrive(kBarP, kThreads);
     };
