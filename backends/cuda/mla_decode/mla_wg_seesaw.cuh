@@ -184,13 +184,13 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
                                        const SsCopy<Tr>& cp) {
   const uint32_t q_base = smem_addr(sm.base), kv0 = smem_addr(sm.kv(0)), kv1 = smem_addr(sm.kv(1));
-  const uint32_t bars = sm.bars();
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   float s[8][4];
-  ss_scores<Tr>(s, q_base, kv0, bars, 0, 0);
+  ss_scores<Tr>(s, q_base, kv0, sm.bars(), 0, 0);
   for (int k = 0; 2 * k < pc.ntiles; ++k) {
     const SsPair pr(pc, k);
     const int ta = pr.ta, tb = pr.tb;
+    const uint32_t bars = sm.bars();
     if (pc.end - ta < kTile) ss_zero_tail<Tr>(sm.kv(0), pc.end - ta, 0, tid);
     const bool exact_a = ss_exact<Tr>(sm.kv(0), ta, pc, 0, tid);
     PFrag f;
