@@ -14,7 +14,7 @@ import torch
 
 import dualops
 from dualops.reference import mla_decode as ref_mla_decode
-from dualops.testing import compare, tolerance_for
+from dualops.testing import LSE_TOLERANCE, compare, tolerance_for
 
 D_QK, D_V, PAGE = 576, 512, 64
 
@@ -47,7 +47,8 @@ def inputs(b, h, kind, seed):
 def check(out, lse, ref_out, ref_lse):
     atol, rtol, cos = tolerance_for(torch.bfloat16)
     co = compare(out, ref_out, atol=atol, rtol=rtol, cos_eps=cos)
-    cl = compare(lse, ref_lse, atol=1e-4, rtol=1e-4, cos_eps=1e-8)
+    la, lr, lc = LSE_TOLERANCE
+    cl = compare(lse, ref_lse, atol=la, rtol=lr, cos_eps=lc)
     return co, cl
 
 
