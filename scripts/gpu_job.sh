@@ -86,11 +86,13 @@ if has bench || has quickbench; then
 fi
 
 if has sanitize; then
-  # sanitize TOOL LOG SELECTION [VAR=VALUE ...]: the CUDA tests SELECTION picks under compute-sanitizer
+  # sanitize TOOL LOG SELECTION [TEST FILE ...]: the CUDA tests SELECTION picks (in the IFA CUDA
+  # test files unless others are named) under compute-sanitizer
   sanitize() {
     local tool=$1 log=$2 sel=$3; shift 3
+    local files=("$@"); [ ${#files[@]} -gt 0 ] || files=(tests/incre_flash_attention/test_cuda*.py)
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest tests/incre_flash_attention/test_cuda*.py -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
+      $PY -m pytest "${files[@]}" -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
@@ -109,7 +111,22 @@ if has sanitize; then
     # lockstep kernel's)
     echo "== compute-sanitizer $tool, wide CTAs with the prefetch forced"
     sanitize $tool ${tool}_wide_pf "launch_wide_pf and (smoke or (whole_groups and int8) or (8bit_query_rows and 256) or (biased_q and int8 and 128))"
+    # grouped GEMM: the own kernel (every tile M, masked, ragged, padded K) and every CUTLASS
+    # kernel (tail rows, masked, clamped bad offsets, graph capture), dualops.compat.hpc
+    echo "== compute-sanitizer $tool, grouped GEMM"
+    if [ $tool = memcheck ]; then
+      sanitize $tool ${tool}_gg "tail_rows or masked or clamps or graph or (test_sm90_contiguous and 130 and 200) or (test_contiguous and 130) or every_tile_m or odd_k or hpc" \
+        tests/grouped_gemm/test_cuda.py tests/grouped_gemm/test_compat_hpc.py
+    else
+      sanitize $tool ${tool}_gg "test_sm90_tail_rows_and_masked or (test_contiguous and 130 and 200) or (every_tile_m and 16) or (test_masked and bf16)" \
+        tests/grouped_gemm/test_cuda.py
+    fi
   done
+  # MLA decode, memcheck: every kernel on bf16 / fp8_model1 decode, causal MTP, hidden non-finite
+  # keys and the in-kernel split merge through graph replays (racecheck: docs/mla_decode_cuda.md)
+  echo "== compute-sanitizer memcheck, MLA decode"
+  sanitize memcheck memcheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and 64-4-64-bf16) or causal_hidden_nonfinite)" \
+    tests/mla_decode/test_cuda.py
 fi
 if has ablate; then
   # The real split kernel with parts of its per-chunk math removed (benchmarks/cuda, BENCHMARKS.md

@@ -34,6 +34,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "../common/pdl.cuh"
 #include "dualops/params.h"
 #include "gg_schedule.cuh"
 #include "gg_sm90.h"
@@ -58,6 +59,18 @@ enum Mode : int { kPlain = 0, kScaled = 1, kBlockwise = 2 };
 // Blockwise scales: one per row and 128 of K (x), one per 128 x 128 block (w), M-major in the
 // per-group compact layout the mainloop expects (the prep kernel converts ours to it).
 using BlockScale = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;
+
+// CUTLASS's pointer-array kernels never wait on a programmatic launch dependency. This one waits
+// before anything else, so it can be launched (programmatic stream serialization) while the prep
+// kernel ahead of it runs: its launch and CTA setup overlap the prep kernel, and nothing of its
+// own runs before the prep kernel's arrays are complete and visible.
+template <class K>
+struct AfterPrep : K {
+  CUTLASS_DEVICE void operator()(typename K::Params const& params, char* smem) {
+    common::pdl_wait();
+    K::operator()(params, smem);
+  }
+};
 
 // One kernel configuration. Sched: cutlass::gemm::KernelPtrArrayTmaWarpSpecialized{Cooperative,
 // Pingpong}[FP8FastAccum | FP8Blockwise]; the epilogue schedule follows it.
@@ -86,7 +99,7 @@ struct Config {
       Sched>::CollectiveOp;
   using Problem = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Problem, Mainloop, Epilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<AfterPrep<Kernel>>;
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
@@ -158,6 +171,7 @@ __device__ __forceinline__ void group_rows(const GroupedGemmParams& p, int g, in
 // device values never send TMA outside x, w or y.
 template <class C, class In, class Out, int kMode>
 __global__ void __launch_bounds__(kPrepThreads) gg_sm90_prep(const GroupedGemmParams p, Arrays<C, In, Out> arr) {
+  common::pdl_launch_dependents();  // the GEMM may be scheduled now; it waits for this grid's end
   const int g = blockIdx.y;
   const int n = static_cast<int>(p.n), k = static_cast<int>(p.k);
   const int kb = (k + 127) / 128, nb = (n + 127) / 128;
@@ -275,7 +289,7 @@ struct Runner {
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "grouped_gemm: CUTLASS cannot run this shape";
     if (gemm.initialize(args, base + own, stream) != cutlass::Status::kSuccess)
       return "grouped_gemm: CUTLASS initialization failed";
-    if (gemm.run(stream) != cutlass::Status::kSuccess) return "grouped_gemm: the CUTLASS kernel did not launch";
+    if (gemm.run(stream, nullptr, /*launch_with_pdl=*/true) != cutlass::Status::kSuccess) return "grouped_gemm: the CUTLASS kernel did not launch";
     return nullptr;
   }
 };
