@@ -117,7 +117,7 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
     if (lane < 4) red[w * L::kNq + wt_col(k, lane)] = mx[k];
   }
-  named_barrier(1 + c, 128);
+  wg_barrier(c);
   float m_use[L::kCols], alpha[L::kCols];
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
@@ -188,17 +188,6 @@ __device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_
   for (int b = 4; b < 8; ++b) wgmma_fence_regs(st.o[b]);
 }
 
-// OR of v over the 128 threads of warpgroup c (a named barrier with a reduction).
-__device__ __forceinline__ bool wt_wg_or(bool v, int c) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<uint32_t>(v)), "r"(1 + c)
-      : "memory");
-  return r != 0;
-}
-
 // Called by warpgroup c once its tile is visible: does a key of the tile hidden from some q row
 // (tokens >= hidden0, < end) hold a NaN / inf value (hidden_values_nonfinite, block by block)?
 template <class Tr, class L>
@@ -210,7 +199,7 @@ __device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0
 #pragma unroll 1
   for (int j = 0; j < kDv / 64; ++j)  // (values_nonfinite addresses block j at j * kBlockBytes)
     bad |= values_nonfinite<Tr, 8, 128>(kv.blk(j) - j * Tr::kBlockBytes, t0, t1, 8 * j, tid);
-  return wt_wg_or(bad, c);
+  return wg_barrier_or(c, bad);
 }
 
 // The NaN / inf value entries of the tile set to 0 (zero_nonfinite_values, block by block), by

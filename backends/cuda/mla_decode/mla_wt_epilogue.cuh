@@ -24,7 +24,7 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
                                                int c) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, tid = threadIdx.x & 127;
-  named_barrier(1 + c, 128);  // (the warpgroup's last reader of red is done)
+  wg_barrier(c);  // (the warpgroup's last reader of red is done)
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
     float l = st.l[k];
@@ -33,7 +33,7 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
     l += __shfl_xor_sync(0xffffffffu, l, 16);
     if (lane < 4) red[w * L::kNq + wt_col(k, lane)] = l;
   }
-  named_barrier(1 + c, 128);
+  wg_barrier(c);
   float* mine = xch + c * (L::kRingBytes / 4);
   const float* other = xch + (c ^ 1) * (L::kRingBytes / 4);
 #pragma unroll

@@ -91,16 +91,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (end - tile0 < kTile) {  // the range ends inside the tile: its tail to zeros
             ld.zero_tail(kv, max(end - tile0, 0));
             fence_proxy_async_smem();
-            named_barrier(1 + c, 128);
+            wg_barrier(c);
           }
         } else {
 #pragma unroll 1
           for (int q = 0; q < Ld::kParts; ++q) {
             cp_async_wait<0>();
-            named_barrier(1 + c, 128);  // raw part visible; (q = 0) the last tile's readers done
+            wg_barrier(c);  // raw part visible; (q = 0) the last tile's readers done
             wt_dequant<Tr, L::kRawPer>(raw, ring, q * L::kRawTok);
             fence_proxy_async_smem();
-            named_barrier(1 + c, 128);  // raw slot free; (last part) the 16-bit tile visible
+            wg_barrier(c);  // raw slot free; (last part) the 16-bit tile visible
             ld.raw_part();
             cp_async_commit();
           }
@@ -110,22 +110,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         wt_scores<Tr, L>(s, q_base, kv);
         wt_softmax<Tr, L>(st, s, sp, sp_lo, red, tile0, lim, scale_log2, c);
         fence_proxy_async_smem();
-        named_barrier(1 + c, 128);  // P^T visible to the warpgroup's wgmma
+        wg_barrier(c);  // P^T visible to the warpgroup's wgmma
         if (exact) {  // keys hidden from some q rows hold NaN / inf values: exact products, then zeros
           wt_add_nonfinite<Tr, L>(st, kv, sp, sp_lo, tile0, lim);
-          named_barrier(1 + c, 128);  // every thread has read the values
+          wg_barrier(c);  // every thread has read the values
           wt_zero_nonfinite<Tr, L>(kv);
           fence_proxy_async_smem();
-          named_barrier(1 + c, 128);
+          wg_barrier(c);
         }
         wt_pv<Tr, L>(st, kv, smem_addr(sp), smem_addr(sp_lo), [&] {
           if constexpr (Tr::kDirect && kEarly) {  // value blocks 0 .. 3 of tile j read: their slots
-            named_barrier(1 + c, 128);
+            wg_barrier(c);
             ld.blocks(min(j * NB + 4 + L::kSlots, (j + 2) * NB));  // (tile j + 1 only)
           }
         });
         if constexpr (Tr::kDirect) {
-          named_barrier(1 + c, 128);  // every reader of tile j's slots is done
+          wg_barrier(c);  // every reader of tile j's slots is done
           ld.blocks((j + 2) * NB);  // the rest of tile j + 1
           ld.blocks((j + 1) * NB + L::kSlots);  // blocks of tile j + 2 that fit
         }
