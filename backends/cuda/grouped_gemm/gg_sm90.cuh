@@ -289,7 +289,8 @@ struct Runner {
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "grouped_gemm: CUTLASS cannot run this shape";
     if (gemm.initialize(args, base + own, stream) != cutlass::Status::kSuccess)
       return "grouped_gemm: CUTLASS initialization failed";
-    if (gemm.run(stream, nullptr, /*launch_with_pdl=*/true) != cutlass::Status::kSuccess) return "grouped_gemm: the CUTLASS kernel did not launch";
+    if (gemm.run(stream, nullptr, /*launch_with_pdl=*/true) != cutlass::Status::kSuccess)
+      return "grouped_gemm: the CUTLASS kernel did not launch";
     return nullptr;
   }
 };
