@@ -124,9 +124,11 @@ if has sanitize; then
   done
   # MLA decode, memcheck: every kernel on bf16 / fp8_model1 decode, causal MTP, hidden non-finite
   # keys and the in-kernel split merge through graph replays (racecheck: docs/mla_decode_cuda.md)
-  echo "== compute-sanitizer memcheck, MLA decode"
-  sanitize memcheck memcheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and 64-4-64-bf16) or causal_hidden_nonfinite)" \
-    tests/mla_decode/test_cuda.py
+  if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" memcheck "* ]]; then
+    echo "== compute-sanitizer memcheck, MLA decode"
+    sanitize memcheck memcheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and 64-4-64-bf16) or causal_hidden_nonfinite)" \
+      tests/mla_decode/test_cuda.py
+  fi
 fi
 if has ablate; then
   # The real split kernel with parts of its per-chunk math removed (benchmarks/cuda, BENCHMARKS.md
