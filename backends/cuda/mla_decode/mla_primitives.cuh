@@ -56,35 +56,20 @@ __device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred) {
   return r != 0;
 }
 
-// named_barrier / named_barrier_or with the barrier id and thread count as immediate operands.
-template <int kId, int kCount>
-__device__ __forceinline__ void named_barrier_imm() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
-}
-template <int kId, int kCount>
-__device__ __forceinline__ bool named_barrier_or_imm(bool pred) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<uint32_t>(pred)), "n"(kId), "n"(kCount)
-      : "memory");
-  return r != 0;
-}
 // Barrier 1 + c of warpgroup c (c = 0 or 1: 128 threads), for kernels whose two warpgroups run
-// independent chains, its id an immediate operand (a warp-uniform branch on c): against
-// named_barrier(1 + c, 128), wgmma_t with the fp8_v32 cache measured about 3 % faster
-// (docs/mla_decode_cuda.md).
+// independent chains. A warp-uniform branch on c gives each call a literal id, which ptxas
+// encodes as an immediate operand: against named_barrier(1 + c, 128) (the id in a register),
+// wgmma_t with the fp8_v32 cache measured about 3 % faster (docs/mla_decode_cuda.md).
 __device__ __forceinline__ void wg_barrier(int c) {
   if (c == 0) {
-    named_barrier_imm<1, 128>();
+    named_barrier(1, 128);
   } else {
-    named_barrier_imm<2, 128>();
+    named_barrier(2, 128);
   }
 }
 // The same barrier, returning whether `pred` holds in any of the warpgroup's threads.
 __device__ __forceinline__ bool wg_barrier_or(int c, bool pred) {
-  return c == 0 ? named_barrier_or_imm<1, 128>(pred) : named_barrier_or_imm<2, 128>(pred);
+  return c == 0 ? named_barrier_or(1, 128, pred) : named_barrier_or(2, 128, pred);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
