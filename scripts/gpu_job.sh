@@ -123,11 +123,20 @@ if has sanitize; then
     fi
   done
   # MLA decode, memcheck: every kernel on bf16 / fp8_model1 decode, causal MTP, hidden non-finite
-  # keys and the in-kernel split merge through graph replays (racecheck: docs/mla_decode_cuda.md)
+  # keys and the in-kernel split merge through graph replays; racecheck: the wgmma_t kernel on the
+  # same cases (the other kernels' reports: docs/mla_decode_cuda.md), and the tool's barrier model
+  # (benchmarks/cuda/racecheck_barriers.cu)
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" memcheck "* ]]; then
     echo "== compute-sanitizer memcheck, MLA decode"
     sanitize memcheck memcheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and 64-4-64-bf16) or causal_hidden_nonfinite)" \
       tests/mla_decode/test_cuda.py
+  fi
+  if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" racecheck "* ]]; then
+    echo "== compute-sanitizer racecheck, MLA decode (wgmma_t)"
+    sanitize racecheck racecheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and (16-4-5-bf16 or 64-2-16-fp8_v32)) or causal_hidden_nonfinite) and wgmma_t" \
+      tests/mla_decode/test_cuda.py
+    echo "== compute-sanitizer racecheck, its barrier model"
+    OUT="$OUT" bash benchmarks/cuda/run_racecheck_barriers.sh || status=1
   fi
 fi
 if has ablate; then

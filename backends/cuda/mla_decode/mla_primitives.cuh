@@ -60,17 +60,40 @@ __device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred) {
 // independent chains. A warp-uniform branch on c gives each call a literal id, which ptxas
 // encodes as an immediate operand: against named_barrier(1 + c, 128) (the id in a register),
 // wgmma_t with the fp8_v32 cache measured about 3 % faster (docs/mla_decode_cuda.md).
-__device__ __forceinline__ void wg_barrier(int c) {
-  if (c == 0) {
-    named_barrier(1, 128);
-  } else {
-    named_barrier(2, 128);
+// `passed` counts the barriers the warpgroup's threads have passed since the last level().
+struct WgBarrier {
+  int c;
+  int passed;
+  __device__ __forceinline__ explicit WgBarrier(int c_) : c(c_), passed(0) {}
+  __device__ __forceinline__ void sync() {
+    if (c == 0) {
+      named_barrier(1, 128);
+    } else {
+      named_barrier(2, 128);
+    }
+    ++passed;
   }
-}
-// The same barrier, returning whether `pred` holds in any of the warpgroup's threads.
-__device__ __forceinline__ bool wg_barrier_or(int c, bool pred) {
-  return c == 0 ? named_barrier_or(1, 128, pred) : named_barrier_or(2, 128, pred);
-}
+  // The same barrier, returning whether `pred` holds in any of the warpgroup's threads.
+  __device__ __forceinline__ bool sync_or(bool pred) {
+    ++passed;
+    return c == 0 ? named_barrier_or(1, 128, pred) : named_barrier_or(2, 128, pred);
+  }
+  // A CTA barrier (every thread of both warpgroups calls it) after which both warpgroups have
+  // passed equally many barriers: the one behind passes its own barrier the missing times (the
+  // counts differ by less than 64; the CTA barrier adds them up mod 128). compute-sanitizer's
+  // racecheck orders two threads' shared-memory accesses across a CTA barrier only when both
+  // have passed equally many barriers, named ones included (benchmarks/cuda/racecheck_barriers.cu
+  // shows it); chains of unequal tile counts pass unequal numbers. No memory access depends on
+  // the extra barriers.
+  __device__ __forceinline__ void level() {
+    const int mine = passed & 127;
+    const int sum = __syncthreads_count((threadIdx.x & 127) < mine);
+    const int behind = (sum - 2 * mine) & 127;  // the other warpgroup's count minus this one's
+#pragma unroll 1
+    for (int i = 0; i < (behind < 64 ? behind : 0); ++i) sync();
+    passed = 0;
+  }
+};
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

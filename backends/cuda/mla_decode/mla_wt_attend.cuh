@@ -95,7 +95,7 @@ __device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, 
 template <class Tr, class L>
 __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], unsigned char* sp,
                                            unsigned char* sp_lo, float* red, int tile0, const int (&lim)[L::kCols],
-                                           float scale_log2, int c) {  // c: the warpgroup
+                                           float scale_log2, WgBarrier& wb) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
   const int tok0 = 16 * w + (lane >> 2);
@@ -117,7 +117,7 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
     if (lane < 4) red[w * L::kNq + wt_col(k, lane)] = mx[k];
   }
-  wg_barrier(c);
+  wb.sync();
   float m_use[L::kCols], alpha[L::kCols];
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
@@ -188,10 +188,11 @@ __device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_
   for (int b = 4; b < 8; ++b) wgmma_fence_regs(st.o[b]);
 }
 
-// Called by warpgroup c once its tile is visible: does a key of the tile hidden from some q row
+// Called by a warpgroup once its tile is visible: does a key of the tile hidden from some q row
 // (tokens >= hidden0, < end) hold a NaN / inf value (hidden_values_nonfinite, block by block)?
 template <class Tr, class L>
-__device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0, int hidden0, int end, int c) {
+__device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0, int hidden0, int end,
+                                                    WgBarrier& wb) {
   const int t0 = max(hidden0 - tile0, 0), t1 = min(end - tile0, kTile);
   if (t0 >= t1) return false;  // uniform over the warpgroup
   bool bad = false;
@@ -199,7 +200,7 @@ __device__ __forceinline__ bool wt_hidden_nonfinite(const WtKv<L>& kv, int tile0
 #pragma unroll 1
   for (int j = 0; j < kDv / 64; ++j)  // (values_nonfinite addresses block j at j * kBlockBytes)
     bad |= values_nonfinite<Tr, 8, 128>(kv.blk(j) - j * Tr::kBlockBytes, t0, t1, 8 * j, tid);
-  return wg_barrier_or(c, bad);
+  return wb.sync_or(bad);
 }
 
 // The NaN / inf value entries of the tile set to 0 (zero_nonfinite_values, block by block), by

@@ -21,10 +21,11 @@ __device__ __forceinline__ float wt_chain_scale(float m_c, float m, float mu) {
 template <class Tr, class L>
 __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, WtState<L>& st,
                                                float* red, float* xch, int b, int n_splits, int slot,
-                                               int c) {
+                                               WgBarrier& wb) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, tid = threadIdx.x & 127;
-  wg_barrier(c);  // (the warpgroup's last reader of red is done)
+  const int c = wb.c;
+  wb.level();  // (the last readers of red are done)
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
     float l = st.l[k];
@@ -33,7 +34,7 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
     l += __shfl_xor_sync(0xffffffffu, l, 16);
     if (lane < 4) red[w * L::kNq + wt_col(k, lane)] = l;
   }
-  wg_barrier(c);
+  wb.sync();
   float* mine = xch + c * (L::kRingBytes / 4);
   const float* other = xch + (c ^ 1) * (L::kRingBytes / 4);
 #pragma unroll

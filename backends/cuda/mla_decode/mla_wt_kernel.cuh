@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kEarly = NQ <= 16;
   extern __shared__ __align__(1024) unsigned char smem_wt[];
   const int c = threadIdx.x >> 7;  // warpgroup = chain
+  WgBarrier wb(c);
   unsigned char* sq = smem_wt;
   unsigned char* ring = smem_wt + L::kOffKv + c * L::kRingBytes;
   unsigned char* sp = smem_wt + L::kOffP + c * 2 * L::kPBytes;
@@ -91,48 +92,48 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (end - tile0 < kTile) {  // the range ends inside the tile: its tail to zeros
             ld.zero_tail(kv, max(end - tile0, 0));
             fence_proxy_async_smem();
-            wg_barrier(c);
+            wb.sync();
           }
         } else {
 #pragma unroll 1
           for (int q = 0; q < Ld::kParts; ++q) {
             cp_async_wait<0>();
-            wg_barrier(c);  // raw part visible; (q = 0) the last tile's readers done
+            wb.sync();  // raw part visible; (q = 0) the last tile's readers done
             wt_dequant<Tr, L::kRawPer>(raw, ring, q * L::kRawTok);
             fence_proxy_async_smem();
-            wg_barrier(c);  // raw slot free; (last part) the 16-bit tile visible
+            wb.sync();  // raw slot free; (last part) the 16-bit tile visible
             ld.raw_part();
             cp_async_commit();
           }
         }
-        const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, c);
+        const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, wb);
         float s[L::kAcc];
         wt_scores<Tr, L>(s, q_base, kv);
-        wt_softmax<Tr, L>(st, s, sp, sp_lo, red, tile0, lim, scale_log2, c);
+        wt_softmax<Tr, L>(st, s, sp, sp_lo, red, tile0, lim, scale_log2, wb);
         fence_proxy_async_smem();
-        wg_barrier(c);  // P^T visible to the warpgroup's wgmma
+        wb.sync();  // P^T visible to the warpgroup's wgmma
         if (exact) {  // keys hidden from some q rows hold NaN / inf values: exact products, then zeros
           wt_add_nonfinite<Tr, L>(st, kv, sp, sp_lo, tile0, lim);
-          wg_barrier(c);  // every thread has read the values
+          wb.sync();  // every thread has read the values
           wt_zero_nonfinite<Tr, L>(kv);
           fence_proxy_async_smem();
-          wg_barrier(c);
+          wb.sync();
         }
         wt_pv<Tr, L>(st, kv, smem_addr(sp), smem_addr(sp_lo), [&] {
           if constexpr (Tr::kDirect && kEarly) {  // value blocks 0 .. 3 of tile j read: their slots
-            wg_barrier(c);
+            wb.sync();
             ld.blocks(min(j * NB + 4 + L::kSlots, (j + 2) * NB));  // (tile j + 1 only)
           }
         });
         if constexpr (Tr::kDirect) {
-          wg_barrier(c);  // every reader of tile j's slots is done
+          wb.sync();  // every reader of tile j's slots is done
           ld.blocks((j + 2) * NB);  // the rest of tile j + 1
           ld.blocks((j + 1) * NB + L::kSlots);  // blocks of tile j + 2 that fit
         }
       }
       cp_async_wait<0>();  // (only empty groups can be pending)
     }
-    wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, c);
+    wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, wb);
   }
   // The CTA's split requests (its part's first and last): the last piece of each to finish
   // merges its partials (no combine kernel). After the request loop, whose registers are then

@@ -1,0 +1,79 @@
+// What compute-sanitizer's racecheck takes as ordering two threads' shared-memory accesses, for
+// kernels whose two warpgroups synchronize on their own named barriers (the MLA wgmma_t kernel's
+// tile chains) and then exchange data across a CTA barrier.
+//
+//   racecheck_barriers even      both warpgroups pass 2 of their own barriers, then exchange
+//   racecheck_barriers uneven    warpgroup 0 passes 3, warpgroup 1 passes 2, then the same exchange
+//   racecheck_barriers leveled   as uneven, then WgBarrier::level() before the exchange
+//   racecheck_barriers handoff   as even, then a hand-off instead of the exchange: warpgroup 1
+//                                writes, arrives on a CTA-wide named barrier (bar.arrive), warpgroup
+//                                0 waits on it (bar.sync) and reads
+//   racecheck_barriers handoff_ahead   the same hand-off with warpgroup 1 (the producer) one
+//                                of its own barriers ahead
+//
+// Every mode is race-free. Under `compute-sanitizer --tool racecheck`, `even`, `leveled` and
+// `handoff` report no hazard; `uneven` and `handoff_ahead` report RAW hazards between the writes
+// and the reads, as if the barrier did not separate them. The tool orders two threads' accesses
+// by how many barriers each thread has passed (a write is seen as ordered before a read only when
+// the reader has passed more barriers than the writer had at the write), which holds for CTA-wide
+// barriers but not for warpgroups that pass unequal numbers of their own barriers.
+// run_racecheck_barriers.sh runs every mode.
+#include <cstdio>
+#include <cstring>
+
+#include "../../backends/cuda/mla_decode/mla_primitives.cuh"
+
+using dualops::cuda::mla::WgBarrier;
+
+__global__ void exchange_kernel(int extra0, int extra1, int kind, float* out) {
+  __shared__ float area[256];
+  __shared__ float red[2][2][4];  // [warpgroup][step parity][warp]
+  const int c = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  WgBarrier wb(c);
+  float acc = 0.f;
+  // The warpgroup's own phase: a reduction through shared memory between its barriers.
+  for (int j = 0; j < 2 + (c == 0 ? extra0 : extra1); ++j) {
+    if ((tid & 31) == 0) red[c][j & 1][tid >> 5] = acc + j;
+    wb.sync();
+    acc += red[c][j & 1][(tid >> 5) ^ 1];
+  }
+  if (kind == 1) {
+    wb.level();
+  } else {
+    __syncthreads();  // the last readers of red are done
+  }
+  if (kind == 2) {  // hand-off from warpgroup 1 to warpgroup 0 through named barrier 3
+    if (c == 1) {
+      area[threadIdx.x] = acc;
+      asm volatile("bar.arrive 3, 256;" ::: "memory");
+    } else {
+      asm volatile("bar.sync 3, 256;" ::: "memory");
+      acc += area[threadIdx.x ^ 128];
+    }
+  } else {
+    area[threadIdx.x] = acc;
+    __syncthreads();
+    acc += area[threadIdx.x ^ 128];
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "";
+  // mode: extra barriers of warpgroup 0 and 1, kind (0 exchange, 1 leveled exchange, 2 hand-off)
+  const char* names[5] = {"even", "uneven", "leveled", "handoff", "handoff_ahead"};
+  const int cfg[5][3] = {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 2}, {0, 1, 2}};
+  int m = 0;
+  while (m < 5 && strcmp(mode, names[m])) ++m;
+  if (m == 5) {
+    fprintf(stderr, "usage: racecheck_barriers even|uneven|leveled|handoff|handoff_ahead\n");
+    return 2;
+  }
+  float* out = nullptr;
+  if (cudaMalloc(&out, 4 * 256 * sizeof(float)) != cudaSuccess) return 1;
+  exchange_kernel<<<4, 256>>>(cfg[m][0], cfg[m][1], cfg[m][2], out);
+  const cudaError_t e = cudaDeviceSynchronize();
+  printf("racecheck_barriers %s: %s\n", mode, cudaGetErrorString(e));
+  cudaFree(out);
+  return e == cudaSuccess ? 0 : 1;
+}
