@@ -327,6 +327,30 @@ def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q, kernel):
     assert torch.isnan(out[:, 2]).all() and torch.isnan(lse[:, :, 2]).all()
 
 
+@needs_cuda
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_model1_zero_and_nan_scales_like_reference(dtype, kernel):
+    """fp8_model1 e8m0 scale bytes 0 (2^-127) and 255 (NaN) dequantize as the reference does (the
+    kernels read the other codes as the floats with bits e << 23): a NaN scale in an attended
+    token makes every row NaN; 2^-127 scales leave the rest of the request finite."""
+    g = bld.generator(4, "mla_decode", f"cuda/model1_scales/{dtype}")
+    a = make_inputs(g, lens=(300, 70), h_q=16, kv_format="fp8_model1", dtype=dtype)
+    pbs = a["kv_cache"].shape[1]
+    flat = a["kv_cache"].view(a["kv_cache"].shape[0], -1)
+
+    def set_scale(b, pos, j, code):  # e8m0 scale of 64-dim block j of request b's token pos
+        blk, off = int(a["block_table"][b, pos // pbs]), pos % pbs
+        flat[blk, pbs * 576 + off * 8 + j] = code
+
+    set_scale(0, 123, 2, 255)
+    set_scale(1, 7, 5, 0)
+    set_scale(1, 69, 0, 0)
+    set_scale(1, 69, 6, 0)
+    out, _ = check(a, plan="host")
+    out = out.cpu()
+    assert torch.isnan(out[0]).all() and torch.isfinite(out[1]).all()
+
+
 # ----------------------------------------------------------------------------- planners, graphs
 
 

@@ -154,6 +154,12 @@ __device__ __forceinline__ uint4 e4m3x8_scaled(uint2 raw, float s) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Whether one of the 4 e8m0 bytes of w is 0 or 255, the two codes whose value is not the float
+// with bits e << 23 (2^-127 is subnormal; 255 is NaN): a zero byte of w or of ~w.
+__device__ __forceinline__ bool e8m0_special(uint32_t w) {
+  return (((w - 0x01010101u) & ~w) | ((~w - 0x01010101u) & w)) & 0x80808080u;
+}
+
 // e8m0 exponent byte -> 2^(e - 127); 255 is NaN.
 __device__ __forceinline__ float e8m0_scale(uint32_t e) {
   if (e == 255u) return __uint_as_float(0x7fc00000u);

@@ -74,14 +74,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       wt_load_q<Tr, L>(p, t, sq, r);
       cp_async_commit();
       Ld ld(p, r, start, end, nt, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
-      // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1); FP8: raw part 0.
+      // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1); FP8: a raw part per
+      // raw slot, one cp.async group each.
       if constexpr (Tr::kDirect) {
         ld.blocks(L::kSlots);
+        cp_async_commit();
       } else {
-        ld.raw_part();
+#pragma unroll
+        for (int u = 0; u < L::kRawBufs; ++u) {
+          ld.raw_part();
+          cp_async_commit();
+        }
       }
-      cp_async_commit();
-      cp_async_wait<Tr::kDirect ? 0 : 1>();  // Q (copied by the whole CTA)
+      cp_async_wait<Tr::kDirect ? 0 : L::kRawBufs>();  // Q (copied by the whole CTA)
       fence_proxy_async_smem();
       __syncthreads();
       for (int j = 0; j < nt; ++j) {
@@ -96,13 +101,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         } else {
 #pragma unroll 1
-          for (int q = 0; q < Ld::kParts; ++q) {
-            cp_async_wait<0>();
+          for (int q = 0; q < Ld::kParts; ++q) {  // (kParts is a multiple of kRawBufs)
+            cp_async_wait<L::kRawBufs - 1>();  // the oldest part in flight (part q) has landed
             wb.sync();  // raw part visible; (q = 0) the last tile's readers done
-            wt_dequant<Tr, L::kRawPer>(raw, ring, q * L::kRawTok);
+            wt_dequant<Tr, L::kRawPer>(raw + (q % L::kRawBufs) * L::kRawSlot, ring, q * L::kRawTok);
             fence_proxy_async_smem();
             wb.sync();  // raw slot free; (last part) the 16-bit tile visible
-            ld.raw_part();
+            ld.raw_part();  // into the slot just freed
             cp_async_commit();
           }
         }

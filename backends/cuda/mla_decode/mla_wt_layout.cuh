@@ -3,10 +3,10 @@
 // n with n % 2 == c), so each has its own KV ring, P^T tiles and reduction rows; the Q tile is
 // shared:
 //   Q (D / 64 blocks of NQ rows x 64 values, 128-byte swizzle) | ring 0 | ring 1 |
-//   P^T hi / lo of warpgroup 0, of warpgroup 1 | raw FP8 slot 0 | slot 1 | reductions.
+//   P^T hi / lo of warpgroup 0, of warpgroup 1 | raw FP8 slots of warpgroup 0 | of 1 | reductions.
 // 16-bit caches: a ring of kSlots 8 KiB block slots per warpgroup (64 tokens x 64 dims, copied as
 // they are): the tile being computed plus kSlots - kNb blocks of the chain's next tile in flight.
-// FP8 caches: one 16-bit tile per warpgroup (kSlots = kNb) and a raw slot of kRawTok tokens
+// FP8 caches: one 16-bit tile per warpgroup (kSlots = kNb) and kRawBufs raw slots of kRawTok tokens
 // (mla_load.cuh rows: token * kRawRow), dequantized part by part by the warpgroup that uses it.
 // After the chains, a warpgroup's ring holds its state for the merge (kXchBytes).
 #pragma once
@@ -41,11 +41,18 @@ struct WtLayout {
   static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
   static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;
   static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 2 * kNb ? 2 * kNb : kFitSlots;
-  // FP8: raw slot of 32 tokens where it fits, else 16 (kRawPer threads of a warpgroup per token).
-  static constexpr int kRawTok =
-      Tr::kDirect ? 0 : kFixed + 2 * kNb * Tr::kBlockBytes + 2 * 32 * Tr::kRawRow <= kBudget ? 32 : 16;
+  // FP8: raw parts of kRawTok tokens (kRawPer = 128 / kRawTok threads of a warpgroup per token) in
+  // kRawBufs slots of a part each. fp8_v32: two slots of 16 tokens where they fit (the next part's
+  // copy in flight while a part is converted), else one; fp8_model1: one slot of 32 tokens where
+  // it fits, else 16 (docs/mla_decode_cuda.md: two 16-token slots measured faster with fp8_v32,
+  // slower with fp8_model1, whose 8 threads per token each decode the token's 7 block scales).
+  static constexpr int kRoom = kBudget - kFixed - 2 * kNb * Tr::kBlockBytes;  // for both warpgroups' slots
+  static constexpr bool kTwoSlots = Tr::kFmt == kFmtV32 && 2 * 2 * 16 * Tr::kRawRow <= kRoom;
+  static constexpr int kRawTok = Tr::kDirect ? 0 : !kTwoSlots && 2 * 32 * Tr::kRawRow <= kRoom ? 32 : 16;
+  static constexpr int kRawBufs = Tr::kDirect ? 0 : kTwoSlots ? 2 : 1;
   static constexpr int kRawPer = Tr::kDirect ? 0 : 128 / kRawTok;
-  static constexpr int kRawBytes = kRawTok * Tr::kRawRow;
+  static constexpr int kRawSlot = kRawTok * Tr::kRawRow;   // bytes of one raw slot
+  static constexpr int kRawBytes = kRawBufs * kRawSlot;
   static constexpr int kRingBytes = kSlots * Tr::kBlockBytes;
   static constexpr int kOffKv = kQBytes;
   static constexpr int kOffP = kOffKv + 2 * kRingBytes;

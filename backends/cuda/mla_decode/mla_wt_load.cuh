@@ -47,10 +47,15 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
     const float s4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 8; ++j) sc[j] = s4[j >> 1];
-  } else {  // e8m0 exponent per 64 dims
+  } else {  // e8m0 exponent per 64 dims (bytes 0 .. 6; byte 7 is not a scale)
     const uint2 v = *reinterpret_cast<const uint2*>(row + 576);
+    if (!e8m0_special(v.x) && !e8m0_special((v.y & 0x00ffffffu) | 0x01000000u)) {
 #pragma unroll
-    for (int j = 0; j < 7; ++j) sc[j] = e8m0_scale(((j < 4 ? v.x : v.y) >> ((j & 3) * 8)) & 0xffu);
+      for (int j = 0; j < 7; ++j) sc[j] = __uint_as_float(((j < 4 ? v.x : v.y) >> ((j & 3) * 8) & 0xffu) << 23);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 7; ++j) sc[j] = e8m0_scale(((j < 4 ? v.x : v.y) >> ((j & 3) * 8)) & 0xffu);
+    }
   }
   uint4 rope[kCh];
 #pragma unroll
@@ -81,8 +86,8 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
 // slot's mbarrier completes when its 8 KiB have landed (wait_tile). A box whose tokens are past
 // the range end, past the block table's width or in a block outside the cache is addressed out
 // of bounds and arrives as zeros; a box the range end cuts is zeroed past the end (zero_tail).
-// FP8 caches: raw part u = parts j + q (tokens kRawTok q ..) into the raw slot, kRawPer threads
-// per token (cp.async); the block id of the next part is read one copy ahead.
+// FP8 caches: raw part u = kParts j + q (tokens kRawTok q ..) into raw slot u % kRawBufs, kRawPer
+// threads per token (cp.async); the block id of the next part is read one copy ahead.
 template <class Tr, class L>
 struct WtChainLoad {
   static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
@@ -160,12 +165,13 @@ struct WtChainLoad {
       *reinterpret_cast<uint4*>(kv.blk(blk) + (n0 + (rem >> 3)) * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
     }
   }
-  // FP8 caches: the next raw part into the raw slot (none past the chain).
+  // FP8 caches: the next raw part into its raw slot (none past the chain).
   __device__ __forceinline__ void raw_part() {
     if (g_next >= total) return;
     const int m = g_next / kParts, q = g_next - m * kParts;
     const int tok = tok0 + 2 * m * kTile + q * L::kRawTok;
-    load_kv_token<Tr, L::kRawPer>(p, raw, ltok, lsub, block_base(p, nid, bbytes), tok % p.page_block_size);
+    load_kv_token<Tr, L::kRawPer>(p, raw + (g_next % L::kRawBufs) * L::kRawSlot, ltok, lsub, block_base(p, nid, bbytes),
+                                  tok % p.page_block_size);
     nid = token_block_id(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
     ++g_next;
   }
