@@ -45,6 +45,17 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The same copy with an L2 cache policy (e.g. cp_async.cuh's evict_first_policy() for a stream
+// read once).
+__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], "
+      "[%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+      : "memory");
+}
+
 // Host: a 2-D map over `rows` rows of `inner` 16-bit values, `row_bytes` apart, read as boxes of
 // 64 values (128 bytes, 128-byte swizzle) x `box_rows` rows; out-of-bounds boxes fill with zeros.
 // False when the driver has no such entry point or rejects the description.

@@ -3,6 +3,7 @@
 // memory to q's dtype. Tokens past the range end and tokens whose block id is outside the cache
 // are zero-filled and never read (their slots may hold anything, NaN included).
 #pragma once
+#include "../common/cp_async.cuh"
 #include "mla_config.cuh"
 
 namespace dualops::cuda::mla {
@@ -64,10 +65,18 @@ __device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int t
 
 // Row `token` of a tile from cache block `blk` (nullptr: zero fill), in-block offset `off`, by the
 // kPer threads sub = 0 .. kPer - 1 of the token: 16-bit rows into the swizzled tile, FP8 rows raw
-// into a staging tile (rows of Tr::kRawRow).
-template <class Tr, int kPer>
+// into a staging tile (rows of Tr::kRawRow). kStream: the 16-byte copies with the evict-first L2
+// policy (a request's tiles read by one CTA only: the wgmma_t kernel).
+template <class Tr, int kPer, bool kStream = false>
 __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t base, int token, int sub,
                                               const unsigned char* blk, int off) {
+  auto cp_async_16 = [](uint32_t dst, const void* src, uint32_t n) {
+    if constexpr (kStream) {
+      common::cp_async_16(dst, src, n);
+    } else {
+      mla::cp_async_16(dst, src, n);
+    }
+  };
   const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
   const uint32_t n = blk ? 16u : 0u;
   if constexpr (Tr::kDirect) {

@@ -138,12 +138,13 @@ struct WtChainLoad {
           rows[b] = kv_box_row(p, r, tok0 + 2 * m * kTile + b * box, end);
         }
       }
+      const uint64_t policy = common::evict_first_policy();  // the KV stream is read once
       const int s = g_next % L::kSlots;
       const uint32_t bar = bars + 8 * s, dst = ring + s * Tr::kBlockBytes;
       common::mbar_expect_tx(bar, Tr::kBlockBytes);
 #pragma unroll
       for (int b = 0; b < kTile / 16; ++b)
-        if (b < nbox) common::tma_load_2d(dst + b * box * 128, tmap, 64 * j, rows[b], bar);
+        if (b < nbox) common::tma_load_2d_hint(dst + b * box * 128, tmap, 64 * j, rows[b], bar, policy);
     }
   }
   // 16-bit caches: every thread waits for the blocks of chain tile j (phase: the thread's parity
@@ -170,7 +171,7 @@ struct WtChainLoad {
     if (g_next >= total) return;
     const int m = g_next / kParts, q = g_next - m * kParts;
     const int tok = tok0 + 2 * m * kTile + q * L::kRawTok;
-    load_kv_token<Tr, L::kRawPer>(p, raw + (g_next % L::kRawBufs) * L::kRawSlot, ltok, lsub, block_base(p, nid, bbytes),
+    load_kv_token<Tr, L::kRawPer, true>(p, raw + (g_next % L::kRawBufs) * L::kRawSlot, ltok, lsub, block_base(p, nid, bbytes),
                                   tok % p.page_block_size);
     nid = token_block_id(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
     ++g_next;
