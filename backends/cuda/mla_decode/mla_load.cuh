@@ -58,9 +58,12 @@ __device__ __forceinline__ constexpr int64_t token_bytes() {
 __host__ __device__ __forceinline__ int kv_box_rows(int page) { return page % 64 == 0 ? 64 : page % 32 == 0 ? 32 : 16; }
 // Tensor row of the box starting at token `tok` of request r; past the range end, past the block
 // table's width or in a block outside the cache: a row out of bounds (the box arrives as zeros).
-__device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int tok, int end) {
-  const int blk = token_block_id(p, r, tok, end);
+// kv_box_row_of: the same from the token's block id (token_block_id), read beforehand.
+__device__ __forceinline__ int kv_box_row_of(const MlaDecodeParams& p, int blk, int tok) {
   return blk >= 0 && blk < p.num_blocks ? blk * p.page_block_size + tok % p.page_block_size : -kTile;
+}
+__device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int tok, int end) {
+  return kv_box_row_of(p, token_block_id(p, r, tok, end), tok);
 }
 
 // Row `token` of a tile from cache block `blk` (nullptr: zero fill), in-block offset `off`, by the

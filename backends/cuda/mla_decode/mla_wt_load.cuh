@@ -99,12 +99,15 @@ struct WtChainLoad {
   uint32_t ring, raw;     // shared addresses of the warpgroup's ring and raw slot
   int g_next = 0;         // next block / part to copy
   // 16-bit caches: the tensor map, the warpgroup's slot mbarriers, box rows, whether this thread
-  // issues the copies, and the out-of-bounds-or-cache row of each box of the tile being copied.
+  // issues the copies, the out-of-bounds-or-cache row of each box of the tile being copied, and
+  // the block ids of the next tile's boxes (read a tile ahead, so that no block-table read sits
+  // between a tile's first copy and the chain).
   const CUtensorMap* tmap = nullptr;
   uint32_t bars = 0;
   int box = kTile;
   bool issuer = false;
   int rows[kTile / 16];
+  int next_ids[kTile / 16];
 
   __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int r_, int start, int end_, int nt, int c,
                                          uint32_t ring_, uint32_t raw_, const CUtensorMap* tmap_, uint32_t bars_)
@@ -116,12 +119,20 @@ struct WtChainLoad {
       tok0 = start + c * kTile;
       box = kv_box_rows(p.page_block_size);
       issuer = tid == 0;
+      if (issuer) read_ids(0);
     } else {
       ltok = tid / L::kRawPer;
       lsub = tid % L::kRawPer;
       tok0 = start + c * kTile + ltok;
       nid = token_block_id(p, r, tok0, end);
     }
+  }
+  // 16-bit caches: the block ids of chain tile m's boxes into next_ids (block-table reads whose
+  // values are first used when the tile's copies are issued).
+  __device__ __forceinline__ void read_ids(int m) {
+#pragma unroll
+    for (int b = 0; b < kTile / 16; ++b)
+      if (b < kTile / box) next_ids[b] = token_block_id(p, r, tok0 + 2 * m * kTile + b * box, end);
   }
   // 16-bit caches: blocks g_next .. g_end - 1 into their slots (the issuing thread; the slots'
   // earlier readers are done).
@@ -133,10 +144,9 @@ struct WtChainLoad {
       const int nbox = kTile / box;
       if (j == 0) {
 #pragma unroll
-        for (int b = 0; b < kTile / 16; ++b) {
-          if (b >= nbox) break;
-          rows[b] = kv_box_row(p, r, tok0 + 2 * m * kTile + b * box, end);
-        }
+        for (int b = 0; b < kTile / 16; ++b)
+          if (b < nbox) rows[b] = kv_box_row_of(p, next_ids[b], tok0 + 2 * m * kTile + b * box);
+        read_ids(m + 1);
       }
       const uint64_t policy = common::evict_first_policy();  // the KV stream is read once
       const int s = g_next % L::kSlots;
