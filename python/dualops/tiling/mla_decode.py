@@ -165,11 +165,13 @@ MLA_CUDA_SEESAW_SMEM_BYTES = 230496  # the same with 4 mbarriers and the TMA box
 # dequantizes each tile in warpgroup 1 while the tensor cores run P V, the mma.sync kernel
 # between its MMAs (the wgmma kernel is 8-35 % faster from h_q 16 to 128).
 MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
-# Per cache format, the most q rows for which the wgmma_t kernel is planned. Measured on an H200
-# (b64 s_k4096, two tile chains per CTA): h_q 8 / 16 bf16 1.15 / 1.11x as fast as mma.sync, FP8
-# h_q 16 1.46-1.53x as fast as wgmma; at 32 q rows bf16 1.09x as fast as mma.sync (h_q 32, and
-# h_q 16 s_q 2), fp8_v32 1.11x as fast as wgmma; fp8_model1 was not measured at 32 q rows.
-MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 16}
+# Per cache format, the most q rows for which the wgmma_t kernel is planned (b64 s_k4096, two tile
+# chains per CTA). H200: h_q 8 / 16 bf16 1.15 / 1.11x as fast as mma.sync, FP8 h_q 16 1.46-1.53x
+# as fast as wgmma; at 32 q rows bf16 1.09x as fast as mma.sync (h_q 32, and h_q 16 s_q 2),
+# fp8_v32 1.11x as fast as wgmma. H100, 2026-11-26, `benchmarks/cuda/mla_kernel_ab.py`, two
+# rounds: fp8_model1 h_q 32 130.5-131.5 us against wgmma's 167-168 us and mma.sync's 193-197 us;
+# fp8_v32 h_q 32 / h_q 24 / h_q 16 s_q 2 156-158 us against wgmma's 175-177 us.
+MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32}
 
 
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_block_size: int = 64) -> str:
