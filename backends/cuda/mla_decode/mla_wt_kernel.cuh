@@ -34,8 +34,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   WgBarrier wb(c);
   unsigned char* sq = smem_wt;
   unsigned char* ring = smem_wt + L::kOffKv + c * L::kRingBytes;
-  unsigned char* sp = smem_wt + L::kOffP + c * 2 * L::kPBytes;
-  unsigned char* sp_lo = sp + L::kPBytes;
+  unsigned char* const sp_own = smem_wt + L::kOffP + c * 2 * L::kPBytes;  // (P^T tiles, d_qk 512)
   unsigned char* raw = smem_wt + L::kOffRaw + c * L::kRawBytes;
   float* red = reinterpret_cast<float*>(smem_wt + L::kOffRed) + c * 4 * NQ;
   WtKv<L> kv{smem_addr(ring), ring, 0};
@@ -111,6 +110,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             cp_async_commit();
           }
         }
+        unsigned char* const sp = L::kPInRope ? kv.blk(NB - 1) : sp_own;  // P^T hi, then lo
+        unsigned char* const sp_lo = sp + L::kPBytes;
         const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, wb);
         float s[L::kAcc];
         wt_scores<Tr, L>(s, q_base, kv);

@@ -3,7 +3,8 @@
 // n with n % 2 == c), so each has its own KV ring, P^T tiles and reduction rows; the Q tile is
 // shared:
 //   Q (D / 64 blocks of NQ rows x 64 values, 128-byte swizzle) | ring 0 | ring 1 |
-//   P^T hi / lo of warpgroup 0, of warpgroup 1 | raw FP8 slots of warpgroup 0 | of 1 | reductions.
+//   (P^T hi / lo of warpgroup 0, of warpgroup 1, unless in the KV tiles' RoPE blocks: kPInRope) |
+//   raw FP8 slots of warpgroup 0 | of 1 | reductions.
 // 16-bit caches: a ring of kSlots 8 KiB block slots per warpgroup (64 tokens x 64 dims, copied as
 // they are): the tile being computed plus kSlots - kNb blocks of the chain's next tile in flight.
 // FP8 caches: one 16-bit tile per warpgroup (kSlots = kNb) and kRawBufs raw slots of kRawTok tokens
@@ -36,9 +37,18 @@ struct WtLayout {
   static constexpr int kRedBytes = 2 * 4 * NQ * 4;         // [warpgroup][warp][q row]
   // 16-bit caches: one mbarrier per ring slot (TMA completion), at most 2 kNb slots per warpgroup.
   static constexpr int kBarBytes = Tr::kDirect ? 2 * 2 * (Tr::D / 64) * 8 : 0;
-  static constexpr int kFixed = kQBytes + 4 * kPBytes + kRedBytes + kBarBytes;
   static constexpr int kBudget = 227 * 1024;
   static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
+  // A warpgroup's P^T tiles (hi, lo): two tiles beside the rings, or (d_qk 576) the RoPE block of
+  // its current KV tile, which only S^T reads: S^T is done before the softmax writes P^T, and the
+  // slot is refilled only once P V is done. In the RoPE block where the room it frees is used:
+  // 16-bit caches (one more ring slot at NQ 16 and 32) and FP8 caches whose second raw slot fits
+  // only then (fp8_v32 at NQ 32); docs/mla_decode_cuda.md has the measurements.
+  static constexpr bool kTwoRawBeside =
+      2 * 2 * 16 * Tr::kRawRow <= kBudget - (kQBytes + 4 * kPBytes + kRedBytes) - 2 * kNb * Tr::kBlockBytes;
+  static constexpr bool kPInRope = Tr::D == 576 && (Tr::kDirect || !kTwoRawBeside);
+  static constexpr int kPArea = kPInRope ? 0 : 4 * kPBytes;
+  static constexpr int kFixed = kQBytes + kPArea + kRedBytes + kBarBytes;
   static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;
   static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 2 * kNb ? 2 * kNb : kFitSlots;
   // FP8: raw parts of kRawTok tokens (kRawPer = 128 / kRawTok threads of a warpgroup per token) in
@@ -56,7 +66,7 @@ struct WtLayout {
   static constexpr int kRingBytes = kSlots * Tr::kBlockBytes;
   static constexpr int kOffKv = kQBytes;
   static constexpr int kOffP = kOffKv + 2 * kRingBytes;
-  static constexpr int kOffRaw = kOffP + 4 * kPBytes;
+  static constexpr int kOffRaw = kOffP + kPArea;
   static constexpr int kOffRed = kOffRaw + 2 * kRawBytes;
   static constexpr int kOffBar = kOffRed + kRedBytes;  // [warpgroup][slot] mbarriers
   static constexpr int kSmemBytes = kOffBar + kBarBytes;
@@ -64,6 +74,7 @@ struct WtLayout {
   static constexpr int kXchBytes = (2 * NQ + 4 * kAccO * 128) * 4;
   static_assert(kSlots >= kNb && kXchBytes <= kRingBytes, "a tile per ring; the merge state fits");
   static_assert(kQBytes % 1024 == 0 && kPBytes % 1024 == 0, "wgmma operands on 1024-byte boundaries");
+  static_assert(!kPInRope || 2 * kPBytes <= Tr::kBlockBytes, "hi and lo P^T tiles in one block slot");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");
   static_assert(kOffBar % 8 == 0 && kSlots <= 32, "mbarriers 8-byte aligned; slot phases in one word");
 
