@@ -73,7 +73,7 @@ __device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int t
 template <class Tr, int kPer, bool kStream = false>
 __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t base, int token, int sub,
                                               const unsigned char* blk, int off) {
-  auto cp_async_16 = [](uint32_t dst, const void* src, uint32_t n) {
+  auto copy16 = [](uint32_t dst, const void* src, uint32_t n) {
     if constexpr (kStream) {
       common::cp_async_16(dst, src, n);
     } else {
@@ -86,16 +86,16 @@ __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t
     const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : any;
 #pragma unroll
     for (int chunk = sub; chunk < Tr::kChunks; chunk += kPer)
-      cp_async_16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
+      copy16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
   } else if constexpr (Tr::kFmt == kFmtV32) {
     const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : any;
     for (int chunk = sub; chunk < 41; chunk += kPer)
-      cp_async_16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
+      copy16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
   } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
     const unsigned char* data = blk ? blk + static_cast<int64_t>(off) * 576 : nullptr;
 #pragma unroll
     for (int chunk = sub; chunk < 36; chunk += kPer)
-      cp_async_16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
+      copy16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
     if (sub == 0) {
       const unsigned char* sc = blk ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
       cp_async_8(base + token * Tr::kRawRow + 576, sc, n ? 8u : 0u);

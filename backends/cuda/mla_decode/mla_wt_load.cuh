@@ -91,6 +91,7 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
 template <class Tr, class L>
 struct WtChainLoad {
   static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
+  static_assert(Tr::kDirect || kParts % L::kRawBufs == 0, "kParts a multiple of kRawBufs (raw part u uses slot u % kRawBufs)");
   const MlaDecodeParams& p;
   int r, end, tok0;       // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
   int total;              // blocks (16-bit) or raw parts (FP8) of the chain
