@@ -36,6 +36,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Fetches the tensor map's descriptor (e.g. a __grid_constant__ kernel parameter) into the TMA
+// unit ahead of the first copy that uses it.
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 // Box at coordinates (c0 inner, c1 outer) of the tensor map -> shared memory at `dst`; its bytes
 // count towards `bar`'s transaction. Boxes past the tensor's bounds arrive as zeros.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {

@@ -41,8 +41,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t bars = smem_addr(smem_wt + L::kOffBar) + c * 8 * 2 * L::kNb;  // (16-bit caches)
   uint32_t phase = 0;  // 16-bit caches: parity of each ring slot's next phase
   if constexpr (Tr::kDirect) {
-    if ((threadIdx.x & 127) == 0)
+    if ((threadIdx.x & 127) == 0) {
+      common::tma_prefetch_map(&tmap);
       for (int s = 0; s < L::kSlots; ++s) common::mbar_init(bars + 8 * s);
+    }
     common::mbar_init_fence();
   }
 
