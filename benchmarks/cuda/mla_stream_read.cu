@@ -16,6 +16,9 @@
 //     block slots and its own issuing thread, taking alternate tiles; per tile: wait for its 9
 //     blocks, read them (plus `spin` clocks of stand-in work), barrier, then issue the blocks
 //     that fit (the rest of the next tile, the start of the one after).
+//   producer static / claim: the same two chains fed by a producer warp each, which issues a
+//     tile's blocks as soon as their slots are free; static: the CTA's own tiles; claim: every
+//     chain takes its next tile from one counter of the whole call (dynamic balancing).
 // Ceilings: a device-to-device cudaMemcpy (read + write) and a grid-stride read of the pool.
 //
 // Build and run: benchmarks/cuda/run_mla_stream_read.sh (nvcc -O3 -std=c++17 -arch=sm_90a).
@@ -48,6 +51,7 @@ struct Work {
   const int* ids;       // page of each tile of the call
   int ntiles, per_cta;  // tiles of the call, tiles per CTA
   unsigned* out;
+  int* ctr;             // k_claim: [0] tiles claimed, [1] CTAs done (both 0 between calls)
 };
 
 __device__ __forceinline__ uint32_t saddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -77,11 +81,14 @@ __device__ __forceinline__ void finish(unsigned* out, unsigned acc) {
 }
 __device__ __forceinline__ void bulk_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar, uint64_t pol) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar), "l"(pol)
       : "memory");
 }
-__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void mbar_init_n(uint32_t bar, int n) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(n) : "memory");
 }
@@ -100,7 +107,8 @@ __device__ __forceinline__ void issue_tile(const Work& w, const CUtensorMap* m64
     for (int j = 0; j < kNb; ++j) cm::tma_load_2d_hint(dst + j * kBlock, m64, 64 * j, page * kTok, bar, pol);
   } else if constexpr (MODE == 1) {
     for (int g = 0; g < kTok / 8; ++g)
-      for (int j = 0; j < kNb; ++j) cm::tma_load_2d_hint(dst + j * kBlock + g * 1024, m8, 64 * j, page * kTok + 8 * g, bar, pol);
+      for (int j = 0; j < kNb; ++j)
+        cm::tma_load_2d_hint(dst + j * kBlock + g * 1024, m8, 64 * j, page * kTok + 8 * g, bar, pol);
   } else {
     const char* src = w.pool + static_cast<int64_t>(page) * kTileBytes;
     for (int j = 0; j < kNb; ++j) bulk_1d(dst + j * kBlock, src + j * kBlock, kBlock, bar, pol);
@@ -188,8 +196,85 @@ __global__ void __launch_bounds__(256, 1) k_chains(Work w, const __grid_constant
   finish(w.out, acc);
 }
 
+// Warp-specialized chains (a producer warp per chain), each chain with SLOTS 8 KiB block slots:
+// the producer takes the chain's tiles, waits for free slots and issues their boxes; the
+// consumer warpgroup waits for a tile's 9 blocks, reads them, spins `spin` clocks and frees the
+// slots. DYN false: the CTA's static tiles (t0 + 2m + c, as k_chains); DYN true: every chain
+// claims its next tile from one counter of the whole call (atomicAdd), so chains that run faster
+// take more tiles. The last CTA to finish sets the counter back to 0.
+template <int SLOTS, bool DYN>
+__global__ void __launch_bounds__(320, 1) k_claim(Work w, const __grid_constant__ CUtensorMap m64, int spin) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t full[2][SLOTS], empty[2][SLOTS];
+  __shared__ int chain_tile[2][8];
+  const int t0 = blockIdx.x * w.per_cta, n = max(min(w.per_cta, w.ntiles - t0), 0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int c = warp < 8 ? warp >> 2 : warp - 8;
+  const uint32_t ring = ((saddr(smem) + 1023) & ~1023u) + c * SLOTS * kBlock;
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < 2; ++k)
+      for (int s = 0; s < SLOTS; ++s) cm::mbar_init(saddr(&full[k][s])), mbar_init_n(saddr(&empty[k][s]), 4);
+    cm::mbar_init_fence();
+  }
+  __syncthreads();
+  unsigned acc = 0;
+  if (warp >= 8) {
+    if (lane == 0) {
+      const uint64_t pol = cm::evict_first_policy();
+      for (int m = 0;; ++m) {
+        int t;
+        if constexpr (DYN) {
+          t = atomicAdd(w.ctr, 1);
+        } else {
+          t = 2 * m + c < n ? t0 + 2 * m + c : w.ntiles;
+        }
+        const bool valid = t < w.ntiles;
+        const int page = valid ? w.ids[t] : 0;
+        for (int j = 0; j < (valid ? kNb : 1); ++j) {
+          const int g = m * kNb + j, s = g % SLOTS;
+          if (g >= SLOTS) cm::mbar_wait(saddr(&empty[c][s]), ((g / SLOTS) - 1) & 1);
+          if (j == 0) chain_tile[c][m & 7] = valid ? t : -1;
+          if (valid) {
+            cm::mbar_expect_tx(saddr(&full[c][s]), kBlock);
+            cm::tma_load_2d_hint(ring + s * kBlock, &m64, 64 * j, page * kTok, saddr(&full[c][s]), pol);
+          } else {
+            mbar_arrive(saddr(&full[c][s]));  // no tile m: the consumers stop there
+          }
+        }
+        if (!valid) break;
+      }
+    }
+  } else {
+    const int tid = threadIdx.x & 127;
+    for (int m = 0;; ++m) {
+      const int g0 = m * kNb;
+      cm::mbar_wait(saddr(&full[c][g0 % SLOTS]), (g0 / SLOTS) & 1);
+      if (chain_tile[c][m & 7] < 0) break;
+      for (int i = 1; i < kNb; ++i) cm::mbar_wait(saddr(&full[c][(g0 + i) % SLOTS]), ((g0 + i) / SLOTS) & 1);
+      for (int i = 0; i < kNb; ++i) read_xor<kBlock, 128>(acc, ring + ((g0 + i) % SLOTS) * kBlock, tid);
+      if (spin > 0) {
+        const long long c0 = clock64();
+        while (clock64() - c0 < spin) {
+        }
+      }
+      __syncwarp();
+      if (lane == 0)
+        for (int i = 0; i < kNb; ++i) mbar_arrive(saddr(&empty[c][(g0 + i) % SLOTS]));
+    }
+    finish(w.out, acc);
+  }
+  if constexpr (DYN) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      if (atomicAdd(w.ctr + 1, 1) == static_cast<int>(gridDim.x) - 1) w.ctr[0] = 0, w.ctr[1] = 0;
+    }
+  }
+}
+
 __global__ void k_fill(uint32_t* p, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * static_cast<int64_t>(blockDim.x))
+  const int64_t stride = gridDim.x * static_cast<int64_t>(blockDim.x);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride)
     p[i] = static_cast<uint32_t>(i * 2654435761u) ^ static_cast<uint32_t>(i >> 13);
 }
 __global__ void k_read_flat(const uint4* p, int64_t n16, unsigned* out) {
@@ -219,6 +304,8 @@ int main(int argc, char** argv) {
   char* pool = static_cast<char*>(alloc(2 * bytes));  // second half: the copy ceiling's target
   unsigned* out = static_cast<unsigned*>(alloc(64 * sizeof(unsigned)));
   int* ids = static_cast<int*>(alloc(pages * sizeof(int)));
+  int* ctr = static_cast<int*>(alloc(2 * sizeof(int)));
+  CK(cudaMemset(ctr, 0, 2 * sizeof(int)));
   std::vector<int> h(pages);
   std::iota(h.begin(), h.end(), 0);
   std::shuffle(h.begin(), h.end(), std::mt19937(7));
@@ -235,7 +322,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "tensor map encoding failed\n");
     return 1;
   }
-  const float cp_us = median_us_per_call(0, 1, 3, 25, [&] { CK(cudaMemcpyAsync(pool + bytes, pool, bytes, cudaMemcpyDeviceToDevice)); });
+  const float cp_us = median_us_per_call(0, 1, 3, 25, [&] {
+    CK(cudaMemcpyAsync(pool + bytes, pool, bytes, cudaMemcpyDeviceToDevice));
+  });
   const double copy_gbs = 2.0 * bytes / cp_us / 1e3;
   printf("CEIL  cudaMemcpy D2D: %.1f us, %.0f GB/s (read + write)\n", cp_us, copy_gbs);
   for (int ctas : {sms, 2 * sms, 4 * sms}) {
@@ -262,15 +351,19 @@ int main(int argc, char** argv) {
   add("tile ring x3 box64", k_tile_ring<3, 0>, 288, 3 * kTileBytes + 1024, -1);
   add("tile ring x3 box8 ", k_tile_ring<3, 1>, 288, 3 * kTileBytes + 1024, -1);
   add("tile ring x3 bulk ", k_tile_ring<3, 2>, 288, 3 * kTileBytes + 1024, -1);
-  for (int spin : {0, 1000, 2000, 3000}) {
+  for (int spin : {0, 3000}) {
     add("chains 13 slots spin " + std::to_string(spin), k_chains<13>, 256, 2 * 13 * kBlock + 1024, spin);
     add("chains 11 slots spin " + std::to_string(spin), k_chains<11>, 256, 2 * 11 * kBlock + 1024, spin);
+  }
+  for (int spin : {0, 3000, 6000, 9000}) {
+    add("producer static spin " + std::to_string(spin), k_claim<13, false>, 320, 2 * 13 * kBlock + 1024, spin);
+    add("producer claim  spin " + std::to_string(spin), k_claim<13, true>, 320, 2 * 13 * kBlock + 1024, spin);
   }
   printf("\n%-28s %6s %6s %9s %9s %7s %s\n", "variant", "ctas", "tiles", "us", "GB/s", "% copy", "ok");
   for (const auto& v : vars) {
     for (int ctas : {sms - sms % 8, sms}) {  // H100: 128 CTAs x 32 tiles (the plan's), 132 x 31-32
       const int per = (pages + ctas - 1) / ctas;
-      Work w{pool, ids, pages, per, out + 2};
+      Work w{pool, ids, pages, per, out + 2, ctr};
       auto launch = [&] {
         if (v.spin < 0) {
           void* args[] = {&w, &m64, &m8};
