@@ -89,12 +89,6 @@ __device__ __forceinline__ void bulk_1d(uint32_t dst, const void* src, uint32_t 
 __device__ __forceinline__ void named_sync(int id, int n) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-__device__ __forceinline__ void mbar_init_n(uint32_t bar, int n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 
 // Issues tile `t` of the call (page ids[t]) into `dst` (72 KiB), completing on `bar`.
 template <int MODE>  // 0 box64, 1 box8, 2 bulk
@@ -124,7 +118,7 @@ __global__ void __launch_bounds__(288, 1) k_tile_ring(Work w, const __grid_const
   const int t0 = blockIdx.x * w.per_cta, n = max(min(w.per_cta, w.ntiles - t0), 0);
   const uint32_t base = (saddr(smem) + 1023) & ~1023u;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) cm::mbar_init(saddr(&full[s])), mbar_init_n(saddr(&empty[s]), 8);
+    for (int s = 0; s < STAGES; ++s) cm::mbar_init(saddr(&full[s])), cm::mbar_init(saddr(&empty[s]), 8);
     cm::mbar_init_fence();
   }
   __syncthreads();
@@ -141,7 +135,7 @@ __global__ void __launch_bounds__(288, 1) k_tile_ring(Work w, const __grid_const
       cm::mbar_wait(saddr(&full[s]), (t / STAGES) & 1);
       read_xor<kTileBytes, 256>(acc, base + s * kTileBytes, threadIdx.x);
       __syncwarp();
-      if ((threadIdx.x & 31) == 0) mbar_arrive(saddr(&empty[s]));
+      if ((threadIdx.x & 31) == 0) cm::mbar_arrive(saddr(&empty[s]));
     }
   }
   if (threadIdx.x < 256) finish(w.out, acc);
@@ -213,7 +207,7 @@ __global__ void __launch_bounds__(320, 1) k_claim(Work w, const __grid_constant_
   const uint32_t ring = ((saddr(smem) + 1023) & ~1023u) + c * SLOTS * kBlock;
   if (threadIdx.x == 0) {
     for (int k = 0; k < 2; ++k)
-      for (int s = 0; s < SLOTS; ++s) cm::mbar_init(saddr(&full[k][s])), mbar_init_n(saddr(&empty[k][s]), 4);
+      for (int s = 0; s < SLOTS; ++s) cm::mbar_init(saddr(&full[k][s])), cm::mbar_init(saddr(&empty[k][s]), 4);
     cm::mbar_init_fence();
   }
   __syncthreads();
@@ -238,7 +232,7 @@ __global__ void __launch_bounds__(320, 1) k_claim(Work w, const __grid_constant_
             cm::mbar_expect_tx(saddr(&full[c][s]), kBlock);
             cm::tma_load_2d_hint(ring + s * kBlock, &m64, 64 * j, page * kTok, saddr(&full[c][s]), pol);
           } else {
-            mbar_arrive(saddr(&full[c][s]));  // no tile m: the consumers stop there
+            cm::mbar_arrive(saddr(&full[c][s]));  // no tile m: the consumers stop there
           }
         }
         if (!valid) break;
@@ -259,7 +253,7 @@ __global__ void __launch_bounds__(320, 1) k_claim(Work w, const __grid_constant_
       }
       __syncwarp();
       if (lane == 0)
-        for (int i = 0; i < kNb; ++i) mbar_arrive(saddr(&empty[c][(g0 + i) % SLOTS]));
+        for (int i = 0; i < kNb; ++i) cm::mbar_arrive(saddr(&empty[c][(g0 + i) % SLOTS]));
     }
     finish(w.out, acc);
   }

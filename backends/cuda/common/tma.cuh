@@ -1,4 +1,4 @@
-// Hopper tensor-memory-accelerator (TMA) pieces: shared-memory mbarriers (init, expected
+// Hopper tensor-memory-accelerator (TMA) pieces: shared-memory mbarriers (init, plain arrivals, expected
 // transaction bytes, phase wait), the 2-D tiled bulk tensor copy global -> shared completing on
 // an mbarrier, and (host) the encoding of a 2-D tensor map of 16-bit values with the 128-byte
 // swizzle of the wgmma operand layout (common/wgmma.cuh), through the driver entry point so that
@@ -16,6 +16,14 @@ namespace dualops::cuda::common {
 // Initializes `bar` for one arrival per phase (the thread that posts the transaction bytes).
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+// Initializes `bar` for `count` arrivals per phase (e.g. the consumer warps that free a slot).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival on `bar`, without transaction bytes.
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // Makes initialized mbarriers visible to the async proxy (the TMA unit); a CTA barrier follows.
 __device__ __forceinline__ void mbar_init_fence() {
