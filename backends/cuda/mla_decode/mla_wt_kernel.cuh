@@ -55,6 +55,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t q_base = smem_addr(sq);
   if (q_base & 1023u) __trap();  // the 128-byte swizzle needs 1024-byte aligned tiles
 
+  Ld ld(p, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
+  bool early = false;  // 16-bit caches: ld holds this request's piece, its first blocks in flight
   for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
     const MlaPiece pc = mla_piece(t, part, r, 0, p.causal != 0);
     const int start = pc.start, end = pc.end, ntiles = pc.ntiles;
@@ -74,9 +76,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ntiles > 0) {
       wt_load_q<Tr, L>(p, t, sq, r);
       cp_async_commit();
-      Ld ld(p, r, start, end, nt, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
-      // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1); FP8: a raw part per
-      // raw slot, one cp.async group each.
+      if (!early) ld.begin(r, start, end, nt);
+      // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1; past the blocks
+      // issued during the previous piece's merge); FP8: a raw part per raw slot, one cp.async
+      // group each.
       if constexpr (Tr::kDirect) {
         ld.blocks(L::kSlots);
         cp_async_commit();
@@ -94,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int tile0 = start + (2 * j + c) * kTile;
         if constexpr (Tr::kDirect) {
           ld.wait_tile(j, phase);  // tile j's blocks landed (TMA)
-          kv.s0 = (j * NB) % L::kSlots;
+          kv.s0 = (L::kRing0 + j * NB) % L::kSlots;
           if (end - tile0 < kTile) {  // the range ends inside the tile: its tail to zeros
             ld.zero_tail(kv, max(end - tile0, 0));
             fence_proxy_async_smem();
@@ -140,6 +143,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       cp_async_wait<0>();  // (only empty groups can be pending)
+    }
+    // 16-bit caches: the next request's first blocks of this chain, into the slots the merge
+    // leaves alone (the chain's readers of its ring are done)
+    early = false;
+    if constexpr (Tr::kDirect) {
+      if (r < part.end_req) {
+        const MlaPiece nx = mla_piece(t, part, r + 1, 0, p.causal != 0);
+        const int nt_next = nx.ntiles > c ? (nx.ntiles - c + 1) / 2 : 0;
+        if (nt_next > 0) {
+          wb.sync();
+          ld.begin(r + 1, nx.start, nx.end, nt_next);
+          ld.blocks(L::kSlots - L::kRing0);
+          early = true;
+        }
+      }
     }
     wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, wb);
   }

@@ -72,7 +72,11 @@ struct WtLayout {
   static constexpr int kSmemBytes = kOffBar + kBarBytes;
   // Merge: row maxima and sums, then the O^T fragments of the other warpgroup's value dims.
   static constexpr int kXchBytes = (2 * NQ + 4 * kAccO * 128) * 4;
+  // 16-bit caches: ring position of a piece's first block, past the slots the merge uses (the
+  // next piece's first blocks are copied during the merge).
+  static constexpr int kRing0 = Tr::kDirect ? (kXchBytes + Tr::kBlockBytes - 1) / Tr::kBlockBytes : 0;
   static_assert(kSlots >= kNb && kXchBytes <= kRingBytes, "a tile per ring; the merge state fits");
+  static_assert(kRing0 < kSlots, "room for a piece's first blocks beside the merge state");
   static_assert(kQBytes % 1024 == 0 && kPBytes % 1024 == 0, "wgmma operands on 1024-byte boundaries");
   static_assert(!kPInRope || 2 * kPBytes <= Tr::kBlockBytes, "hi and lo P^T tiles in one block slot");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");

@@ -79,13 +79,17 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
     *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * kBlocks + kCh * s + u)) = bf16x8_to<MT>(rope[u]);
 }
 
-// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j).
-// 16-bit caches: block g = kNb j + i (dims 64i .. of chain tile j) into ring slot g % kSlots by
-// TMA (`tmap`: the cache as rows of d_qk 16-bit values, boxes of 64 values x `box` tokens, box =
-// gcd(page, 64), so a box never crosses a page), issued by the warpgroup's first thread; the
-// slot's mbarrier completes when its 8 KiB have landed (wait_tile). A box whose tokens are past
-// the range end, past the block table's width or in a block outside the cache is addressed out
-// of bounds and arrives as zeros; a box the range end cuts is zeroed past the end (zero_tail).
+// The KV copies of warpgroup c's chain (piece tiles n = 2j + c, chain tile j), one request piece
+// at a time (begin).
+// 16-bit caches: block g = kNb j + i (dims 64i .. of chain tile j) into ring slot
+// (kRing0 + g) % kSlots by TMA (`tmap`: the cache as rows of d_qk 16-bit values, boxes of 64
+// values x `box` tokens, box = gcd(page, 64), so a box never crosses a page), issued by the
+// warpgroup's first thread; the slot's mbarrier completes when its 8 KiB have landed
+// (wait_tile). A piece's first blocks go to slots kRing0 .. kSlots - 1, which the end-of-piece
+// merge leaves alone (it uses the first kRing0), so the next piece's first blocks can be issued
+// before the merge. A box whose tokens are past the range end, past the block table's width or
+// in a block outside the cache is addressed out of bounds and arrives as zeros; a box the range
+// end cuts is zeroed past the end (zero_tail).
 // FP8 caches: raw part u = kParts j + q (tokens kRawTok q ..) into raw slot u % kRawBufs, kRawPer
 // threads per token (cp.async); the block id of the next part is read one copy ahead.
 template <class Tr, class L>
@@ -93,9 +97,10 @@ struct WtChainLoad {
   static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
   static_assert(Tr::kDirect || kParts % L::kRawBufs == 0, "kParts a multiple of kRawBufs (raw part u uses slot u % kRawBufs)");
   const MlaDecodeParams& p;
-  int r, end, tok0;       // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
-  int total;              // blocks (16-bit) or raw parts (FP8) of the chain
-  int ltok, lsub, nid;    // FP8: the thread's token and share; block id of its next copy
+  int c;                  // warpgroup = chain
+  int r = 0, end = 0, tok0 = 0;  // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
+  int total = 0;          // blocks (16-bit) or raw parts (FP8) of the chain
+  int ltok = 0, lsub = 0, nid = 0;  // FP8: the thread's token and share; block id of its next copy
   int64_t bbytes;
   uint32_t ring, raw;     // shared addresses of the warpgroup's ring and raw slot
   int g_next = 0;         // next block / part to copy
@@ -110,18 +115,26 @@ struct WtChainLoad {
   int rows[kTile / 16];
   int next_ids[kTile / 16];
 
-  __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int r_, int start, int end_, int nt, int c,
-                                         uint32_t ring_, uint32_t raw_, const CUtensorMap* tmap_, uint32_t bars_)
-      : p(p_), r(r_), end(end_), ring(ring_), raw(raw_), tmap(tmap_), bars(bars_) {
-    const int tid = threadIdx.x & 127;
-    total = nt * (Tr::kDirect ? L::kNb : kParts);
+  __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int c_, uint32_t ring_, uint32_t raw_,
+                                         const CUtensorMap* tmap_, uint32_t bars_)
+      : p(p_), c(c_), ring(ring_), raw(raw_), tmap(tmap_), bars(bars_) {
     bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();
     if constexpr (Tr::kDirect) {
-      tok0 = start + c * kTile;
       box = kv_box_rows(p.page_block_size);
-      issuer = tid == 0;
+      issuer = (threadIdx.x & 127) == 0;
+    }
+  }
+  // The chain's part of request r's piece [start, end) (nt chain tiles); no copy issued yet.
+  __device__ __forceinline__ void begin(int r_, int start, int end_, int nt) {
+    r = r_;
+    end = end_;
+    g_next = 0;
+    total = nt * (Tr::kDirect ? L::kNb : kParts);
+    if constexpr (Tr::kDirect) {
+      tok0 = start + c * kTile;
       if (issuer) read_ids(0);
     } else {
+      const int tid = threadIdx.x & 127;
       ltok = tid / L::kRawPer;
       lsub = tid % L::kRawPer;
       tok0 = start + c * kTile + ltok;
@@ -150,7 +163,7 @@ struct WtChainLoad {
         read_ids(m + 1);
       }
       const uint64_t policy = common::evict_first_policy();  // the KV stream is read once
-      const int s = g_next % L::kSlots;
+      const int s = (L::kRing0 + g_next) % L::kSlots;
       const uint32_t bar = bars + 8 * s, dst = ring + s * Tr::kBlockBytes;
       common::mbar_expect_tx(bar, Tr::kBlockBytes);
 #pragma unroll
@@ -163,7 +176,7 @@ struct WtChainLoad {
   __device__ __forceinline__ void wait_tile(int j, uint32_t& phase) const {
 #pragma unroll 1
     for (int i = 0; i < L::kNb; ++i) {
-      const int s = (j * L::kNb + i) % L::kSlots;
+      const int s = (L::kRing0 + j * L::kNb + i) % L::kSlots;
       common::mbar_wait(bars + 8 * s, (phase >> s) & 1u);
       phase ^= 1u << s;
     }
