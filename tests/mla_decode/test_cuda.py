@@ -214,6 +214,21 @@ def test_parity_many_short_requests_no_split():
 
 
 @needs_cuda
+@pytest.mark.parametrize("fmt,pbs", [("bf16", 64), ("bf16", 16), ("fp8_v32", 64)])
+def test_parity_many_short_requests_few_rows(fmt, pbs, kernel):
+    """Hundreds of short requests with few q rows: every SM part holds several request pieces,
+    empty and one-token requests among them (each kernel's hand-over from one request to the
+    next, e.g. wgmma_t's copies of the next piece's first blocks during the merge)."""
+    _skip_duplicate(kernel, fmt)
+    g = bld.generator(pbs, "mla_decode", f"cuda/many-few/{fmt}")
+    lens = [int(x) for x in torch.randint(0, 400, (300,), generator=g)]
+    lens[0], lens[1], lens[2], lens[3] = 0, 1, 64, 65
+    a = make_inputs(g, lens=lens, h_q=16, pbs=pbs, kv_format=fmt)
+    check(a, plan="host")
+    check(a, plan="device")
+
+
+@needs_cuda
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_model1"])
 def test_attn_sink_and_noncontiguous_q(fmt):
     g = bld.generator(1, "mla_decode", f"cuda/sink/{fmt}")
