@@ -134,7 +134,7 @@ if has sanitize; then
   fi
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" racecheck "* ]]; then
     echo "== compute-sanitizer racecheck, MLA decode (wgmma_t)"
-    sanitize racecheck racecheck_mla "(in_kernel_merge or many_short_requests_few_rows or (test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and (16-4-5-bf16 or 64-2-16-fp8_v32)) or causal_hidden_nonfinite) and wgmma_t" \
+    sanitize racecheck racecheck_mla "in_kernel_merge or ((many_short_requests_few_rows or (test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and (16-4-5-bf16 or 64-2-16-fp8_v32)) or causal_hidden_nonfinite) and wgmma_t)" \
       tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, MLA decode (mma.sync)"
     sanitize racecheck racecheck_mla_mma "(many_short_requests_few_rows or (test_parity_decode and (-16- or -5-)) or causal_hidden_nonfinite) and mma and not wgmma" \
