@@ -7,8 +7,9 @@
 // its softmax state, O^T over all 512 value dims), synchronized only by named barriers of its
 // 128 threads, and the two states are merged at the end of the piece (mla_wt_epilogue.cuh).
 // Each warpgroup copies its own tiles: 16-bit caches by TMA into its ring of 8 KiB block slots
-// (the next tile's blocks in flight while a tile is computed), FP8 caches part by part into its raw
-// slot, dequantized by the warpgroup while the other one runs its MMAs (docs/mla_decode_cuda.md).
+// (the next tile's blocks in flight while a tile is computed; the next request's first blocks in
+// flight during a piece's merge), FP8 caches part by part into its raw slot, dequantized by the
+// warpgroup while the other one runs its MMAs (docs/mla_decode_cuda.md).
 // The split partials of a request are merged by the CTA that writes its last piece (arrival
 // counters in p.merge_counters, mla_merge.cuh); without counters, by the combine kernel.
 #pragma once
