@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int tile0 = start + (2 * j + c) * kTile;
         if constexpr (Tr::kDirect) {
           ld.wait_tile(j, phase);  // tile j's blocks landed (TMA)
-          kv.s0 = (L::kRing0 + j * NB) % L::kSlots;
+          kv.s0 = Ld::slot_of(j * NB);
           if (end - tile0 < kTile) {  // the range ends inside the tile: its tail to zeros
             ld.zero_tail(kv, max(end - tile0, 0));
             fence_proxy_async_smem();

@@ -122,8 +122,13 @@ struct WtChainLoad {
     if constexpr (Tr::kDirect) {
       box = kv_box_rows(p.page_block_size);
       issuer = (threadIdx.x & 127) == 0;
+    } else {
+      ltok = (threadIdx.x & 127) / L::kRawPer;
+      lsub = (threadIdx.x & 127) % L::kRawPer;
     }
   }
+  // 16-bit caches: the ring slot of the piece's block g.
+  static __device__ __forceinline__ int slot_of(int g) { return (L::kRing0 + g) % L::kSlots; }
   // The chain's part of request r's piece [start, end) (nt chain tiles); no copy issued yet.
   __device__ __forceinline__ void begin(int r_, int start, int end_, int nt) {
     r = r_;
@@ -134,9 +139,6 @@ struct WtChainLoad {
       tok0 = start + c * kTile;
       if (issuer) read_ids(0);
     } else {
-      const int tid = threadIdx.x & 127;
-      ltok = tid / L::kRawPer;
-      lsub = tid % L::kRawPer;
       tok0 = start + c * kTile + ltok;
       nid = token_block_id(p, r, tok0, end);
     }
@@ -163,7 +165,7 @@ struct WtChainLoad {
         read_ids(m + 1);
       }
       const uint64_t policy = common::evict_first_policy();  // the KV stream is read once
-      const int s = (L::kRing0 + g_next) % L::kSlots;
+      const int s = slot_of(g_next);
       const uint32_t bar = bars + 8 * s, dst = ring + s * Tr::kBlockBytes;
       common::mbar_expect_tx(bar, Tr::kBlockBytes);
 #pragma unroll
@@ -176,7 +178,7 @@ struct WtChainLoad {
   __device__ __forceinline__ void wait_tile(int j, uint32_t& phase) const {
 #pragma unroll 1
     for (int i = 0; i < L::kNb; ++i) {
-      const int s = (L::kRing0 + j * L::kNb + i) % L::kSlots;
+      const int s = slot_of(j * L::kNb + i);
       common::mbar_wait(bars + 8 * s, (phase >> s) & 1u);
       phase ^= 1u << s;
     }
