@@ -96,9 +96,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       for (int j = 0; j < nt; ++j) {
         const int tile0 = start + (2 * j + c) * kTile;
+        // 16-bit caches: S^T waits for the tile block by block; a tile the range end cuts or with
+        // hidden keys is waited for whole first (its checks read it).
+        const uint32_t ph = phase;
         if constexpr (Tr::kDirect) {
-          ld.wait_tile(j, phase);  // tile j's blocks landed (TMA)
           kv.s0 = Ld::slot_of(j * NB);
+          ld.next_phase(j, phase);
+          if (end - tile0 < kTile || pc.hidden0 < tile0 + kTile) ld.wait_tile(j, ph);
           if (end - tile0 < kTile) {  // the range ends inside the tile: its tail to zeros
             ld.zero_tail(kv, max(end - tile0, 0));
             fence_proxy_async_smem();
@@ -120,7 +124,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         unsigned char* const sp_lo = sp + L::kPBytes;
         const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, wb);
         float s[L::kAcc];
-        wt_scores<Tr, L>(s, q_base, kv);
+        wt_scores<Tr, L>(s, q_base, kv, [&](int i) {
+          if constexpr (Tr::kDirect) ld.wait_block(j, i, ph);
+        });
         wt_softmax<Tr, L>(st, s, sp, sp_lo, red, tile0, lim, scale_log2, wb);
         fence_proxy_async_smem();
         wb.sync();  // P^T visible to the warpgroup's wgmma

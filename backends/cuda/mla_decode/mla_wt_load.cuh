@@ -173,15 +173,20 @@ struct WtChainLoad {
         if (b < nbox) common::tma_load_2d_hint(dst + b * box * 128, tmap, 64 * j, rows[b], bar, policy);
     }
   }
-  // 16-bit caches: every thread waits for the blocks of chain tile j (phase: the thread's parity
-  // bit per slot, flipped at each use).
-  __device__ __forceinline__ void wait_tile(int j, uint32_t& phase) const {
+  // 16-bit caches: every thread waits for block i of chain tile j, or for all its blocks (ph: the
+  // thread's parity bit per slot for the tile's use; the wait of a landed block returns at once).
+  __device__ __forceinline__ void wait_block(int j, int i, uint32_t ph) const {
+    const int s = slot_of(j * L::kNb + i);
+    common::mbar_wait(bars + 8 * s, (ph >> s) & 1u);
+  }
+  __device__ __forceinline__ void wait_tile(int j, uint32_t ph) const {
 #pragma unroll 1
-    for (int i = 0; i < L::kNb; ++i) {
-      const int s = slot_of(j * L::kNb + i);
-      common::mbar_wait(bars + 8 * s, (phase >> s) & 1u);
-      phase ^= 1u << s;
-    }
+    for (int i = 0; i < L::kNb; ++i) wait_block(j, i, ph);
+  }
+  // The parity bits of chain tile j's slots flipped (the slots' next use).
+  __device__ __forceinline__ void next_phase(int j, uint32_t& ph) const {
+#pragma unroll
+    for (int i = 0; i < L::kNb; ++i) ph ^= 1u << slot_of(j * L::kNb + i);
   }
   // 16-bit caches: tokens n0 .. 63 of the current tile (past the range end, copied from their
   // cache block by a box the end cuts) set to 0 in every block, by the warpgroup's 128 threads.
