@@ -1,8 +1,9 @@
 """A/B of the CUDA MLA split kernels (mma.sync, wgmma, and wgmma_t up to 32 q rows) on every cache format: per-call GPU
 time from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
-Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [--only KERNEL] [b,h_q,s_q,s_k,page[,kv_format[,q]]] ...
+Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [--only KERNEL] [b,h_q,s_q,s_k,page[,kv_format[,q[,varlen]]]] ...
 (kv_format: bf16, fp8_v32 or fp8_model1; bf16 when left out; q: bf16 or fp16, bf16 when left out;
---only: time that kernel alone, e.g. wgmma)."""
+varlen: the request lengths of the benchmark's varlen rows, ~ N(s_k, s_k / 2); --only: time that
+kernel alone, e.g. wgmma)."""
 import statistics
 import sys
 
@@ -12,6 +13,7 @@ import dualops
 from dualops import ops
 from dualops import quant
 from dualops.backends.cuda import mla_decode as cuda_mla
+from dualops.bench.mla_decode import lengths as bench_lengths
 from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_T_ROWS
 
 PLANNED = cuda_mla.cuda_mla_kernel
@@ -34,20 +36,21 @@ def ev_time(fn, n=10):
     return statistics.median(ts)
 
 
-def inputs(b, h, sq, sk, pbs, fmt, dtype=torch.bfloat16):
+def inputs(b, h, sq, sk, pbs, fmt, dtype=torch.bfloat16, varlen=False):
     d = D_QK[fmt]
-    per = -(-sk // pbs)
+    ls = bench_lengths(dict(b=b, s_k=sk, varlen=varlen))
+    per = -(-max(ls) // pbs)
     q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
     kv = torch.randn(b * per, pbs, 1, d, device="cuda", dtype=dtype if fmt == "bf16" else torch.bfloat16)
     if fmt != "bf16":
         kv = quant.pack_mla_kv(kv, fmt)
     table = torch.randperm(b * per, device="cuda").to(torch.int32).view(b, per)
-    lens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+    lens = torch.tensor(ls, dtype=torch.int32, device="cuda")
     plan = dualops.get_mla_metadata(lens, num_heads_q=h, s_q=sq, kv_format=fmt, page_block_size=pbs)
     return dict(q=q, kv_cache=kv, block_table=table, cache_seqlens=lens, plan=plan, causal=sq > 1, kv_format=fmt)
 
 
-def run(args, b, h, sq, sk, fmt, kernel):
+def run(args, b, h, sq, fmt, kernel):
     cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, **kw: kernel)
     ops._PREPARED.clear()  # (prepared eager launches keep the kernel chosen when they were made)
     fn = lambda: dualops.mla_decode(**args)  # noqa: E731
@@ -58,8 +61,9 @@ def run(args, b, h, sq, sk, fmt, kernel):
         for _ in range(10):
             fn()
     us = ev_time(gr.replay) / 10
-    fl = 2 * h * sq * b * sk * (D_QK[fmt] + 512)
-    by = b * sk * TOKEN_BYTES[fmt]
+    tokens = int(args["cache_seqlens"].sum())
+    fl = 2 * h * sq * tokens * (D_QK[fmt] + 512)
+    by = tokens * TOKEN_BYTES[fmt]
     return us, fl / us / 1e6, by / us / 1e3
 
 
@@ -75,11 +79,12 @@ for s in shapes:
     b, h, sq, sk, pbs = (int(x) for x in s[:5])
     fmt = s[5] if len(s) > 5 else "bf16"
     qt = s[6] if len(s) > 6 else "bf16"
-    args = inputs(b, h, sq, sk, pbs, fmt, torch.float16 if qt == "fp16" else torch.bfloat16)
-    res = {k: run(args, b, h, sq, sk, fmt, k) for k in KERNELS
+    varlen = s[7:8] == ["varlen"]
+    args = inputs(b, h, sq, sk, pbs, fmt, torch.float16 if qt == "fp16" else torch.bfloat16, varlen)
+    res = {k: run(args, b, h, sq, fmt, k) for k in KERNELS
            if (k != "wgmma_t" or h * sq <= MLA_CUDA_WGMMA_T_ROWS) and (k != "wgmma_seesaw" or fmt == "bf16")}
     planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h, page_block_size=pbs)
-    print(f"{fmt} q {qt} b{b} h{h} s_q{sq} s_k{sk} page{pbs} (planned {planned}): " + "  ".join(
+    print(f"{fmt} q {qt} b{b} h{h} s_q{sq} s_k{sk}{' varlen' if varlen else ''} page{pbs} (planned {planned}): " + "  ".join(
         f"{k} {us:7.1f} us {tf:4.0f} TF {gb:5.0f} GB/s" for k, (us, tf, gb) in res.items()), flush=True)
     del args
     torch.cuda.empty_cache()
