@@ -50,7 +50,7 @@ def inputs(b, h, sq, sk, pbs, fmt, dtype=torch.bfloat16, varlen=False):
     return dict(q=q, kv_cache=kv, block_table=table, cache_seqlens=lens, plan=plan, causal=sq > 1, kv_format=fmt)
 
 
-def run(args, b, h, sq, fmt, kernel):
+def run(args, h, sq, fmt, kernel):
     cuda_mla.cuda_mla_kernel = PLANNED if kernel == "planned" else (lambda device, **kw: kernel)
     ops._PREPARED.clear()  # (prepared eager launches keep the kernel chosen when they were made)
     fn = lambda: dualops.mla_decode(**args)  # noqa: E731
@@ -81,7 +81,7 @@ for s in shapes:
     qt = s[6] if len(s) > 6 else "bf16"
     varlen = s[7:8] == ["varlen"]
     args = inputs(b, h, sq, sk, pbs, fmt, torch.float16 if qt == "fp16" else torch.bfloat16, varlen)
-    res = {k: run(args, b, h, sq, fmt, k) for k in KERNELS
+    res = {k: run(args, h, sq, fmt, k) for k in KERNELS
            if (k != "wgmma_t" or h * sq <= MLA_CUDA_WGMMA_T_ROWS) and (k != "wgmma_seesaw" or fmt == "bf16")}
     planned = PLANNED(dualops.devices.profile("h100"), kv_format=fmt, q_rows=sq * h, page_block_size=pbs)
     print(f"{fmt} q {qt} b{b} h{h} s_q{sq} s_k{sk}{' varlen' if varlen else ''} page{pbs} (planned {planned}): " + "  ".join(

@@ -58,9 +58,10 @@ struct WtKv {
 __device__ __forceinline__ uint64_t wt_kmajor(uint32_t addr) { return wgmma_desc_sw128(addr, 16, 1024); }
 
 // S^T (64 tokens x NQ q rows) of the warpgroup's tile over all dims: k-step ks into accumulator
-// set ks % kSSets, so consecutive wgmmas do not depend on each other. wait_block(i) runs before
-// the k-steps of block i (16-bit caches: the wgmmas of the blocks before it run while its copy
-// lands; the fence after the wait keeps ptxas from serializing the wgmmas).
+// set ks % kSSets, so consecutive wgmmas do not depend on each other. 16-bit caches: wait_block(i)
+// runs before the k-steps of block i (the wgmmas of the blocks before it run while its copy lands;
+// the fence after the wait keeps ptxas from serializing the wgmmas); FP8 caches: the tile is
+// complete before the call.
 template <class Tr, class L, class W>
 __device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, const WtKv<L>& kv, W&& wait_block) {
   using MT = typename Tr::MT;
@@ -76,9 +77,11 @@ __device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, 
 #pragma unroll
   for (int ks = 0; ks < kSteps; ++ks) {
     const uint32_t blk = ks >> 2, step = (ks & 3) * 32;
-    if ((ks & 3) == 0) {
-      wait_block(static_cast<int>(blk));
-      wgmma_fence();
+    if constexpr (Tr::kDirect) {
+      if ((ks & 3) == 0) {
+        wait_block(static_cast<int>(blk));
+        wgmma_fence();
+      }
     }
     common::wgmma_m64nNk16<MT, L::kNq, 0, 0>(acc[ks % kSets], wt_kmajor(kv.addr(blk) + step),
                                              wt_kmajor(q_base + blk * L::kQBlock + step), 1);

@@ -124,9 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         unsigned char* const sp_lo = sp + L::kPBytes;
         const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, wb);
         float s[L::kAcc];
-        wt_scores<Tr, L>(s, q_base, kv, [&](int i) {
-          if constexpr (Tr::kDirect) ld.wait_block(j, i, ph);
-        });
+        wt_scores<Tr, L>(s, q_base, kv, [&](int i) { ld.wait_block(j, i, ph); });
         wt_softmax<Tr, L>(st, s, sp, sp_lo, red, tile0, lim, scale_log2, wb);
         fence_proxy_async_smem();
         wb.sync();  // P^T visible to the warpgroup's wgmma
