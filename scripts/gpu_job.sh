@@ -123,10 +123,9 @@ if has sanitize; then
     fi
   done
   # MLA decode, memcheck: every kernel on bf16 / fp8_model1 decode, causal MTP, hidden non-finite
-  # keys and the in-kernel split merge through graph replays; racecheck: the wgmma_t kernel on the
-  # same cases and many short requests, the mma.sync kernel (the wgmma kernels' reports:
-  # docs/mla_decode_cuda.md), and the tool's barrier model
-  # (benchmarks/cuda/racecheck_barriers.cu)
+  # keys and the in-kernel split merge through graph replays; racecheck: every kernel (wgmma_t,
+  # wgmma and wgmma_seesaw, mma.sync) on decode, causal MTP, hidden non-finite keys and many short
+  # requests, and the tool's barrier model (benchmarks/cuda/racecheck_barriers.cu)
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" memcheck "* ]]; then
     echo "== compute-sanitizer memcheck, MLA decode"
     sanitize memcheck memcheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and 64-4-64-bf16) or causal_hidden_nonfinite)" \
@@ -135,6 +134,9 @@ if has sanitize; then
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" racecheck "* ]]; then
     echo "== compute-sanitizer racecheck, MLA decode (wgmma_t)"
     sanitize racecheck racecheck_mla "in_kernel_merge or ((many_short_requests_few_rows or (test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and (16-4-5-bf16 or 64-2-16-fp8_v32)) or causal_hidden_nonfinite) and wgmma_t)" \
+      tests/mla_decode/test_cuda.py
+    echo "== compute-sanitizer racecheck, MLA decode (wgmma, wgmma_seesaw)"
+    sanitize racecheck racecheck_mla_wg "((test_parity_decode and (-16-bf16-576-bfloat16 or -128-bf16-576-bfloat16 or -5-fp8_model1-512-float16 or -128-fp8_v32-576-bfloat16 or -64-bf16-576-float16)) or (test_parity_causal_mtp and (64-2-128-bf16 or 16-4-64-bf16 or 64-2-128-fp8_v32)) or (test_parity_wgmma_16bit_pages and 512-64) or causal_hidden_nonfinite or many_short_requests_few_rows or inf_key_like) and (wgmma- or wgmma_seesaw or wgmma])" \
       tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, MLA decode (mma.sync)"
     sanitize racecheck racecheck_mla_mma "(many_short_requests_few_rows or (test_parity_decode and (-16- or -5-)) or causal_hidden_nonfinite) and mma and not wgmma" \

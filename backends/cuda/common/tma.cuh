@@ -1,6 +1,6 @@
 // Hopper tensor-memory-accelerator (TMA) pieces: shared-memory mbarriers (init, plain arrivals,
-// expected transaction bytes, phase wait), the tensor map prefetch, the 2-D tiled bulk tensor copy
-// global -> shared completing on an mbarrier, and (host) the encoding of a 2-D tensor map of
+// expected transaction bytes, phase wait, a hand-off between thread groups), the tensor map
+// prefetch, the 2-D tiled bulk tensor copy global -> shared completing on an mbarrier, and (host) the encoding of a 2-D tensor map of
 // 16-bit values with the 128-byte swizzle of the wgmma operand layout (common/wgmma.cuh), through
 // the driver entry point so that the library does not link libcuda. sm_90a only (device parts).
 #pragma once
@@ -44,6 +44,41 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Hand-offs between thread groups through mbarriers `bars + 8i` (i < 32), each initialized for as
+// many arrivals as its producer group has threads: every producer thread arrives once per
+// hand-off after its writes (the arrival releases them), the consumers wait for the hand-off's
+// phase (the wait acquires them). `parity` keeps the phase parity of each barrier as this thread
+// has seen it, so every consumer must see every hand-off, and a producer must not arrive twice
+// before each consumer has waited once (a parity wait cannot tell a phase from the one two
+// later). cta_barrier(): every thread of the CTA arrives (the barrier's count), passes a
+// __syncthreads() and then waits, finding the phase complete: a CTA barrier that also orders
+// through the mbarrier (waiting on the mbarrier alone measured slower where the threads arrive
+// far apart). compute-sanitizer's racecheck orders the accesses on either side of an mbarrier
+// whatever other barriers the threads have passed, unlike those of a bar.arrive / bar.sync
+// hand-off or a __syncthreads() between groups that passed unequal numbers of their own named
+// barriers (benchmarks/cuda/racecheck_barriers.cu).
+struct MbarHandoffs {
+  uint32_t bars;
+  uint32_t parity;
+  __device__ __forceinline__ explicit MbarHandoffs(uint32_t bars_) : bars(bars_), parity(0) {}
+  template <int I>
+  __device__ __forceinline__ void arrive() {
+    mbar_arrive(bars + 8 * I);
+    parity ^= 1u << I;
+  }
+  template <int I>
+  __device__ __forceinline__ void wait() {
+    mbar_wait(bars + 8 * I, (parity >> I) & 1u);
+    parity ^= 1u << I;
+  }
+  template <int I>
+  __device__ __forceinline__ void cta_barrier() {
+    mbar_arrive(bars + 8 * I);
+    __syncthreads();
+    wait<I>();
+  }
+};
+
 // Fetches the tensor map's descriptor (e.g. a __grid_constant__ kernel parameter) into the TMA
 // unit ahead of the first copy that uses it.
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {

@@ -16,6 +16,16 @@ struct RowState {
   float l[2];       // this thread's share of the running sum (its own columns of its half)
 };
 
+// The rows' sums of this thread's quad (the 4 lanes of a row), the same in the 4 lanes.
+__device__ __forceinline__ void quad_row_sums(const RowState& st, float (&l)[2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    l[j] = st.l[j];
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 1);
+    l[j] += __shfl_xor_sync(0xffffffffu, l[j], 2);
+  }
+}
+
 __device__ __forceinline__ void init_state(RowState& st) {
 #pragma unroll
   for (int n = 0; n < 32; ++n)

@@ -20,6 +20,11 @@ constexpr int kTile = 64;              // KV tokens per tile (K = whole latent r
 constexpr int kDv = 512;               // value dims
 constexpr int kHeaderInts = sizeof(MlaDecodeTiling) / 4;  // packed plan: header, parts, num_splits
 constexpr int kPRowBytes = kTile * 2;  // P tile rows (16-bit)
+// The wgmma kernel's hand-off mbarriers (Traits::kOffHand + 8i, common::MbarHandoffs): a tile's
+// softmax (pipelined loop; P_A of the seesaw loop), P_B of the seesaw loop, the CTA barrier of a
+// piece's start and of the epilogue's row sums, and the pipelined loop's landed tile (its flag)
+// and FP8 scales read.
+constexpr int kHandSoftmax = 0, kHandPB = 1, kHandCta = 2, kHandTile = 3, kHandScales = 4, kNumHand = 5;
 
 // Warp w works on row group w / 2 (q rows 16 (w / 2) .. + 15) and half w % 2: the two warps of
 // a row group sit on different SM sub-partitions, so a tile with few valid rows (small h_q)
@@ -76,7 +81,9 @@ struct Traits {
   // two ints (pipelined loop) or four mbarriers and each warpgroup's TMA box rows of a pair's two
   // tiles (seesaw loop)
   static constexpr int kOffFlags = kOffRed + 4 * kRows * 4;
-  static constexpr int kSmemBytes = kOffFlags + (kWgSeesaw ? 32 + 64 : 16);
+  // the hand-off mbarriers (kHandSoftmax ..)
+  static constexpr int kOffHand = kOffFlags + (kWgSeesaw ? 32 + 64 : 16);
+  static constexpr int kSmemBytes = kOffHand + 8 * kNumHand;
   static_assert(kRowBytes % 128 == 0, "swizzle needs 128-byte rows");
 
   // Byte offset of 16-byte chunk `chunk` of row `row` (q row or token) in a Q / KV tile.
@@ -95,9 +102,9 @@ struct Traits {
 
 // The planner checks a GPU's opt-in shared memory against these layouts' sizes
 // (tiling/mla_decode.py MLA_CUDA_WGMMA_SMEM_BYTES, MLA_CUDA_SEESAW_SMEM_BYTES).
-static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>::kSmemBytes == 230416, "MLA_CUDA_WGMMA_SMEM_BYTES");
-static_assert(Traits<__nv_bfloat16, kFmtV32, 576, kKernelWgmma>::kSmemBytes <= 230416, "MLA_CUDA_WGMMA_SMEM_BYTES");
-static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmmaSeesaw>::kSmemBytes == 230496,
+static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>::kSmemBytes == 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
+static_assert(Traits<__nv_bfloat16, kFmtV32, 576, kKernelWgmma>::kSmemBytes <= 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
+static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmmaSeesaw>::kSmemBytes == 230536,
               "MLA_CUDA_SEESAW_SMEM_BYTES");
 
 }  // namespace dualops::cuda::mla

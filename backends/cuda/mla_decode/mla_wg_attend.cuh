@@ -51,6 +51,18 @@ __device__ __forceinline__ void wg_put_softmax(const RowState& st, const float (
   }
 }
 
+// Warpgroup 0's final row sums (it keeps the rows' sums) to red_sum[row] for warpgroup 1's
+// epilogue (write_piece<Tr, true>), before the piece's last hand-off.
+__device__ __forceinline__ void wg_put_sums(const RowState& st, float* red_sum, int g) {
+  const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
+  float l[2];
+  quad_row_sums(st, l);
+  if ((lane & 3) == 0) {
+    red_sum[r0] = l[0];
+    red_sum[r0 + 8] = l[1];
+  }
+}
+
 // The other warpgroup's softmax of a tile, once visible: its rescale factors, its running maxima
 // taken over.
 __device__ __forceinline__ void wg_take_softmax(RowState& st, const float* red, float (&alpha)[2], int g) {

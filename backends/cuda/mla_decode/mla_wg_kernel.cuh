@@ -36,6 +36,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q_base = smem_addr(sq);
   if (q_base & 1023u) __trap();  // the 128-byte swizzle needs 1024-byte aligned tiles
+  // Hand-offs between the warpgroups (every thread keeps their phases): the softmax of a tile
+  // (pipelined loop: warpgroup 0 -> 1; seesaw loop: P_A, 0 -> 1), P_B of the seesaw loop (1 -> 0),
+  // and the epilogue's row-sum exchange (all 256 threads). Set up before the first piece's CTA
+  // barrier.
+  const uint32_t hand = smem_addr(smem_wg + Tr::kOffHand);
+  if (threadIdx.x == 0) {
+    common::mbar_init(hand + 8 * kHandSoftmax, kWgLoaders);
+    common::mbar_init(hand + 8 * kHandPB, kWgLoaders);
+    common::mbar_init(hand + 8 * kHandCta, kThreads);
+    common::mbar_init(hand + 8 * kHandTile, kWgLoaders);
+    common::mbar_init(hand + 8 * kHandScales, kWgLoaders);
+  }
+  common::MbarHandoffs hs(hand);
 
   for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
     const MlaPiece pc = mla_piece(t, part, r, row0 + g * 16 + (lane >> 2), p.causal != 0);
@@ -46,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ntiles > 0) {
       load_q<Tr>(p, t, sq, r, row0);
       if constexpr (Tr::kWgSeesaw) {
-        wg_seesaw_piece<Tr>(p, st, smem_wg, &tmap, pc, r, scale_log2, c, g);
+        wg_seesaw_piece<Tr>(p, st, smem_wg, &tmap, pc, r, scale_log2, c, g, hs);
       } else {
         if constexpr (Tr::kDirect) {
           load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
@@ -58,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         cp_async_commit();
         if constexpr (Tr::kWgPipe) {
-          wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g);
+          wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g, hs);
         } else {  // serial: S and softmax (warpgroup 0), then both P V, CTA barriers between
           for (int n = 0; n < ntiles; ++n) {
             const int tile0 = start + n * kTile;
@@ -104,7 +117,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    write_piece<Tr, true>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c);
+    // The pipelined loop hands warpgroup 0's sums over (warpgroup 1 keeps none); the other loops
+    // exchange them across a CTA barrier.
+    write_piece<Tr, Tr::kWgPipe>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c, &hs, ntiles > 0);
   }
 }
 

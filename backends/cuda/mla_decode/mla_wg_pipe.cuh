@@ -22,6 +22,10 @@
 // number of each per piece, and each producer waits on its consumer before its next arrival,
 // so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own; FP8 caches: 12
 // (landed) pairs them instead of 11, 13 joins their hidden-value checks (bar.red.or, all 256).
+// The hand-offs of values written by threads (P's rescale factors and maxima, the landed tile's
+// flag, the FP8 scales read) also go through an mbarrier (common::MbarHandoffs): arrived on
+// before the bar.arrive, waited for after the bar.sync (found complete), so that
+// compute-sanitizer's racecheck orders them (docs/mla_decode_cuda.md).
 #pragma once
 #include "mla_wg_attend.cuh"
 #include "mla_wg_load.cuh"
@@ -46,7 +50,7 @@ struct WgArrival {
     constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
     copy_kv_row<Tr, 2>(smem_addr(kv), tid >> 1, tid & 1, src, n, kPart ? kHalf : 0, kPart ? Tr::kChunks : kHalf);
   }
-  __device__ bool land(const unsigned char* nxt, int tid, int t0, int t1) const {
+  __device__ bool land(const unsigned char* nxt, int tid, int t0, int t1, common::MbarHandoffs&) const {
     cp_async_wait<1>();
     fence_proxy_async_smem();
     named_arrive(kBarTileA, kThreads);
@@ -55,7 +59,9 @@ struct WgArrival {
     named_barrier(kWgLoadBarrier, kWgLoaders);  // every loader's copies landed
     return named_barrier_or(kWgLoadBarrier, kWgLoaders, values_nonfinite<Tr, kDv / 8, kWgLoaders>(nxt, t0, t1, 0, tid));
   }
-  static __device__ void take(unsigned char*, int, int, int) { named_barrier(kBarTileA, kThreads); }
+  static __device__ void take(unsigned char*, int, int, int, common::MbarHandoffs&) {
+    named_barrier(kBarTileA, kThreads);  // (the wgmma alone reads the landed values)
+  }
 };
 
 // FP8 caches: the raw bytes staged in the buffer (mla_wg_load.cuh), dequantized in place once
@@ -70,19 +76,22 @@ struct WgArrival<Tr, true> {
   __device__ void copy(const MlaDecodeParams& p, unsigned char* kv, int tid) const {
     load_kv_raw_part<Tr, kPart>(p, smem_addr(kv), tid >> 1, tid & 1, src);
   }
-  __device__ bool land(unsigned char* nxt, int tid, int t0, int t1) const {
+  __device__ bool land(unsigned char* nxt, int tid, int t0, int t1, common::MbarHandoffs& hs) const {
     cp_async_wait<0>();
     named_barrier(kWgLoadBarrier, kWgLoaders);  // every copy of the tile landed
     const Fp8Scales sc = read_fp8_scales<Tr>(nxt, tid >> 1);
-    named_arrive(kBarLanded, kThreads);  // (the scales read: block 0 may be written)
+    hs.template arrive<kHandScales>();  // (the scales read: block 0 may be written)
+    named_arrive(kBarLanded, kThreads);
     dequant_blocks<Tr, 4, Fp8Tile<Tr>::kFp8Blocks, true, kWgLoadBarrier, kBatch>(nxt, tid >> 1, tid & 1, sc);
     if (t0 >= t1) return false;
     named_barrier(kWgLoadBarrier, kWgLoaders);
     return named_barrier_or(kBarHidden, kThreads,
                             values_nonfinite<Tr, kDv / 16, kWgLoaders>(nxt, t0, t1, kDv / 16, tid));
   }
-  static __device__ void take(unsigned char* nxt, int tid, int t0, int t1) {
+  static __device__ void take(unsigned char* nxt, int tid, int t0, int t1, common::MbarHandoffs& hs) {
     named_barrier(kBarLanded, kThreads);
+    hs.template wait<kHandScales>();
+    wgmma_fence();  // (the P V in flight: without it ptxas serializes the wgmma behind the wait loop)
     dequant_blocks<Tr, 0, 4, false, kBarWg0, kBatch>(nxt, tid >> 1, tid & 1, read_fp8_scales<Tr>(nxt, tid >> 1));
     if (t0 < t1) {
       named_barrier(kBarWg0, kWgLoaders);
@@ -108,7 +117,7 @@ struct WgPipeSmem {
 // Warpgroup 0's part of one request piece (tile 0 resident; exact: tile 0 takes the exact path).
 template <class Tr>
 __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr>& sm, const MlaPiece& pc,
-                                               float scale_log2, int g, bool exact) {
+                                               float scale_log2, int g, bool exact, common::MbarHandoffs& hs) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   const uint32_t q_base = smem_addr(sm.base);
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
@@ -128,7 +137,9 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
       named_barrier(kBarPvDone, kThreads);
       if constexpr (Tr::kPParts == 2) wg_store_p(f.lo, sm.lo(), g);
       wg_put_softmax(st, alpha, sm.red(), g);
+      if (n + 1 == pc.ntiles) wg_put_sums(st, sm.red() + 2 * kRows, g);  // the rows' final sums
       fence_proxy_async_smem();
+      hs.template arrive<kHandSoftmax>();
       named_arrive(kBarP, kThreads);
     };
     if (!exact) {
@@ -148,9 +159,11 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
       unsigned char* nxt = sm.kv((n + 1) & 1);
       const uint32_t kv_next = smem_addr(nxt);
       const int next0 = tile0 + kTile;
-      WgArrival<Tr>::take(nxt, threadIdx.x, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile));  // value blocks 0 .. 3
+      WgArrival<Tr>::take(nxt, threadIdx.x, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile), hs);  // value blocks 0 .. 3
       wg_scores_part<Tr, 0, kDv / 32>(s, q_base, kv_next);
       named_barrier(kBarTile, kThreads);  // the rest, and its check of hidden values
+      hs.template wait<kHandTile>();
+      wgmma_fence();  // (without it ptxas serializes the wgmma behind the wait loop)
       exact = sm.flags()[(n + 1) & 1] != 0;
       wg_scores_part<Tr, kDv / 32, Tr::D / 16>(s, q_base, kv_next);
       if (n + 2 < pc.ntiles) {
@@ -171,7 +184,8 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
 // Warpgroup 1's part of one request piece (tid 0 .. 127).
 template <class Tr>
 __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowState& st, const WgPipeSmem<Tr>& sm,
-                                               const MlaPiece& pc, int r, int g, int tid, bool exact) {
+                                               const MlaPiece& pc, int r, int g, int tid, bool exact,
+                                               common::MbarHandoffs& hs) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
   constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
   WgArrival<Tr> in;
@@ -188,6 +202,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     const int tile0 = pc.start + n * kTile, next0 = tile0 + kTile;
     unsigned char* kv = sm.kv(n & 1);
     named_barrier(kBarP, kThreads);  // P(n) and its rescale factors
+    hs.template wait<kHandSoftmax>();
     wg_follow_softmax(st, sm.red(), g);
     if (exact) {
       add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 1);
@@ -199,9 +214,10 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
     if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
       unsigned char* nxt = sm.kv((n + 1) & 1);
-      exact = in.land(nxt, tid, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile));
+      exact = in.land(nxt, tid, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile), hs);
       if (tid == 0) sm.flags()[(n + 1) & 1] = exact;
       fence_proxy_async_smem();
+      hs.template arrive<kHandTile>();
       named_arrive(kBarTile, kThreads);
     }
     const bool refill = n + 2 < pc.ntiles;  // tile n + 2 into this buffer
@@ -223,16 +239,17 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
 // One request piece with tile 0's copies issued by the whole CTA (and Q's).
 template <class Tr>
 __device__ __forceinline__ void wg_pipe_piece(const MlaDecodeParams& p, RowState& st, unsigned char* smem,
-                                              const MlaPiece& pc, int r, float scale_log2, int c, int g) {
+                                              const MlaPiece& pc, int r, float scale_log2, int c, int g,
+                                              common::MbarHandoffs& hs) {
   const WgPipeSmem<Tr> sm{smem};
   cp_async_wait<0>();
   fence_proxy_async_smem();
-  __syncthreads();
+  hs.template cta_barrier<kHandCta>();  // tile 0 (FP8: dequantized by warpgroup 1) and Q landed
   const bool exact = hidden_values_nonfinite<Tr>(sm.kv(0), pc.start, pc.hidden0, pc.end);
   if (c == 0) {
-    wg_pipe_scores<Tr>(st, sm, pc, scale_log2, g, exact);
+    wg_pipe_scores<Tr>(st, sm, pc, scale_log2, g, exact, hs);
   } else {
-    wg_pipe_values<Tr>(p, st, sm, pc, r, g, threadIdx.x - kWgLoaders, exact);
+    wg_pipe_values<Tr>(p, st, sm, pc, r, g, threadIdx.x - kWgLoaders, exact, hs);
   }
 }
 

@@ -27,18 +27,17 @@
 // tell apart from the phase it waits for. One hi tile holds P_A's hi part, then
 // P_B's (each written after every reader of the other is done). A pair without tile B (odd tile
 // count) ends after the P V of A; warpgroup 1's softmax then sees a fully masked tile (no
-// change). Named barriers 8 / 9 (P_A / P_B published) pair the warpgroups (bar.arrive by the
-// producer, bar.sync by the consumer; each producer waits on its consumer before its next
-// arrival, so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own (the exact
-// path of keys hidden from some rows that hold NaN / inf values: each warpgroup checks and
-// zeroes its own value half, before it publishes P or after it takes P over).
+// change). Two mbarriers (P_A / P_B published, common::MbarHandoffs) pair the warpgroups (every
+// thread of the producer arrives, the consumer waits; each producer waits on its consumer before
+// its next arrival, so no phase is lapped); named barriers 10 and 5 are warpgroup 0's and
+// warpgroup 1's own (the exact path of keys hidden from some rows that hold NaN / inf values:
+// each warpgroup checks and zeroes its own value half, before it publishes P or after it takes
+// P over).
 #pragma once
 #include "../common/tma.cuh"
 #include "mla_wg_pipe.cuh"
 
 namespace dualops::cuda::mla {
-
-constexpr int kSsPA = 8, kSsPB = 9;  // named barriers: P of tile A / B published
 
 __device__ __forceinline__ int ss_bar(int c) { return c ? kWgLoadBarrier : kBarWg0; }
 
@@ -150,17 +149,20 @@ __device__ __forceinline__ void ss_store(const PFrag& f, const SsSmem<Tr>& sm, i
   if constexpr (Tr::kPParts == 2) wg_store_p(f.lo, sm.lo(x), g);
 }
 
-// P of tile x stored: the rows' rescale factors and maxima to red(x), then the other warpgroup
-// may take them (named barrier kSsPA + x).
-__device__ __forceinline__ void ss_publish(const RowState& st, const float (&alpha)[2], float* red, int x, int g) {
+// P of a tile stored: the rows' rescale factors and maxima to red, then the other warpgroup may
+// take them (hand-off kHand: the tile's P published).
+template <int kHand>
+__device__ __forceinline__ void ss_publish(const RowState& st, const float (&alpha)[2], float* red, int g,
+                                           common::MbarHandoffs& hs) {
   wg_put_softmax(st, alpha, red, g);
   fence_proxy_async_smem();
-  named_arrive(kSsPA + x, kThreads);
+  hs.template arrive<kHand>();
 }
 
-// The other warpgroup's softmax of tile x taken over: O and this warpgroup's sums rescaled.
-__device__ __forceinline__ void ss_take(RowState& st, const float* red, int x, int g) {
-  named_barrier(kSsPA + x, kThreads);
+// The other warpgroup's softmax of a tile taken over: O and this warpgroup's sums rescaled.
+template <int kHand>
+__device__ __forceinline__ void ss_take(RowState& st, const float* red, int g, common::MbarHandoffs& hs) {
+  hs.template wait<kHand>();
   float alpha[2];
   wg_take_softmax(st, red, alpha, g);
   rescale_o(st, alpha);
@@ -182,7 +184,7 @@ struct SsPair {
 template <class Tr>
 __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
-                                       const SsCopy<Tr>& cp) {
+                                       const SsCopy<Tr>& cp, common::MbarHandoffs& hs) {
   const uint32_t q_base = smem_addr(sm.base), kv0 = smem_addr(sm.kv(0)), kv1 = smem_addr(sm.kv(1));
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   float s[8][4];
@@ -199,7 +201,7 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
     ss_store<Tr>(f, sm, 0, g);
     rescale_o(st, alpha);
     if (exact_a) ss_exact_apply<Tr>(st, sm.kv(0), sm.hi(), sm.lo(0), ta, pc.lim, 0, tid);
-    ss_publish(st, alpha, sm.red(0), 0, g);
+    ss_publish<kHandSoftmax>(st, alpha, sm.red(0), g, hs);
     wg_pv_issue_rs<Tr>(st, f, kv0);
     wgmma_wait<0>();
     wgmma_fence_regs(of);
@@ -209,7 +211,7 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
     if (pr.has_b) {
       ss_own_landed(bars, 1, 0, k);  // (its reads of tile B: value blocks 0 .. 3)
       const bool exact_b = ss_exact<Tr>(sm.kv(1), tb, pc, 0, tid);
-      ss_take(st, sm.red(1), 1, g);
+      ss_take<kHandPB>(st, sm.red(1), g, hs);
       if (pc.end - tb < kTile) ss_zero_tail<Tr>(sm.kv(1), pc.end - tb, 0, tid);
       if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.hi(), sm.lo(1), tb, pc.lim, 0, tid);
       wg_pv_issue<Tr>(st, smem_addr(sm.hi()), smem_addr(sm.lo(1)), kv1, 0);
@@ -225,7 +227,7 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
 template <class Tr>
 __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
-                                       const SsCopy<Tr>& cp) {
+                                       const SsCopy<Tr>& cp, common::MbarHandoffs& hs) {
   const uint32_t q_base = smem_addr(sm.base), kv0 = smem_addr(sm.kv(0)), kv1 = smem_addr(sm.kv(1));
   const uint32_t bars = sm.bars();
   float s[8][4];
@@ -238,7 +240,7 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
     const bool exact_a = ss_exact<Tr>(sm.kv(0), ta, pc, 1, tid);
     const bool exact_b = has_b && ss_exact<Tr>(sm.kv(1), tb, pc, 1, tid);
     if (has_b && pc.end - tb < kTile) ss_zero_tail<Tr>(sm.kv(1), pc.end - tb, 1, tid);
-    ss_take(st, sm.red(0), 0, g);
+    ss_take<kHandSoftmax>(st, sm.red(0), g, hs);
     if (pc.end - ta < kTile) ss_zero_tail<Tr>(sm.kv(0), pc.end - ta, 1, tid);
     if (exact_a) ss_exact_apply<Tr>(st, sm.kv(0), sm.hi(), sm.lo(0), ta, pc.lim, 1, tid);
     wg_pv_issue<Tr>(st, smem_addr(sm.hi()), smem_addr(sm.lo(0)), kv0, 1);
@@ -252,7 +254,7 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
       ss_store<Tr>(f, sm, 1, g);
       rescale_o(st, alpha);
       if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.hi(), sm.lo(1), tb, pc.lim, 1, tid);
-      ss_publish(st, alpha, sm.red(1), 1, g);
+      ss_publish<kHandPB>(st, alpha, sm.red(1), g, hs);
       wg_pv_issue_rs<Tr>(st, f, kv1 + 4 * Tr::kBlockBytes);
       wg_pv_wait(st);
       fence_u32(f.hi);
@@ -271,7 +273,7 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
 template <class Tr>
 __device__ __forceinline__ void wg_seesaw_piece(const MlaDecodeParams& p, RowState& st, unsigned char* smem,
                                                 const CUtensorMap* tmap, const MlaPiece& pc, int r,
-                                                float scale_log2, int c, int g) {
+                                                float scale_log2, int c, int g, common::MbarHandoffs& hs) {
   const SsSmem<Tr> sm{smem};
   const int tid = threadIdx.x & 127;
   const uint32_t bars = sm.bars();
@@ -292,9 +294,9 @@ __device__ __forceinline__ void wg_seesaw_piece(const MlaDecodeParams& p, RowSta
   fence_proxy_async_smem();
   __syncthreads();
   if (c == 0) {
-    ss_wg0<Tr>(p, st, sm, pc, r, scale_log2, g, tid, cp);
+    ss_wg0<Tr>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
   } else {
-    ss_wg1<Tr>(p, st, sm, pc, r, scale_log2, g, tid, cp);
+    ss_wg1<Tr>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
   }
   __syncthreads();  // the rescale factors are read: write_piece's row sums take their place
 }

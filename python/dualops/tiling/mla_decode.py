@@ -157,8 +157,8 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
 # seesaw tile loop (16-bit caches; KV tiles copied by TMA) (docs/mla_decode_cuda.md).
 MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2, "wgmma_seesaw": 3}
 MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
-MLA_CUDA_WGMMA_SMEM_BYTES = 230416  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, 2 flags
-MLA_CUDA_SEESAW_SMEM_BYTES = 230496  # the same with 4 mbarriers and the TMA box rows instead of the flags
+MLA_CUDA_WGMMA_SMEM_BYTES = 230456  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, 2 flags, 5 mbarriers
+MLA_CUDA_SEESAW_SMEM_BYTES = 230536  # the same with 4 more mbarriers and the TMA box rows instead of the flags
 # Per cache format, the q rows (s_q * h_q) from which the wgmma kernel beats the mma.sync one
 # 16-bit caches (H100): the wgmma MMAs always cover 64 rows, the mma.sync kernel skips 16-row
 # groups with no q row (1-9 % faster up to 32 rows). FP8 caches (H200): the wgmma kernel
