@@ -36,10 +36,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q_base = smem_addr(sq);
   if (q_base & 1023u) __trap();  // the 128-byte swizzle needs 1024-byte aligned tiles
-  // Hand-offs between the warpgroups (every thread keeps their phases): the softmax of a tile
-  // (pipelined loop: warpgroup 0 -> 1; seesaw loop: P_A, 0 -> 1), P_B of the seesaw loop (1 -> 0),
-  // and the epilogue's row-sum exchange (all 256 threads). Set up before the first piece's CTA
-  // barrier.
+  // The hand-off mbarriers between the warpgroups (kHandSoftmax ..; every thread keeps their
+  // phases): the softmax of a tile (pipelined loop: warpgroup 0 -> 1; seesaw loop: P_A, 0 -> 1),
+  // P_B of the seesaw loop (1 -> 0), the CTA barriers of a pipelined piece's start and of the
+  // epilogue's row-sum exchange (all 256 threads), the pipelined loop's landed tile and FP8
+  // scales read (1 -> 0). Set up before the first piece's CTA barrier.
   const uint32_t hand = smem_addr(smem_wg + Tr::kOffHand);
   if (threadIdx.x == 0) {
     common::mbar_init(hand + 8 * kHandSoftmax, kWgLoaders);
