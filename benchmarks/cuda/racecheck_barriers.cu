@@ -91,13 +91,19 @@ __global__ void exchange_kernel(int extra0, int extra1, int kind, float* out) {
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
-  // mode: extra barriers of warpgroup 0 and 1, kind (0 exchange, 1 leveled exchange, 2 hand-off)
-  const char* names[9] = {"even", "uneven", "leveled", "handoff", "handoff_ahead", "mbar", "mbar_ahead", "mbar_behind", "handoff_behind"};
-  const int cfg[9][3] = {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 2}, {0, 1, 2}, {0, 0, 3}, {0, 1, 3}, {1, 0, 3}, {1, 0, 2}};
+  // mode: extra barriers of warpgroup 0 and 1, kind (0 exchange, 1 leveled exchange, 2 named-barrier
+  // hand-off, 3 mbarrier hand-offs)
+  constexpr int kModes = 9;
+  const char* names[kModes] = {"even",          "uneven", "leveled",    "handoff",     "handoff_ahead",
+                               "handoff_behind", "mbar",   "mbar_ahead", "mbar_behind"};
+  const int cfg[kModes][3] = {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 2}, {0, 1, 2},
+                              {1, 0, 2}, {0, 0, 3}, {0, 1, 3}, {1, 0, 3}};
   int m = 0;
-  while (m < 9 && strcmp(mode, names[m])) ++m;
-  if (m == 9) {
-    fprintf(stderr, "usage: racecheck_barriers even|uneven|leveled|handoff|handoff_ahead|mbar|mbar_ahead|mbar_behind\n");
+  while (m < kModes && strcmp(mode, names[m])) ++m;
+  if (m == kModes) {
+    fprintf(stderr,
+            "usage: racecheck_barriers even|uneven|leveled|handoff|handoff_ahead|handoff_behind|mbar|mbar_ahead|"
+            "mbar_behind\n");
     return 2;
   }
   float* out = nullptr;

@@ -11,7 +11,7 @@ out="${OUT:-/tmp}"
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
   -o "$out/racecheck_barriers" "$here/racecheck_barriers.cu" || exit 1
 rc=0
-for mode in even uneven leveled handoff handoff_ahead mbar mbar_ahead mbar_behind handoff_behind; do
+for mode in even uneven leveled handoff handoff_ahead handoff_behind mbar mbar_ahead mbar_behind; do
   compute-sanitizer --tool racecheck --print-limit 4 "$out/racecheck_barriers" $mode > "$out/racecheck_barriers_$mode.log" 2>&1
   summary=$(grep -E "RACECHECK SUMMARY" "$out/racecheck_barriers_$mode.log")
   echo "$mode: $summary"

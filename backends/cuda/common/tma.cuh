@@ -1,7 +1,7 @@
 // Hopper tensor-memory-accelerator (TMA) pieces: shared-memory mbarriers (init, plain arrivals,
 // expected transaction bytes, phase wait, a hand-off between thread groups), the tensor map
-// prefetch, the 2-D tiled bulk tensor copy global -> shared completing on an mbarrier, and (host) the encoding of a 2-D tensor map of
-// 16-bit values with the 128-byte swizzle of the wgmma operand layout (common/wgmma.cuh), through
+// prefetch, the 2-D tiled bulk tensor copy global -> shared completing on an mbarrier, and (host)
+// the encoding of a 2-D tensor map of 16-bit values with the 128-byte swizzle of the wgmma operand layout (common/wgmma.cuh), through
 // the driver entry point so that the library does not link libcuda. sm_90a only (device parts).
 #pragma once
 #include <cuda.h>
