@@ -123,13 +123,18 @@ if has sanitize; then
     fi
   done
   # MLA decode, memcheck: every kernel on bf16 / fp8_model1 decode, causal MTP, hidden non-finite
-  # keys and the in-kernel split merge through graph replays; racecheck: every kernel (wgmma_t,
-  # wgmma and wgmma_seesaw, mma.sync) on decode, causal MTP, hidden non-finite keys and many short
-  # requests, and the tool's barrier model (benchmarks/cuda/racecheck_barriers.cu)
+  # keys and the in-kernel split merge through graph replays, the device planner, sparse decode
+  # (both kernels, every format, the extra pool, split lists, graph replays); racecheck: every
+  # kernel (wgmma_t, wgmma and wgmma_seesaw, mma.sync) on decode, causal MTP, hidden non-finite
+  # keys and many short requests, sparse decode and the device planner, and the tool's barrier
+  # model (benchmarks/cuda/racecheck_barriers.cu)
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" memcheck "* ]]; then
     echo "== compute-sanitizer memcheck, MLA decode"
     sanitize memcheck memcheck_mla "in_kernel_merge or ((test_parity_decode and (16-bf16-576-bfloat16 or 5-fp8_model1-512-float16)) or (test_parity_causal_mtp and 64-4-64-bf16) or causal_hidden_nonfinite)" \
       tests/mla_decode/test_cuda.py
+    echo "== compute-sanitizer memcheck, MLA sparse decode and the device planner"
+    sanitize memcheck memcheck_mla_sparse "(test_parity_sparse and (16-2 or 128-2) and not fp16) or (extra_pool and 100) or long_lists or graph_replays or device_planner" \
+      tests/mla_decode/test_cuda_sparse.py tests/mla_decode/test_cuda.py
   fi
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" racecheck "* ]]; then
     echo "== compute-sanitizer racecheck, MLA decode (wgmma_t)"
@@ -141,6 +146,9 @@ if has sanitize; then
     echo "== compute-sanitizer racecheck, MLA decode (mma.sync)"
     sanitize racecheck racecheck_mla_mma "(many_short_requests_few_rows or (test_parity_decode and (-16- or -5-)) or causal_hidden_nonfinite) and mma and not wgmma" \
       tests/mla_decode/test_cuda.py
+    echo "== compute-sanitizer racecheck, MLA sparse decode and the device planner"
+    sanitize racecheck racecheck_mla_sparse "(test_parity_sparse and (16-2 or 128-2) and bf16-576) or (extra_pool and 100 and bf16-576) or device_planner" \
+      tests/mla_decode/test_cuda_sparse.py tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, its barrier model"
     OUT="$OUT" bash benchmarks/cuda/run_racecheck_barriers.sh || status=1
   fi

@@ -73,8 +73,9 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
                      topk=None, extra_topk=None, page_block_size=64, device=None, on_device=False):
     """The MLA scheduler plan for one decode step (FlashMLA's get_mla_metadata); reuse it for every
     layer of the step. Reads cache_seqlens' values (a host sync when they live on a device), unless
-    ``on_device=True``: then the plan is computed on the GPU from a CUDA ``cache_seqlens`` (dense
-    decode, CUDA backend; no host sync, so it can be captured in a CUDA graph with the layers)."""
+    ``on_device=True``: then the plan is computed on the GPU from a CUDA ``cache_seqlens`` (CUDA
+    backend; no host sync, so it can be captured in a CUDA graph with the layers). Sparse decode
+    (``topk``): every request's length comes from topk / extra_topk, cache_seqlens gives the batch."""
     from .tiling import plan_mla_decode
 
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
@@ -82,12 +83,11 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
     if on_device:
         if cache_seqlens.device.type != "cuda":
             raise ValueError(f"get_mla_metadata(on_device=True) needs a CUDA cache_seqlens, got {cache_seqlens.device}")
-        if topk is not None or extra_topk is not None:
-            raise NotImplementedError("get_mla_metadata(on_device=True) plans dense decode only (topk must be None)")
         from .backends.cuda.mla_decode import plan_on_device
 
         return plan_on_device(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
-                              kv_format=kv_format, page_block_size=page_block_size)
+                              kv_format=kv_format, page_block_size=page_block_size, topk=topk,
+                              extra_topk=extra_topk)
     profile = _plan_profile(device, cache_seqlens)
     plan = plan_mla_decode(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k, s_q=s_q,
                            kv_format=kv_format, topk=topk, extra_topk=extra_topk,

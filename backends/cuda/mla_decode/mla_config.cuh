@@ -32,9 +32,12 @@ constexpr int kHandSoftmax = 0, kHandPB = 1, kHandCta = 2, kHandTile = 3, kHandS
 __device__ __forceinline__ int row_group() { return threadIdx.x >> 6; }
 __device__ __forceinline__ int warp_half() { return (threadIdx.x >> 5) & 1; }
 
-template <typename MT_, int FMT, int D_, int KIND = kKernelMma>
+// SPARSE: the variant of sparse decode (index lists compacted by mla_sparse_rows_kernel, read
+// through p.key_rows; the mma.sync and wgmma kernels' pipelined / serial loops).
+template <typename MT_, int FMT, int D_, int KIND = kKernelMma, bool SPARSE = false>
 struct Traits {
   using MT = MT_;                             // q dtype = MMA input dtype
+  static constexpr bool kSparse = SPARSE;
   static constexpr int kFmt = FMT;
   static constexpr int D = D_;                // d_qk (576 or 512)
   static constexpr int kChunks = D / 8;       // 16-byte chunks of a 16-bit latent row
@@ -97,6 +100,7 @@ struct Traits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
   static_assert(FMT != kFmtV32 || D == 576, "fp8_v32 is d_qk 576");
   static_assert(!kWgSeesaw || kDirect, "the seesaw loop takes 16-bit caches");
+  static_assert(!SPARSE || KIND == kKernelMma || KIND == kKernelWgmma, "sparse decode: mma.sync or wgmma");
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");
 };
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "mla_decode.h"
+#include "mla_sparse_rows.cuh"
 #include "mla_variants.h"
 
 namespace dualops::cuda {
@@ -40,11 +41,41 @@ Launch variant_of(const MlaDecodeParams& p) {
   }
 }
 
+// Sparse decode: the plan and the call agree, the kernel takes index lists (its copies address
+// tokens one by one: mma.sync or wgmma), the pools and the key-list workspace are set.
+const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+  const bool sparse = p.indices != nullptr;
+  if (static_cast<bool>(t.sparse) != sparse)
+    return fail(sparse ? "mla_decode: the plan was made for dense decode; this call is sparse (indices)"
+                       : "mla_decode: the plan was made for sparse decode (topk); this call is dense");
+  if (!sparse) {
+    if (p.key_rows || p.extra_kv_cache || p.extra_indices)
+      return fail("mla_decode: key_rows, extra_kv_cache and extra_indices belong to sparse decode (indices)");
+    return nullptr;
+  }
+  if (p.topk < 1 || p.topk != t.topk || p.extra_topk != t.extra_topk)
+    return fail("mla_decode: indices hold %d (+%d extra) entries per query token, the plan was made for topk %d (+%d)",
+                p.topk, p.extra_topk, t.topk, t.extra_topk);
+  if (p.kernel != 0 && p.kernel != 1)
+    return fail("mla_decode (cuda): sparse decode runs on the mma (0) or wgmma (1) kernel, got kernel %d", p.kernel);
+  if (p.causal) return fail("mla_decode: causal applies to dense decode; sparse decode masks through indices");
+  if (!p.key_rows || (reinterpret_cast<uintptr_t>(p.key_rows) & 3u))
+    return fail("mla_decode (cuda): sparse decode needs a 4-byte aligned key_rows workspace");
+  if ((p.extra_topk > 0) != (p.extra_kv_cache != nullptr) || (p.extra_topk > 0) != (p.extra_indices != nullptr))
+    return fail("mla_decode: extra_kv_cache and extra_indices come together (extra_topk %d)", p.extra_topk);
+  if (p.extra_topk > 0) {
+    if (p.extra_num_blocks < 1 || p.extra_page_block_size < 1 || (p.kv_format == 2 && p.extra_page_block_size % 2))
+      return fail("mla_decode: extra_kv_cache needs num_blocks >= 1 and a page size >= 1 (fp8_model1: even), "
+                  "got %lld blocks of %d", static_cast<long long>(p.extra_num_blocks), p.extra_page_block_size);
+    if (!aligned16(p.extra_kv_cache)) return fail("mla_decode: extra_kv_cache must start on a 16-byte boundary");
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   if (t.version != 1) return fail("mla_decode: plan version must be 1, got %d", t.version);
-  if (t.sparse) return fail("mla_decode (cuda): sparse decode is not implemented on this backend");
   if (t.h_kv != 1) return fail("mla_decode (cuda): one latent KV head, got h_kv %d", t.h_kv);
   if (t.batch < 1 || t.s_q < 1 || t.h_q < 1 || t.q_rows != t.s_q * t.h_q)
     return fail("mla_decode: plan needs batch, s_q, h_q >= 1 and q_rows = s_q * h_q (got %d, %d, %d, %d)", t.batch,
@@ -73,7 +104,7 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
                 p.head_dim);
   if (!p.q || !p.kv_cache || !p.block_table || !p.cache_seqlens || !p.out || !p.lse || !p.plan)
     return fail("mla_decode: q, kv_cache, block_table, cache_seqlens, out, lse and plan must all be set");
-  if (p.indices || p.extra_kv_cache) return fail("mla_decode (cuda): sparse decode is not implemented");
+  if (const char* err = sparse_check(p, t)) return err;
   if (p.page_block_size < 1 || (p.kv_format == 2 && p.page_block_size % 2))
     return fail("mla_decode: page_block_size %d (fp8_model1 needs an even size)", p.page_block_size);
   if (p.num_blocks < 1) return fail("mla_decode: num_blocks must be >= 1");
@@ -89,7 +120,8 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
 const char* mla_decode(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
   if (const char* err = mla_decode_check(p, t)) return err;
   const bool need_combine = t.total_splits < 0 || t.total_splits > t.batch;
-  const cudaError_t err = variant_of(p)(p, t, need_combine, stream);
+  cudaError_t err = p.key_rows != nullptr ? mla::launch_sparse_rows(p, t, stream) : cudaSuccess;
+  if (err == cudaSuccess) err = variant_of(p)(p, t, need_combine, stream);
   if (err != cudaSuccess) return fail("mla_decode (cuda): CUDA error: %s", cudaGetErrorString(err));
   return nullptr;
 }

@@ -26,7 +26,7 @@ __device__ __forceinline__ void pair_sync(int g, common::MbarHandoffs* cta) {
 // tile, else every sum is 0). Otherwise both halves' sums are exchanged through red_sum.
 template <class Tr, bool kHanded = false>
 __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, RowState& st,
-                                            float* red_sum, int b, int row0, int n_splits, int slot, int g,
+                                            float* red_sum, int b, int row0, int row_end, int n_splits, int slot, int g,
                                             int c, common::MbarHandoffs* cta = nullptr, bool has_tiles = true) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
@@ -43,7 +43,7 @@ __device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaD
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int gr = row0 + r0 + 8 * j;
-    if (gr >= t.q_rows) continue;
+    if (gr >= row_end) continue;
     float lt;
     if constexpr (kHanded) {
       lt = c == 0 ? l[j] : has_tiles ? red_sum[r0 + 8 * j] : 0.f;

@@ -53,12 +53,25 @@ cudaError_t launch_wg(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 g
   return cudaSuccess;
 }
 
+// The mma.sync kernel (GPUs without the wgmma kernels' shared memory, and few q rows).
+template <class Tr>
+cudaError_t launch_mma(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
+  // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(mla_split_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  mla_split_kernel<Tr><<<grid, kThreads, Tr::kSmemBytes, stream>>>(p, t);
+  return cudaSuccess;
+}
+
 // need_combine: some request of the plan has more than one split (always for device plans,
 // whose split count the host does not know).
 template <typename MT, int FMT, int D>
 cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream) {
-  const dim3 grid(t.num_m_blocks, t.h_kv, t.num_sm_parts);
+  // Sparse decode: a CTA's rows share one query token's key list (MlaRows).
+  const int row_blocks = p.key_rows != nullptr ? t.s_q * ((t.h_q + kRows - 1) / kRows) : t.num_m_blocks;
+  const dim3 grid(row_blocks, t.h_kv, t.num_sm_parts);
   if (p.kernel == kKernelWgmmaT) {
     using Tw = Traits<MT, FMT, D, kKernelWgmma>;  // (its blocked KV tile layout)
     const cudaError_t e = t.q_rows <= 8    ? launch_wt<Tw, 8>(p, t, grid, stream)
@@ -66,7 +79,8 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
                                            : launch_wt<Tw, 32>(p, t, grid, stream);
     if (e != cudaSuccess) return e;
   } else if (p.kernel == kKernelWgmma) {
-    const cudaError_t e = launch_wg<Traits<MT, FMT, D, kKernelWgmma>>(p, t, grid, stream);
+    const cudaError_t e = p.key_rows != nullptr ? launch_wg<Traits<MT, FMT, D, kKernelWgmma, true>>(p, t, grid, stream)
+                                                : launch_wg<Traits<MT, FMT, D, kKernelWgmma>>(p, t, grid, stream);
     if (e != cudaSuccess) return e;
   } else if (p.kernel == kKernelWgmmaSeesaw) {
     if constexpr (FMT == kFmtBf16) {  // (the host entry takes it for 16-bit caches only)
@@ -76,12 +90,9 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
       return cudaErrorInvalidValue;
     }
   } else {
-    using Tr = Traits<MT, FMT, D>;
-    // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        mla_split_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    if (attr != cudaSuccess) return attr;
-    mla_split_kernel<Tr><<<grid, kThreads, Tr::kSmemBytes, stream>>>(p, t);
+    const cudaError_t e = p.key_rows != nullptr ? launch_mma<Traits<MT, FMT, D, kKernelMma, true>>(p, t, grid, stream)
+                                                : launch_mma<Traits<MT, FMT, D>>(p, t, grid, stream);
+    if (e != cudaSuccess) return e;
   }
   cudaError_t err = cudaGetLastError();
   // The transposed-tile kernel merges split requests itself when it has arrival counters.

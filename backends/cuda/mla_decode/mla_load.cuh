@@ -8,18 +8,19 @@
 
 namespace dualops::cuda::mla {
 
-// q rows row0 .. row0 + 63 of request b (row = query token * h_q + head) into the swizzled Q tile.
+// q rows row0 .. row0 + 63 of request b (row = query token * h_q + head; zeros from row_end on)
+// into the swizzled Q tile.
 template <class Tr>
-__device__ __forceinline__ void load_q(const MlaDecodeParams& p, const MlaDecodeTiling& t, unsigned char* sq,
-                                       int b, int row0) {
+__device__ __forceinline__ void load_q(const MlaDecodeParams& p, unsigned char* sq, int b, int row0, int row_end,
+                                       int h_q) {
   using MT = typename Tr::MT;
   const MT* q = static_cast<const MT*>(p.q);
   const uint32_t base = smem_addr(sq);
   for (int c = threadIdx.x; c < kRows * Tr::kChunks; c += kThreads) {
     const int row = c / Tr::kChunks, chunk = c - row * Tr::kChunks;
     const int gr = row0 + row;
-    const bool ok = gr < t.q_rows;
-    const int i = ok ? gr / t.h_q : 0, h = ok ? gr - i * t.h_q : 0;
+    const bool ok = gr < row_end;
+    const int i = ok ? gr / h_q : 0, h = ok ? gr - i * h_q : 0;
     const MT* src = q + b * p.q_stride_b + i * p.q_stride_s + h * p.q_stride_h + chunk * 8;
     cp_async_16(base + Tr::off(row, chunk), ok ? src : q, ok ? 16u : 0u);
   }
@@ -38,12 +39,27 @@ __device__ __forceinline__ const unsigned char* block_base(const MlaDecodeParams
   return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
 }
 
-// Byte address of token `tok` of request r's cache block, or nullptr when the token is past `end`
-// or its block id (or its block-table column) is out of range. Returns the block base and the in-block offset.
+// Where token `tok` of key list r is (dense: block-table row r; sparse: compacted list r, see
+// mla_piece.cuh): the
+// base of its cache block (nullptr when the token is past `end` or its block id, or its
+// block-table column, is out of range), its offset in the block and the block's page size (the
+// extra pool has its own). token_bytes: bytes of one cached token.
+template <bool kSparse>
 __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
-                                                            int64_t block_bytes, int& off) {
-  off = tok % p.page_block_size;
-  return block_base(p, token_block_id(p, r, tok, end), block_bytes);
+                                                            int64_t token_bytes, int& off, int& pbs) {
+  pbs = p.page_block_size;
+  if constexpr (kSparse) {
+    off = 0;
+    if (tok >= end) return nullptr;
+    const int v = static_cast<const int*>(p.key_rows)[static_cast<int64_t>(r) * (p.topk + p.extra_topk) + tok];
+    const int row = v < 0 ? ~v : v;
+    if (v < 0) pbs = p.extra_page_block_size;
+    const int blk = row / pbs;
+    off = row - blk * pbs;
+    return static_cast<const unsigned char*>(v < 0 ? p.extra_kv_cache : p.kv_cache) + blk * (pbs * token_bytes);
+  }
+  off = tok % pbs;
+  return block_base(p, token_block_id(p, r, tok, end), pbs * token_bytes);
 }
 
 // Bytes of one cache token per format (16-bit: d_qk values; v32: 656; model1: 576 data + 8 scales).
@@ -66,13 +82,13 @@ __device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int t
   return kv_box_row_of(p, token_block_id(p, r, tok, end), tok);
 }
 
-// Row `token` of a tile from cache block `blk` (nullptr: zero fill), in-block offset `off`, by the
+// Row `token` of a tile from cache block `blk` (nullptr: zero fill) of page size `pbs`, in-block offset `off`, by the
 // kPer threads sub = 0 .. kPer - 1 of the token: 16-bit rows into the swizzled tile, FP8 rows raw
 // into a staging tile (rows of Tr::kRawRow). kStream: the 16-byte copies with the evict-first L2
 // policy (a request's tiles read by one CTA only: the wgmma_t kernel).
 template <class Tr, int kPer, bool kStream = false>
 __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t base, int token, int sub,
-                                              const unsigned char* blk, int off) {
+                                              const unsigned char* blk, int off, int pbs) {
   auto copy16 = [](uint32_t dst, const void* src, uint32_t n) {
     if constexpr (kStream) {
       common::cp_async_16(dst, src, n);
@@ -97,7 +113,7 @@ __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t
     for (int chunk = sub; chunk < 36; chunk += kPer)
       copy16(base + token * Tr::kRawRow + chunk * 16, n ? data + chunk * 16 : any, n);
     if (sub == 0) {
-      const unsigned char* sc = blk ? blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8 : any;
+      const unsigned char* sc = blk ? blk + static_cast<int64_t>(pbs) * 576 + off * 8 : any;
       cp_async_8(base + token * Tr::kRawRow + 576, sc, n ? 8u : 0u);
     }
   }
@@ -108,9 +124,8 @@ __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t
 template <class Tr>
 __device__ __forceinline__ uint32_t kv_row_src(const MlaDecodeParams& p, int r, int tok, int end,
                                                const unsigned char*& src) {
-  int off;
-  const unsigned char* blk =
-      token_block(p, r, tok, end, static_cast<int64_t>(p.page_block_size) * Tr::kRowBytes, off);
+  int off, pbs;
+  const unsigned char* blk = token_block<Tr::kSparse>(p, r, tok, end, Tr::kRowBytes, off, pbs);
   src = blk ? blk + static_cast<int64_t>(off) * Tr::kRowBytes : static_cast<const unsigned char*>(p.kv_cache);
   return blk ? 16u : 0u;
 }
@@ -132,10 +147,9 @@ __device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned 
   constexpr int kPer = kLoaders / kTile;  // threads per token
   static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");
   const int token = static_cast<int>(tid >> (kPer == 4 ? 2 : 1)), sub = static_cast<int>(tid & (kPer - 1));
-  int off;
-  const unsigned char* blk =
-      token_block(p, r, tile0 + token, end, static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>(), off);
-  load_kv_token<Tr, kPer>(p, smem_addr(dst), token, sub, blk, off);
+  int off, pbs;
+  const unsigned char* blk = token_block<Tr::kSparse>(p, r, tile0 + token, end, token_bytes<Tr>(), off, pbs);
+  load_kv_token<Tr, kPer>(p, smem_addr(dst), token, sub, blk, off, pbs);
 }
 
 template <typename MT>

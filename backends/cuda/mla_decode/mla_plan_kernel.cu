@@ -1,8 +1,9 @@
 // Device-side MLA planner: the schedule of dualops.tiling.plan_mla_decode (same packed layout:
 // header, parts, num_splits) computed from a device cache_seqlens, with no host sync, so that a
 // whole decode step (plan + every layer's attention) can be captured in a CUDA graph. The
-// greedy fill is sequential by nature; one thread runs it over lengths staged in shared memory
-// (a few microseconds for hundreds of requests).
+// greedy fill is sequential by nature: one thread runs it, on the lengths, block counts, split
+// counts and part records staged in shared memory; then the CTA writes them out. Batches too
+// large for the staging run the same fill on global memory.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -14,39 +15,29 @@
 namespace dualops::cuda::mla {
 
 constexpr int kPlanThreads = 256;
-constexpr int kPlanSmemLens = 4096;
+constexpr int kPlanSmemMax = 200 * 1024;  // dynamic shared memory for the staging
 
-__device__ __forceinline__ int req_len(const int* s_len, const int* seqlens, int i) {
-  return i < kPlanSmemLens ? s_len[i] : max(seqlens[i], 0);
+// Ints of shared memory the staging needs: lengths and block counts [B each], num_splits [B + 1],
+// part records [P x stride].
+__host__ __device__ inline int64_t plan_stage_ints(const MlaDecodeTiling& h) {
+  return 3 * static_cast<int64_t>(h.batch) + 1 + static_cast<int64_t>(h.num_sm_parts) * h.part_stride;
 }
 
-__global__ void __launch_bounds__(kPlanThreads) mla_plan_kernel(const int* __restrict__ seqlens, int* __restrict__ plan,
-                                                                 const __grid_constant__ MlaDecodeTiling hdr) {
-  __shared__ int s_len[kPlanSmemLens];
-  __shared__ int s_sum[kPlanThreads / 32];
+// The greedy fill of plan_mla_decode over lengths `lens` (negative ones count as 0; blks: their
+// scheduler block counts, or nullptr) into `ns` (num_splits) and `parts` (records); returns the
+// total split count. One thread.
+__device__ int plan_fill(const MlaDecodeTiling& hdr, const int* lens, const int* blks, int* ns, int* parts,
+                         int payload) {
   const int B = hdr.batch, P = hdr.num_sm_parts, bt = hdr.block_tokens, ovh = hdr.fixed_overhead;
-  int local = 0;
-  for (int i = threadIdx.x; i < B; i += kPlanThreads) {
-    const int len = max(seqlens[i], 0);
-    if (i < kPlanSmemLens) s_len[i] = len;
-    local += max((len + bt - 1) / bt, 1) + ovh;
-  }
-  for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
-  if ((threadIdx.x & 31) == 0) s_sum[threadIdx.x >> 5] = local;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  int total = 0;
-  for (int w = 0; w < kPlanThreads / 32; ++w) total += s_sum[w];
-  const int payload = (total + P - 1) / P + ovh;
-  int* parts = plan + kHeaderInts;
-  int* ns = parts + P * hdr.part_stride;
+  auto len = [lens](int i) { return max(lens[i], 0); };
+  auto blocks = [&](int i) { return blks != nullptr ? blks[i] : max((len(i) + bt - 1) / bt, 1); };
   ns[0] = 0;
   int req = 0, blk = 0, split = 0, cum = 0;
   for (int part = 0; part < P; ++part) {
     const int begin_req = req, begin_tok = blk * bt, begin_split = split;
     int room = payload;
     while (req < B) {
-      const int left = max((req_len(s_len, seqlens, req) + bt - 1) / bt, 1) - blk;
+      const int left = blocks(req) - blk;
       if (room >= left + ovh) {
         cum += split + 1;
         ns[req + 1] = cum;
@@ -67,7 +58,7 @@ __global__ void __launch_bounds__(kPlanThreads) mla_plan_kernel(const int* __res
       end_tok = blk * bt;
     } else {
       end_req = req - 1;
-      end_tok = end_req >= 0 ? req_len(s_len, seqlens, end_req) : 0;
+      end_tok = end_req >= 0 ? len(end_req) : 0;
     }
     int* rec = parts + part * hdr.part_stride;
     for (int k = 0; k < hdr.part_stride; ++k) rec[k] = 0;
@@ -78,7 +69,7 @@ __global__ void __launch_bounds__(kPlanThreads) mla_plan_kernel(const int* __res
       rec[0] = begin_req;
       rec[1] = end_req;
       rec[2] = begin_tok;
-      rec[3] = min(end_tok, req_len(s_len, seqlens, end_req));
+      rec[3] = min(end_tok, len(end_req));
       rec[4] = begin_split;
     }
   }
@@ -89,11 +80,48 @@ __global__ void __launch_bounds__(kPlanThreads) mla_plan_kernel(const int* __res
       rec[6] = ns[rec[1] + 1] - ns[rec[1]] > 1;
     }
   }
-  MlaDecodeTiling h = hdr;
-  h.payload = payload;
-  h.total_splits = cum;
-  const int* hw = reinterpret_cast<const int*>(&h);
-  for (int k = 0; k < kHeaderInts; ++k) plan[k] = hw[k];
+  return cum;
+}
+
+// staged: the lengths, split counts and records live in dynamic shared memory (plan_stage_ints);
+// otherwise the fill reads seqlens and writes the plan in place.
+__global__ void __launch_bounds__(kPlanThreads)
+    mla_plan_kernel(const int* __restrict__ seqlens, int* __restrict__ plan,
+                    const __grid_constant__ MlaDecodeTiling hdr, bool staged) {
+  extern __shared__ int smem_plan[];
+  __shared__ int s_sum[kPlanThreads / 32];
+  const int B = hdr.batch, P = hdr.num_sm_parts, bt = hdr.block_tokens, ovh = hdr.fixed_overhead;
+  int* parts_out = plan + kHeaderInts;
+  int* ns_out = parts_out + P * hdr.part_stride;
+  int* blks = smem_plan + B;
+  int* ns = staged ? smem_plan + 2 * B : ns_out;
+  int* parts = staged ? smem_plan + 3 * B + 1 : parts_out;
+  int local = 0;
+  for (int i = threadIdx.x; i < B; i += kPlanThreads) {
+    const int l = max(seqlens[i], 0), nb = max((l + bt - 1) / bt, 1);
+    if (staged) {
+      smem_plan[i] = l;
+      blks[i] = nb;
+    }
+    local += nb + ovh;
+  }
+  for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
+  if ((threadIdx.x & 31) == 0) s_sum[threadIdx.x >> 5] = local;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int w = 0; w < kPlanThreads / 32; ++w) total += s_sum[w];
+    const int payload = (total + P - 1) / P + ovh;
+    MlaDecodeTiling h = hdr;
+    h.payload = payload;
+    h.total_splits = plan_fill(hdr, staged ? smem_plan : seqlens, staged ? blks : nullptr, ns, parts, payload);
+    const int* hw = reinterpret_cast<const int*>(&h);
+    for (int k = 0; k < kHeaderInts; ++k) plan[k] = hw[k];
+  }
+  if (!staged) return;
+  __syncthreads();
+  for (int i = threadIdx.x; i < P * hdr.part_stride; i += kPlanThreads) parts_out[i] = parts[i];
+  for (int i = threadIdx.x; i <= B; i += kPlanThreads) ns_out[i] = ns[i];
 }
 
 }  // namespace dualops::cuda::mla
@@ -106,8 +134,20 @@ const char* mla_plan_on_device(const int* cache_seqlens, int* plan, const MlaDec
   if (!cache_seqlens || !plan) return "mla_plan_on_device: cache_seqlens and plan must be device addresses";
   if (header.batch < 1 || header.num_sm_parts < 1 || header.block_tokens < 1 || header.part_stride < 7)
     return "mla_plan_on_device: the header needs batch >= 1, num_sm_parts >= 1, block_tokens >= 1, part_stride >= 7";
-  mla::mla_plan_kernel<<<1, mla::kPlanThreads, 0, stream>>>(cache_seqlens, plan, header);
-  const cudaError_t err = cudaGetLastError();
+  // Staged in shared memory when it fits (the opt-in size is raised once, before any capture);
+  // else on global memory.
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(mla::mla_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mla::kPlanSmemMax);
+  const int64_t bytes = 4 * mla::plan_stage_ints(header);
+  cudaError_t err = attr;
+  if (err == cudaSuccess && bytes <= mla::kPlanSmemMax) {
+    const size_t smem = static_cast<size_t>(bytes);
+    mla::mla_plan_kernel<<<1, mla::kPlanThreads, smem, stream>>>(cache_seqlens, plan, header, true);
+    err = cudaGetLastError();
+  } else if (err == cudaSuccess) {
+    mla::mla_plan_kernel<<<1, mla::kPlanThreads, 0, stream>>>(cache_seqlens, plan, header, false);
+    err = cudaGetLastError();
+  }
   if (err != cudaSuccess) {
     std::snprintf(msg, sizeof msg, "mla_plan_on_device (cuda): CUDA error: %s", cudaGetErrorString(err));
     return msg;

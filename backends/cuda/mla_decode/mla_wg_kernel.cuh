@@ -29,8 +29,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + Tr::kLoInKvOff : smem_wg + Tr::kOffPLo; };
 
   pdl_launch_dependents();
-  const MlaPart part = mla_part(p, t);
-  const int row0 = blockIdx.x * kRows;
+  const MlaPart part = mla_part<Tr::kSparse>(p, t);
+  const int row0 = mla_row0<Tr::kSparse>(t);
   const int lane = threadIdx.x & 31;
   const int c = threadIdx.x >> 7, g = (threadIdx.x >> 5) & 3;  // warpgroup, warp in it (= row group)
   const float scale_log2 = p.softmax_scale * kLog2e;
@@ -52,27 +52,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   common::MbarHandoffs hs(hand);
 
   for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
-    const MlaPiece pc = mla_piece(t, part, r, row0 + g * 16 + (lane >> 2), p.causal != 0);
+    const int kr = mla_keys<Tr::kSparse>(t, r);  // the rows' key list
+    const MlaPiece pc = mla_piece(t, part, r, kr, row0 + g * 16 + (lane >> 2), p.causal != 0);
     const int start = pc.start, end = pc.end, ntiles = pc.ntiles, hidden0 = pc.hidden0;
     RowState st;
     init_state(st);
     __syncthreads();  // the previous request's readers of Q / KV / P are done
     if (ntiles > 0) {
-      load_q<Tr>(p, t, sq, r, row0);
-      if constexpr (Tr::kWgSeesaw) {
+      load_q<Tr>(p, sq, r, row0, mla_row_end<Tr::kSparse>(t), t.h_q);
+      if constexpr (Tr::kWgSeesaw) {  // (dense decode only: the host entry says so)
         wg_seesaw_piece<Tr>(p, st, smem_wg, &tmap, pc, r, scale_log2, c, g, hs);
       } else {
         if constexpr (Tr::kDirect) {
-          load_kv_tile<Tr>(p, kvbuf(0), r, start, end);
+          load_kv_tile<Tr>(p, kvbuf(0), kr, start, end);
         } else if (c == 1) {  // FP8: warpgroup 1 copies and dequantizes tile 0
-          load_kv_raw_wg<Tr>(p, kvbuf(0), r, start, end, threadIdx.x - kWgLoaders);
+          load_kv_raw_wg<Tr>(p, kvbuf(0), kr, start, end, threadIdx.x - kWgLoaders);
           cp_async_commit();
           cp_async_wait<0>();
           dequant_kv_wg<Tr>(kvbuf(0), threadIdx.x - kWgLoaders);
         }
         cp_async_commit();
         if constexpr (Tr::kWgPipe) {
-          wg_pipe_piece<Tr>(p, st, smem_wg, pc, r, scale_log2, c, g, hs);
+          wg_pipe_piece<Tr>(p, st, smem_wg, pc, kr, scale_log2, c, g, hs);
         } else {  // serial: S and softmax (warpgroup 0), then both P V, CTA barriers between
           for (int n = 0; n < ntiles; ++n) {
             const int tile0 = start + n * kTile;
@@ -89,9 +90,9 @@ __global__ void __launch_bounds__(kThreads, 1)
               wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
             } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
               if constexpr (Tr::kDirect) {
-                load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+                load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), kr, tile0 + kTile, end, threadIdx.x - kWgLoaders);
               } else {
-                load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), r, tile0 + kTile, end, threadIdx.x - kWgLoaders);
+                load_kv_raw_wg<Tr>(p, kvbuf((n + 1) & 1), kr, tile0 + kTile, end, threadIdx.x - kWgLoaders);
               }
               cp_async_commit();
             }
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // The pipelined loop hands warpgroup 0's sums over (warpgroup 1 keeps none); the other loops
     // exchange them across a CTA barrier.
-    write_piece<Tr, Tr::kWgPipe>(p, t, st, red_sum, r, row0, pc.n_splits, pc.slot, g, c, &hs, ntiles > 0);
+    write_piece<Tr, Tr::kWgPipe>(p, t, st, red_sum, r, row0, mla_row_end<Tr::kSparse>(t), pc.n_splits, pc.slot, g, c,
+                                 &hs, ntiles > 0);
   }
 }
 

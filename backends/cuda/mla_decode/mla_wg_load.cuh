@@ -44,12 +44,11 @@ struct Fp8Src {
 template <class Tr>
 __device__ __forceinline__ Fp8Src fp8_src(const MlaDecodeParams& p, int r, int tok, int end) {
   using F = Fp8Tile<Tr>;
-  int off;
-  const unsigned char* blk =
-      token_block(p, r, tok, end, static_cast<int64_t>(p.page_block_size) * F::kTokenBytes, off);
+  int off, pbs;
+  const unsigned char* blk = token_block<Tr::kSparse>(p, r, tok, end, F::kTokenBytes, off, pbs);
   if (!blk) return {nullptr, nullptr};
   const unsigned char* sc = Tr::kFmt == kFmtV32 ? blk + static_cast<int64_t>(off) * F::kDataRow + 512
-                                                : blk + static_cast<int64_t>(p.page_block_size) * 576 + off * 8;
+                                                : blk + static_cast<int64_t>(pbs) * 576 + off * 8;
   return {blk + static_cast<int64_t>(off) * F::kDataRow, sc};
 }
 

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Ld ld(p, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
   bool early = false;  // 16-bit caches: ld holds this request's piece, its first blocks in flight
   for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
-    const MlaPiece pc = mla_piece(t, part, r, 0, p.causal != 0);
+    const MlaPiece pc = mla_piece(t, part, r, r, 0, p.causal != 0);
     const int start = pc.start, end = pc.end, ntiles = pc.ntiles;
     const int nt = ntiles > c ? (ntiles - c + 1) / 2 : 0;  // tiles of this chain
     const int len = max(part.seqlens[r], 0);
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     early = false;
     if constexpr (Tr::kDirect) {
       if (r < part.end_req) {
-        const MlaPiece nx = mla_piece(t, part, r + 1, 0, p.causal != 0);
+        const MlaPiece nx = mla_piece(t, part, r + 1, r + 1, 0, p.causal != 0);
         const int nt_next = nx.ntiles > c ? (nx.ntiles - c + 1) / 2 : 0;
         if (nt_next > 0) {
           wb.sync();

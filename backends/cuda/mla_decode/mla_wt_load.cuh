@@ -202,8 +202,8 @@ struct WtChainLoad {
     if (g_next >= total) return;
     const int m = g_next / kParts, q = g_next - m * kParts;
     const int tok = tok0 + 2 * m * kTile + q * L::kRawTok;
-    load_kv_token<Tr, L::kRawPer, true>(p, raw + (g_next % L::kRawBufs) * L::kRawSlot, ltok, lsub, block_base(p, nid, bbytes),
-                                  tok % p.page_block_size);
+    load_kv_token<Tr, L::kRawPer, true>(p, raw + (g_next % L::kRawBufs) * L::kRawSlot, ltok, lsub,
+                                        block_base(p, nid, bbytes), tok % p.page_block_size, p.page_block_size);
     nid = token_block_id(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
     ++g_next;
   }

@@ -81,6 +81,7 @@ struct MlaDecodeParams {
   void* o_accum;
   void* lse_accum;
   void* merge_counters;
+  void* key_rows;
   int64_t q_stride_b;
   int64_t q_stride_s;
   int64_t q_stride_h;
@@ -95,11 +96,12 @@ struct MlaDecodeParams {
   int32_t extra_topk;
   int32_t head_dim;
   int32_t page_block_size;
+  int32_t extra_page_block_size;
   int32_t max_blocks;
   void* plan;
   int32_t kernel;
 };
-static_assert(sizeof(MlaDecodeParams) == 224, "mla_decode params layout differs from schema.pack_params");
+static_assert(sizeof(MlaDecodeParams) == 232, "mla_decode params layout differs from schema.pack_params");
 
 // Many independent GEMMs in one launch (bf16/fp16, fp8 per-tensor/rowwise/blockwise, int8 rowwise).
 struct GroupedGemmParams {

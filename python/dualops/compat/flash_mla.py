@@ -18,10 +18,10 @@ def get_mla_metadata(cache_seqlens: torch.Tensor, num_q_tokens_per_head_k: int, 
         num_heads_q, s_q = num_q_tokens_per_head_k * num_heads_k, 1
     else:
         s_q = max(num_q_tokens_per_head_k * num_heads_k // num_heads_q, 1)
-    if cache_seqlens.is_cuda and topk is None and num_heads_k == 1:
-        # Dense decode on the GPU: planned there (no host sync, like FlashMLA's metadata kernel).
+    if cache_seqlens.is_cuda and num_heads_k == 1:
+        # On the GPU: planned there (no host sync, like FlashMLA's metadata kernel).
         plan = api.get_mla_metadata(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k,
-                                    s_q=s_q, kv_format="fp8_v32" if is_fp8_kvcache else "bf16",
+                                    s_q=s_q, kv_format="fp8_v32" if is_fp8_kvcache else "bf16", topk=topk,
                                     on_device=True)
         return plan.packed, plan.packed[-(cache_seqlens.shape[0] + 1):]
     plan = api.get_mla_metadata(cache_seqlens, num_heads_q=num_heads_q, num_heads_k=num_heads_k,

@@ -7,7 +7,9 @@ The kernels read the packed MLA plan (header, parts, num_splits) from device mem
   on_device=True)``): no host sync, so a whole decode step can be captured in a CUDA graph and
   replayed with new lengths;
 * ``None``: the call makes a device plan itself (same schedule as the host planner).
-Nothing on the launch path reads device values.
+Nothing on the launch path reads device values. Sparse decode (``indices``) runs a small kernel
+first that compacts each query token's valid indices into the key list the split kernel reads
+(docs/mla_decode_cuda.md "Sparse decode").
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import torch
 from ... import kernel_params, native, schema
 from ...devices import detect
 from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
-                                  mla_fixed_overhead, num_sm_parts_for)
+                                  mla_fixed_overhead, num_sm_parts_for, request_lengths)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import MergeCounters, current_stream, f32, fields_template, params_struct, ptr, ptr_head
 
@@ -41,16 +43,18 @@ class MlaDevicePlan:
     `wgmma_t` kernel, or by the combine kernel, which then always runs)."""
 
     __slots__ = ("packed", "_dualops_packed", "batch", "s_q", "h_q", "h_kv", "num_sm_parts",
-                 "kv_format", "page_block_size", "header_bytes")
+                 "kv_format", "page_block_size", "sparse", "topk", "extra_topk", "header_bytes")
 
-    def __init__(self, packed, *, batch, s_q, h_q, h_kv, num_sm_parts, kv_format, page_block_size, fixed_overhead):
+    def __init__(self, packed, *, batch, s_q, h_q, h_kv, num_sm_parts, kv_format, page_block_size, fixed_overhead,
+                 topk=None, extra_topk=None):
         self.packed = self._dualops_packed = packed
         self.batch, self.s_q, self.h_q, self.h_kv = batch, s_q, h_q, h_kv
         self.num_sm_parts, self.kv_format, self.page_block_size = num_sm_parts, kv_format, page_block_size
+        self.sparse, self.topk, self.extra_topk = int(topk is not None), topk or 0, extra_topk or 0
         q_rows = s_q * h_q // h_kv
         self.header_bytes = _HEADER.pack(
             1, batch, s_q, h_q, h_kv, q_rows, -(-q_rows // 64), num_sm_parts, 64, fixed_overhead, 0, -1, PART_STRIDE,
-            kv_format, 0, 0, 0, page_block_size)
+            kv_format, self.sparse, self.topk, self.extra_topk, page_block_size)
 
     def pack(self) -> torch.Tensor:
         """The packed plan (int32, on the GPU)."""
@@ -66,9 +70,12 @@ def packed_numel(batch: int, num_sm_parts: int) -> int:
 
 
 def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q: int = 1,
-                   kv_format: str = "bf16", page_block_size: int = 64) -> MlaDevicePlan:
+                   kv_format: str = "bf16", page_block_size: int = 64, topk: int | None = None,
+                   extra_topk: int | None = None) -> MlaDevicePlan:
     """The MLA schedule of ``plan_mla_decode`` computed on the GPU from a device int32
-    ``cache_seqlens`` (no host sync; CUDA-graph capturable). Negative lengths count as 0."""
+    ``cache_seqlens`` (no host sync; CUDA-graph capturable). Negative lengths count as 0.
+    Sparse decode (``topk``, ``extra_topk``): every request has the index lists' length
+    (``request_lengths``); cache_seqlens gives the batch size only."""
     if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.device.type != "cuda" \
             or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1:
         raise TypeError("plan_on_device: cache_seqlens must be an int32 CUDA tensor [B]")
@@ -76,20 +83,29 @@ def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q
         raise ValueError(f"plan_on_device: MLA decode has one latent KV head, got num_heads_k={num_heads_k}")
     if kv_format not in KV_FORMATS:
         raise ValueError(f"plan_on_device: kv_format must be one of {sorted(KV_FORMATS)}, got {kv_format!r}")
-    for name, v in (("num_heads_q", num_heads_q), ("s_q", s_q), ("page_block_size", page_block_size)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"plan_on_device: {name} must be an int >= 1, got {v!r}")
+    for name, v, low in (("num_heads_q", num_heads_q, 1), ("s_q", s_q, 1), ("page_block_size", page_block_size, 1),
+                         ("topk", topk, 1), ("extra_topk", extra_topk, 0)):
+        if (v is not None or name in ("num_heads_q", "s_q", "page_block_size")) and (
+                not isinstance(v, int) or isinstance(v, bool) or v < low):
+            raise ValueError(f"plan_on_device: {name} must be an int >= {low}, got {v!r}")
+    if extra_topk is not None and topk is None:
+        raise ValueError("plan_on_device: extra_topk needs topk (an extra pool is a sparse-decode feature)")
     batch = cache_seqlens.shape[0]
     if batch < 1:
         raise ValueError("plan_on_device: cache_seqlens must hold at least one request")
     dev = cache_seqlens.device
     profile = _profile(dev.index if dev.index is not None else torch.cuda.current_device())
     parts = num_sm_parts_for(profile, s_q=s_q, h_q=num_heads_q, h_kv=1)
-    seq = cache_seqlens.contiguous()
+    if topk is None:
+        seq = cache_seqlens.contiguous()
+    else:
+        span = request_lengths([0], topk=topk, extra_topk=extra_topk)[0]
+        seq = torch.full((batch,), span, dtype=torch.int32, device=dev)
     buf = torch.empty(packed_numel(batch, parts), dtype=torch.int32, device=dev)
     plan = MlaDevicePlan(buf, batch=batch, s_q=s_q, h_q=num_heads_q, h_kv=1, num_sm_parts=parts,
                          kv_format=KV_FORMATS[kv_format], page_block_size=page_block_size,
-                         fixed_overhead=mla_fixed_overhead(profile, q_rows=s_q * num_heads_q))
+                         fixed_overhead=mla_fixed_overhead(profile, q_rows=s_q * num_heads_q),
+                         topk=topk, extra_topk=extra_topk)
     native.require().cuda_mla_plan(seq.data_ptr(), buf.data_ptr(), plan.header_bytes,
                                    current_stream(buf.get_device()))
     return plan
@@ -130,25 +146,25 @@ def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
 _MERGE_COUNTERS = MergeCounters(in_capture=True)
 
 
-def _check_plan(plan, *, B, S_q, H_q, kv_format, pbs):
-    got = (plan.batch, plan.s_q, plan.h_q, plan.h_kv, plan.kv_format, plan.page_block_size)
-    want = (B, S_q, H_q, 1, KV_FORMATS[kv_format], pbs)
+def _check_plan(plan, *, B, S_q, H_q, kv_format, pbs, topk, extra_topk):
+    got = (plan.batch, plan.s_q, plan.h_q, plan.h_kv, plan.kv_format, plan.page_block_size, plan.sparse,
+           plan.topk, plan.extra_topk)
+    want = (B, S_q, H_q, 1, KV_FORMATS[kv_format], pbs, int(topk is not None), topk or 0, extra_topk or 0)
     if got != want:
-        names = ("batch", "s_q", "h_q", "h_kv", "kv_format", "page_block_size")
+        names = ("batch", "s_q", "h_q", "h_kv", "kv_format", "page_block_size", "sparse", "topk", "extra_topk")
         diff = ", ".join(f"{n} {g} (call: {w})" for n, g, w in zip(names, got, want) if g != w)
         raise ValueError(f"mla_decode: plan does not match this call: {diff}; make it with "
                          f"dualops.get_mla_metadata for these shapes")
-    if getattr(plan, "sparse", 0):
-        raise ValueError("mla_decode: plan was made for sparse decode (topk); this call is dense")
 
 
-def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
-    """(plan header bytes, device plan tensor, partial-buffer rows or 0)."""
+def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs, topk=None, extra_topk=None):
+    """(plan header bytes, device plan tensor, partial-buffer rows or 0). topk / extra_topk:
+    sparse decode's index widths (None: dense; extra_topk None: no extra pool)."""
     B, S_q, H_q, _ = q.shape
     dev = q.device
     if plan is None:
         plan = plan_on_device(cache_seqlens, num_heads_q=H_q, s_q=S_q, kv_format=kv_format,
-                              page_block_size=pbs)
+                              page_block_size=pbs, topk=topk, extra_topk=extra_topk)
     elif isinstance(plan, torch.Tensor):  # a packed plan already on the GPU
         if plan.device != dev or plan.dtype != torch.int32 or plan.dim() != 1:
             raise ValueError(f"mla_decode: plan: a packed device plan must be a 1-D int32 tensor on {dev}, "
@@ -160,15 +176,16 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
                              f"batch {B}, s_q {S_q}, h_q {H_q} on this GPU holds {packed_numel(B, parts)}")
         plan = MlaDevicePlan(plan.contiguous(), batch=B, s_q=S_q, h_q=H_q, h_kv=1, num_sm_parts=parts,
                              kv_format=KV_FORMATS[kv_format], page_block_size=pbs,
-                             fixed_overhead=mla_fixed_overhead(profile, q_rows=S_q * H_q))
+                             fixed_overhead=mla_fixed_overhead(profile, q_rows=S_q * H_q), topk=topk,
+                             extra_topk=extra_topk)
     if isinstance(plan, MlaDevicePlan):
-        _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs)
+        _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs, topk=topk, extra_topk=extra_topk)
         if plan.packed.device != dev:
             raise ValueError(f"mla_decode: plan lives on {plan.packed.device}, the tensors on {dev}")
         return plan.header_bytes, plan.packed, B + plan.num_sm_parts
     if not isinstance(plan, MlaPlan):
         raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
-    _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs)
+    _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs, topk=topk, extra_topk=extra_topk)
     rows = plan.total_splits if plan.total_splits > plan.batch else 0
     packed, header = _device_copy(plan, dev)
     return header, packed, rows
@@ -177,7 +194,7 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs):
 # The params fields holding device addresses, in the order MlaLaunch.__call__ packs them.
 _PTR_FIELDS = ("q", "kv_cache", "block_table", "cache_seqlens", "indices", "topk_length", "attn_sink",
                "extra_kv_cache", "extra_indices", "extra_topk_length", "out", "lse", "o_accum", "lse_accum",
-               "merge_counters")
+               "merge_counters", "key_rows")
 _U64 = struct.Struct("<Q")
 
 
@@ -188,12 +205,19 @@ class MlaLaunch:
     plan, gather pointers, allocate the outputs and launch."""
 
     __slots__ = ("C", "dev", "dev_index", "shape", "kv_format", "pbs", "q_rows", "m_blocks", "kernel",
-                 "copy_q", "convert_table", "convert_lens", "mid", "mid_copied", "rest")
+                 "copy_q", "convert_table", "convert_lens", "mid", "mid_copied", "rest", "topk", "extra_topk")
 
     def __init__(self, q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softmax_scale=None,
-                 causal=False, kv_format="bf16", indices=None, extra_kv_cache=None, **_unused):
-        if indices is not None or extra_kv_cache is not None:
-            raise NotImplementedError("mla_decode: sparse decode is not implemented on backend 'cuda'")
+                 causal=False, kv_format="bf16", indices=None, extra_kv_cache=None, extra_indices=None, **_unused):
+        sparse = indices is not None
+        extra = sparse and extra_kv_cache is not None and extra_indices is not None and extra_indices.shape[-1] > 0
+        # sparse decode: the index widths (the plan's topk / extra_topk); None: dense, no extra pool
+        self.topk = int(indices.shape[-1]) if sparse else None
+        self.extra_topk = int(extra_indices.shape[-1]) if extra else None
+        if sparse and causal:
+            raise ValueError("mla_decode: causal applies to dense decode; sparse decode masks through indices")
+        if extra and (not extra_kv_cache.is_contiguous() or extra_kv_cache.dtype != kv_cache.dtype):
+            raise ValueError("mla_decode: extra_kv_cache must be contiguous, with kv_cache's dtype")
         if head_dim_v != D_V:
             raise ValueError(f"mla_decode: head_dim_v must be {D_V}, got {head_dim_v}")
         if q.dtype not in (torch.bfloat16, torch.float16):
@@ -208,8 +232,8 @@ class MlaLaunch:
         self.kv_format, self.pbs = kv_format, int(kv_cache.shape[1])
         self.q_rows = S_q * H_q
         self.m_blocks = -(-self.q_rows // 64)
-        kernel = cuda_mla_kernel(_profile(self.dev_index), kv_format=kv_format, q_rows=self.q_rows,
-                                 page_block_size=self.pbs)
+        kernel = cuda_mla_kernel(_profile(self.dev_index), kv_format=kv_format,
+                                 q_rows=H_q if sparse else self.q_rows, page_block_size=self.pbs, sparse=sparse)
         self.kernel = kernel
         self.copy_q = any(st % 8 for st in q.stride()[:3]) or q.stride(3) != 1
         self.convert_table = block_table.dtype != torch.int32 or block_table.stride(-1) != 1 \
@@ -231,17 +255,29 @@ class MlaLaunch:
                 softmax_scale=float(D ** -0.5 if softmax_scale is None else softmax_scale),
                 causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format], q_dtype=schema.dtype_code(q.dtype),
                 head_dim=D, page_block_size=self.pbs, max_blocks=int(block_table.shape[1]),
-                kernel=MLA_CUDA_KERNELS[kernel]))
+                kernel=MLA_CUDA_KERNELS[kernel], topk=self.topk or 0, extra_topk=self.extra_topk or 0,
+                extra_num_blocks=int(extra_kv_cache.shape[0]) if extra else 0,
+                extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0))
             return full[head:off], full[off + 8:]
 
         self.mid, self.rest = consts(contiguous if self.copy_q else q.stride()[:3])
         self.mid_copied = consts(contiguous)[0]
 
-    def __call__(self, q, kv_cache, block_table, cache_seqlens, *, plan=None, attn_sink=None, **_fixed):
+    def __call__(self, q, kv_cache, block_table, cache_seqlens, *, plan=None, attn_sink=None, indices=None,
+                 topk_length=None, extra_kv_cache=None, extra_indices=None, extra_topk_length=None, **_fixed):
         """Launch on the current stream. The tensors must have the shapes, dtypes and strides of
         the ones this object was made from (``_fixed``: the scalars it already holds)."""
         if kv_cache.data_ptr() % 16:
             raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
+        sparse = self.topk is not None
+        if sparse:
+            if self.extra_topk is None:
+                extra_kv_cache = extra_indices = extra_topk_length = None
+            elif extra_kv_cache.data_ptr() % 16:
+                raise ValueError("mla_decode: extra_kv_cache must start on a 16-byte boundary")
+            indices, topk_length, extra_indices, extra_topk_length = (
+                None if t is None else _int32_on(t, self.dev)
+                for t in (indices, topk_length, extra_indices, extra_topk_length))
         dev = self.dev
         mid = self.mid
         if self.copy_q:
@@ -254,8 +290,12 @@ class MlaLaunch:
             cache_seqlens = cache_seqlens.to(device=dev, dtype=torch.int32).contiguous()
         if attn_sink is not None:
             attn_sink = f32(attn_sink, dev)
-        header, plan_dev, rows = _resolve_plan(plan, q, cache_seqlens, self.kv_format, self.pbs)
+        header, plan_dev, rows = _resolve_plan(plan, q, cache_seqlens, self.kv_format, self.pbs, self.topk,
+                                               self.extra_topk)
         B, S_q, H_q = self.shape
+        # sparse: the compacted key lists [B * S_q, topk + extra_topk], then their lengths [B * S_q]
+        key_rows = q.new_empty(B * S_q * (self.topk + (self.extra_topk or 0) + 1), dtype=torch.int32) \
+            if sparse else None
         out = q.new_empty((B, S_q, H_q, D_V))
         lse = q.new_empty((B, H_q, S_q), dtype=torch.float32)
         q_rows = self.q_rows
@@ -265,11 +305,19 @@ class MlaLaunch:
         stream = current_stream(self.dev_index)
         counters = _MERGE_COUNTERS.get(dev, stream, B * self.m_blocks) if rows and self.kernel == "wgmma_t" else 0
         params = ptr_head(_OP, _PTR_FIELDS).pack(
-            q.data_ptr(), kv_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(), 0, 0,
-            ptr(attn_sink), 0, 0, 0, out.data_ptr(), lse.data_ptr(), o_acc, l_acc, counters) \
+            q.data_ptr(), kv_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(), ptr(indices),
+            ptr(topk_length), ptr(attn_sink), ptr(extra_kv_cache), ptr(extra_indices), ptr(extra_topk_length),
+            out.data_ptr(), lse.data_ptr(), o_acc, l_acc, counters, ptr(key_rows)) \
             + mid + _U64.pack(plan_dev.data_ptr()) + self.rest
         self.C.cuda_mla_decode(params, header, stream)
         return out, lse
+
+
+def _int32_on(t, dev):
+    """An index tensor as the kernels read it: int32, contiguous, on the call's GPU."""
+    if t.dtype == torch.int32 and t.device == dev and t.is_contiguous():
+        return t
+    return t.to(device=dev, dtype=torch.int32).contiguous()
 
 
 def prepare_mla_decode(q, kv_cache, block_table, cache_seqlens, **kw) -> MlaLaunch:
@@ -285,5 +333,8 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
                extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
     """docs/internals.md "Backend module interface". Returns (out, lse)."""
     launch = MlaLaunch(q, kv_cache, block_table, cache_seqlens, head_dim_v=head_dim_v, softmax_scale=softmax_scale,
-                       causal=causal, kv_format=kv_format, indices=indices, extra_kv_cache=extra_kv_cache)
-    return launch(q, kv_cache, block_table, cache_seqlens, plan=plan, attn_sink=attn_sink)
+                       causal=causal, kv_format=kv_format, indices=indices, extra_kv_cache=extra_kv_cache,
+                       extra_indices=extra_indices)
+    return launch(q, kv_cache, block_table, cache_seqlens, plan=plan, attn_sink=attn_sink, indices=indices,
+                  topk_length=topk_length, extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
+                  extra_topk_length=extra_topk_length)

@@ -1,0 +1,226 @@
+"""CUDA sparse MLA decode (``indices``, ``topk_length``, the extra KV pool) against
+dualops.reference by the REFERENCE.md §5 method: NaN in every cache slot no index names, invalid
+indices among the valid ones (-1, int32 min, the capacity, int32 max), entries past topk_length
+pointing anywhere, 0- and 1-entry lists, fresh random inputs per case; every cache format, the
+mma.sync and wgmma kernels, host / device / no plan, split lists (the partial merge), CUDA-graph
+replays with new indices, the flash_mla compat layer, and argument errors.
+
+GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import dualops
+from dualops import ops
+from dualops.backends.cuda import mla_decode as cuda_mla
+from dualops.parity import builders as bld
+from dualops.parity import cases as parity_cases
+from dualops.parity import expected as exp
+from dualops.testing import LSE_TOLERANCE, assert_close_parity
+from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_MIN_Q_ROWS, cuda_mla_kernel
+
+HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
+    "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an sm_90 GPU and dualops._C built with the CUDA MLA kernels")
+
+FORMATS = [("bf16", 576, "bf16"), ("bf16", 512, "fp16"), ("fp8_v32", 576, "bf16"), ("fp8_model1", 512, "bf16"),
+           ("fp8_v32", 576, "fp16")]
+
+
+# ----------------------------------------------------------------------------- CPU-side checks
+
+
+def test_capabilities_include_sparse_and_the_extra_pool():
+    assert dualops.supports("mla_decode", "cuda", sparse=True, extra_kv=True, kv_format="fp8_model1", h_q=128)
+    assert dualops.supports("mla_decode", "cuda", sparse=True, kv_format="bf16", h_q=5, s_q=3)
+
+
+def test_sparse_kernel_choice_is_plan_data():
+    h100 = dualops.devices.profile("h100")
+    for fmt in ("bf16", "fp8_v32", "fp8_model1"):
+        low = MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt]
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128, sparse=True) == "wgmma"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=16, sparse=True) == ("wgmma" if 16 >= low else "mma")
+    small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
+    assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=128, sparse=True) == "mma"
+
+
+@pytest.fixture(params=["planned", "mma", "wgmma"])
+def kernel(request, monkeypatch):
+    """Runs a test with the planned kernel, then with each kernel that takes sparse calls forced."""
+    if request.param != "planned":
+        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: request.param)
+        monkeypatch.setattr(ops, "_PREPARED", {})
+    return request.param
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def sparse_inputs(g, *, B, h_q, topk, s_q=1, topk_lens=None, extra_topk=None, extra_pbs=None, pbs=64,
+                  kv_format="bf16", d_qk=576, dtype="bf16", sink=False):
+    """CPU inputs of one sparse call (dualops.parity.cases): a pool whose unnamed slots hold NaN;
+    extra_pbs: the extra pool's page size when it differs from the main pool's."""
+    a = parity_cases._mla("cuda_sparse", B=B, h_q=h_q, s_q=s_q, topk=topk, topk_lens=topk_lens, pbs=pbs,
+                          kv_format=kv_format, d_qk=d_qk, dtype=dtype, sink=sink, extra_topk=extra_topk).build(g)
+    if extra_topk and extra_pbs and extra_pbs != pbs:
+        # the same extra pool re-paged: ids keep naming the same tokens, NaN stays unnamed
+        pool = a["extra_kv_cache"]
+        flat = pool.reshape(-1, *pool.shape[2:]) if kv_format != "fp8_model1" else None
+        if flat is None:  # model1 is laid out per page: rebuild it from its tokens
+            from dualops import quant
+
+            tokens = quant.gather_mla_kv(pool, kv_format, torch.arange(pool.shape[0] * pool.shape[1]),
+                                         torch.float32)
+            n = -(-tokens.shape[0] // extra_pbs) * extra_pbs
+            full = torch.full((n, tokens.shape[-1]), float("nan"))
+            full[:tokens.shape[0]] = tokens
+            a["extra_kv_cache"] = quant.pack_mla_kv(full.view(-1, extra_pbs, 1, tokens.shape[-1]).to(torch.bfloat16),
+                                                    kv_format)
+        else:
+            n = -(-flat.shape[0] // extra_pbs) * extra_pbs
+            full = torch.zeros((n, *flat.shape[1:]), dtype=flat.dtype)
+            full[:flat.shape[0]] = flat
+            a["extra_kv_cache"] = full.view(-1, extra_pbs, *flat.shape[1:])
+    return a
+
+
+def to_cuda(a):
+    return {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+
+
+def check(a, plan="host"):
+    """Run the CUDA op on inputs `a` (CPU) and compare with the reference."""
+    d = to_cuda(a)
+    B, S_q, H_q, _ = d["q"].shape
+    topk = d["indices"].shape[-1]
+    extra = d["extra_indices"].shape[-1] if d.get("extra_indices") is not None else None
+    if plan in ("host", "device"):
+        d["plan"] = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=H_q, s_q=S_q, kv_format=d["kv_format"],
+                                             topk=topk, extra_topk=extra, page_block_size=d["kv_cache"].shape[1],
+                                             on_device=plan == "device")
+    out, lse = dualops.mla_decode(**d)
+    torch.cuda.synchronize()
+    want = exp.expected("mla_decode", a)
+    assert out.dtype == a["q"].dtype and out.shape == (B, S_q, H_q, 512)
+    assert_close_parity(out.cpu(), want["out"].to(out.dtype), name="out")
+    assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name="lse")
+    return out, lse
+
+
+# ----------------------------------------------------------------------------- parity
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt,d,dtype", FORMATS, ids=str)
+@pytest.mark.parametrize("h_q,s_q", [(1, 1), (16, 2), (5, 3), (64, 1), (128, 2)])
+def test_parity_sparse(fmt, d, dtype, h_q, s_q, kernel):
+    if kernel == "planned" and fmt != "bf16":
+        pytest.skip("FP8 caches: each kernel is forced in turn (the planned one among them)")
+    g = bld.generator(h_q * 10 + s_q, "mla_decode", f"cuda/sparse/{fmt}/{d}/{dtype}")
+    a = sparse_inputs(g, B=4, h_q=h_q, s_q=s_q, topk=200, topk_lens=(200, 1, 0, 77), kv_format=fmt, d_qk=d,
+                      dtype=dtype, sink=h_q > 1)
+    check(a, plan="host" if h_q % 2 else "device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt,d,dtype", FORMATS[:4], ids=str)
+@pytest.mark.parametrize("extra_pbs", [64, 16, 100])
+def test_parity_sparse_extra_pool(fmt, d, dtype, extra_pbs, kernel):
+    """The extra KV pool attended in the same softmax, with its own page size."""
+    if kernel == "planned" and fmt != "bf16":
+        pytest.skip("FP8 caches: each kernel is forced in turn")
+    if fmt == "fp8_model1" and extra_pbs % 2:
+        extra_pbs += 1
+    g = bld.generator(extra_pbs, "mla_decode", f"cuda/sparse-extra/{fmt}/{d}")
+    a = sparse_inputs(g, B=3, h_q=64, s_q=2, topk=96, topk_lens=(96, 0, 5), extra_topk=40, extra_pbs=extra_pbs,
+                      kv_format=fmt, d_qk=d, dtype=dtype)
+    a["extra_topk_length"] = torch.tensor([40, 7, 0], dtype=torch.int32)
+    check(a, plan="host")
+    check(a, plan=None)
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
+def test_parity_sparse_long_lists_split(fmt):
+    """Long index lists on few requests: every list is split across SM parts (partial merge);
+    lists whose valid entries end early leave later pieces empty."""
+    d = 512 if fmt == "fp8_model1" else 576
+    g = bld.generator(7, "mla_decode", f"cuda/sparse-long/{fmt}")
+    a = sparse_inputs(g, B=2, h_q=128, s_q=1, topk=2048, topk_lens=(2048, 300), kv_format=fmt, d_qk=d)
+    plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=128, kv_format=fmt, topk=2048,
+                                    device=dualops.devices.profile("h100"))
+    assert plan.total_splits > plan.batch
+    check(a, plan="host")
+    check(a, plan="device")
+
+
+@needs_cuda
+def test_sparse_graph_replays_with_new_indices():
+    g = bld.generator(9, "mla_decode", "cuda/sparse-graph")
+    a = sparse_inputs(g, B=3, h_q=16, s_q=2, topk=128, topk_lens=(128, 3, 0))
+    d = to_cuda(a)
+    idx, lens = d["indices"], d["topk_length"]
+
+    def step():
+        plan = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=16, s_q=2, topk=128, on_device=True)
+        return dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], d["cache_seqlens"], plan=plan,
+                                  indices=idx, topk_length=lens)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = step()
+    for k, new_lens in enumerate(((1, 128, 64), (0, 0, 0), (128, 128, 128))):
+        # new lists over the same pool: the entries shuffled (entries past a length may be anything)
+        perm = torch.randperm(128, generator=g)
+        b = {**a, "indices": a["indices"][:, :, perm].contiguous(),
+             "topk_length": torch.tensor(new_lens, dtype=torch.int32)}
+        idx.copy_(b["indices"])
+        lens.copy_(b["topk_length"])
+        graph.replay()
+        torch.cuda.synchronize()
+        want = exp.expected("mla_decode", b)
+        assert_close_parity(out.cpu(), want["out"].to(out.dtype), name=f"out replay {k}")
+        assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name=f"lse replay {k}")
+
+
+@needs_cuda
+def test_compat_flash_mla_sparse_runs_the_cuda_kernels():
+    from dualops.compat import flash_mla
+
+    g = bld.generator(11, "mla_decode", "cuda/sparse-compat")
+    d = to_cuda(sparse_inputs(g, B=2, h_q=64, topk=256, topk_lens=(256, 9), kv_format="fp8_v32"))
+    meta, num_splits = flash_mla.get_mla_metadata(d["cache_seqlens"], 64, 1, is_fp8_kvcache=True, topk=256)
+    assert meta.is_cuda
+    out, lse = flash_mla.flash_mla_with_kvcache(d["q"], d["kv_cache"], d["block_table"], d["cache_seqlens"], 512,
+                                                meta, num_splits, is_fp8_kvcache=True, indices=d["indices"],
+                                                topk_length=d["topk_length"])
+    ref_out, ref_lse = dualops.mla_decode(**d)
+    torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
+    torch.testing.assert_close(lse, ref_lse, atol=0, rtol=0)
+
+
+@needs_cuda
+def test_sparse_bad_inputs_raise_clear_errors():
+    g = bld.generator(12, "mla_decode", "cuda/sparse-bad")
+    d = to_cuda(sparse_inputs(g, B=2, h_q=16, topk=64))
+    dense = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=16)
+    with pytest.raises(ValueError, match="sparse"):
+        dualops.mla_decode(**d, plan=dense)
+    other = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=16, topk=32, on_device=True)
+    with pytest.raises(ValueError, match="topk"):
+        dualops.mla_decode(**d, plan=other)
+    with pytest.raises(ValueError, match="causal"):
+        dualops.mla_decode(**{**d, "causal": True})
+    bad = d["indices"].clone()
+    bad[0, 0, :4] = torch.tensor([-1, -(2 ** 31), 2 ** 31 - 1, 10 ** 6], dtype=torch.int32)
+    dualops.mla_decode(**{**d, "indices": bad})  # invalid ids are skipped, never read
+    torch.cuda.synchronize()
