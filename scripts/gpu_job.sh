@@ -147,7 +147,7 @@ if has sanitize; then
     sanitize racecheck racecheck_mla_mma "(many_short_requests_few_rows or (test_parity_decode and (-16- or -5-)) or causal_hidden_nonfinite) and mma and not wgmma" \
       tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, MLA sparse decode and the device planner"
-    sanitize racecheck racecheck_mla_sparse "(test_parity_sparse and (16-2 or 128-2) and bf16-576) or (extra_pool and 100 and bf16-576) or device_planner" \
+    sanitize racecheck racecheck_mla_sparse "(test_parity_sparse and (16-2 or 128-2) and (bf16-576 or wgmma_t)) or (extra_pool and 100 and (bf16-576 or wgmma_t)) or device_planner" \
       tests/mla_decode/test_cuda_sparse.py tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, its barrier model"
     OUT="$OUT" bash benchmarks/cuda/run_racecheck_barriers.sh || status=1

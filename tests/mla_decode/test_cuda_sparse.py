@@ -2,7 +2,7 @@
 dualops.reference by the REFERENCE.md §5 method: NaN in every cache slot no index names, invalid
 indices among the valid ones (-1, int32 min, the capacity, int32 max), entries past topk_length
 pointing anywhere, 0- and 1-entry lists, fresh random inputs per case; every cache format, the
-mma.sync and wgmma kernels, host / device / no plan, split lists (the partial merge), CUDA-graph
+mma.sync, wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge), CUDA-graph
 replays with new indices, the flash_mla compat layer, and argument errors.
 
 GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
@@ -14,13 +14,14 @@ import pytest
 import torch
 
 import dualops
-from dualops import ops
+from dualops import ops, quant
 from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import cases as parity_cases
 from dualops.parity import expected as exp
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_MIN_Q_ROWS, cuda_mla_kernel
+from dualops.tiling.mla_decode import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
+                                       cuda_mla_kernel)
 
 HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
     "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
@@ -43,21 +44,63 @@ def test_sparse_kernel_choice_is_plan_data():
     for fmt in ("bf16", "fp8_v32", "fp8_model1"):
         low = MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt]
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128, sparse=True) == "wgmma"
-        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=16, sparse=True) == ("wgmma" if 16 >= low else "mma")
+        few = "wgmma_t" if fmt != "bf16" and 16 <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt] else "wgmma" if 16 >= low else "mma"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=16, sparse=True) == few
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
     assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=128, sparse=True) == "mma"
 
 
-@pytest.fixture(params=["planned", "mma", "wgmma"])
+@pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t"])
 def kernel(request, monkeypatch):
-    """Runs a test with the planned kernel, then with each kernel that takes sparse calls forced."""
+    """Runs a test with the planned kernel, then with each kernel that takes sparse calls forced
+    (wgmma_t: FP8 caches with at most MLA_CUDA_WGMMA_T_ROWS heads; other calls skip it)."""
     if request.param != "planned":
-        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", lambda device, **kw: request.param)
+        def pick(device, *, kv_format, q_rows, page_block_size=64, sparse=False):
+            if request.param == "wgmma_t" and (kv_format == "bf16" or q_rows > MLA_CUDA_WGMMA_T_ROWS):
+                pytest.skip("wgmma_t takes sparse calls with an FP8 cache and at most 32 heads")
+            return request.param
+
+        monkeypatch.setattr(cuda_mla, "cuda_mla_kernel", pick)
         monkeypatch.setattr(ops, "_PREPARED", {})
     return request.param
 
 
 # ----------------------------------------------------------------------------- builders
+
+
+def live_indices(g, idx, cache, kv_format, lens=None):
+    """idx with every valid entry (below lens[b], all when None) that names a NaN-poisoned slot
+    replaced by a random live token (long lists over a small pool: the builder fills the entries
+    past its live tokens at random, and NaN keys would make every output NaN)."""
+    n = cache.shape[0] * cache.shape[1]
+    live = ~torch.isnan(quant.gather_mla_kv(cache, kv_format, torch.arange(n), torch.float32)).any(-1)
+    ids = live.nonzero().flatten()
+    pos = torch.arange(idx.shape[-1]).view(1, 1, -1)
+    within = pos < (idx.shape[-1] if lens is None else torch.as_tensor(lens).view(-1, 1, 1))
+    valid = within & (idx >= 0) & (idx < n)
+    dead = valid & ~live[idx.clamp(0, n - 1).long()]
+    fill = ids[torch.randint(len(ids), idx.shape, generator=g)].to(idx.dtype)
+    return torch.where(dead, fill, idx)
+
+
+def repaged(pool, kv_format, pbs):
+    """The same cache with pages of `pbs` tokens: token ids keep naming the same bytes (fp8_model1,
+    laid out per page as [pbs x 576 data][pbs x 8 scales], moved token by token); the new tail
+    slots are zeros."""
+    nb, p0 = pool.shape[0], pool.shape[1]
+    n = -(-nb * p0 // pbs) * pbs
+    if kv_format != "fp8_model1":
+        flat = pool.reshape(nb * p0, *pool.shape[2:])
+        full = torch.zeros((n, *flat.shape[1:]), dtype=flat.dtype)
+        full[:flat.shape[0]] = flat
+        return full.view(-1, pbs, *flat.shape[1:])
+    pages = pool.reshape(nb, p0 * 584)
+    data = torch.zeros(n, 576, dtype=torch.uint8)
+    scales = torch.zeros(n, 8, dtype=torch.uint8)
+    data[:nb * p0] = pages[:, :p0 * 576].reshape(nb * p0, 576)
+    scales[:nb * p0] = pages[:, p0 * 576:].reshape(nb * p0, 8)
+    out = torch.cat([data.view(-1, pbs * 576), scales.view(-1, pbs * 8)], dim=1)
+    return out.view(-1, pbs, 1, 584)
 
 
 def sparse_inputs(g, *, B, h_q, topk, s_q=1, topk_lens=None, extra_topk=None, extra_pbs=None, pbs=64,
@@ -66,25 +109,11 @@ def sparse_inputs(g, *, B, h_q, topk, s_q=1, topk_lens=None, extra_topk=None, ex
     extra_pbs: the extra pool's page size when it differs from the main pool's."""
     a = parity_cases._mla("cuda_sparse", B=B, h_q=h_q, s_q=s_q, topk=topk, topk_lens=topk_lens, pbs=pbs,
                           kv_format=kv_format, d_qk=d_qk, dtype=dtype, sink=sink, extra_topk=extra_topk).build(g)
+    a["indices"] = live_indices(g, a["indices"], a["kv_cache"], kv_format, topk_lens)
+    if extra_topk:
+        a["extra_indices"] = live_indices(g, a["extra_indices"], a["extra_kv_cache"], kv_format)
     if extra_topk and extra_pbs and extra_pbs != pbs:
-        # the same extra pool re-paged: ids keep naming the same tokens, NaN stays unnamed
-        pool = a["extra_kv_cache"]
-        flat = pool.reshape(-1, *pool.shape[2:]) if kv_format != "fp8_model1" else None
-        if flat is None:  # model1 is laid out per page: rebuild it from its tokens
-            from dualops import quant
-
-            tokens = quant.gather_mla_kv(pool, kv_format, torch.arange(pool.shape[0] * pool.shape[1]),
-                                         torch.float32)
-            n = -(-tokens.shape[0] // extra_pbs) * extra_pbs
-            full = torch.full((n, tokens.shape[-1]), float("nan"))
-            full[:tokens.shape[0]] = tokens
-            a["extra_kv_cache"] = quant.pack_mla_kv(full.view(-1, extra_pbs, 1, tokens.shape[-1]).to(torch.bfloat16),
-                                                    kv_format)
-        else:
-            n = -(-flat.shape[0] // extra_pbs) * extra_pbs
-            full = torch.zeros((n, *flat.shape[1:]), dtype=flat.dtype)
-            full[:flat.shape[0]] = flat
-            a["extra_kv_cache"] = full.view(-1, extra_pbs, *flat.shape[1:])
+        a["extra_kv_cache"] = repaged(a["extra_kv_cache"], kv_format, extra_pbs)
     return a
 
 
@@ -106,6 +135,7 @@ def check(a, plan="host"):
     torch.cuda.synchronize()
     want = exp.expected("mla_decode", a)
     assert out.dtype == a["q"].dtype and out.shape == (B, S_q, H_q, 512)
+    assert torch.isfinite(out).all(), "the lists name live tokens only: every output is finite"
     assert_close_parity(out.cpu(), want["out"].to(out.dtype), name="out")
     assert_close_parity(lse.cpu(), want["lse"], *LSE_TOLERANCE, name="lse")
     return out, lse
@@ -136,7 +166,7 @@ def test_parity_sparse_extra_pool(fmt, d, dtype, extra_pbs, kernel):
     if fmt == "fp8_model1" and extra_pbs % 2:
         extra_pbs += 1
     g = bld.generator(extra_pbs, "mla_decode", f"cuda/sparse-extra/{fmt}/{d}")
-    a = sparse_inputs(g, B=3, h_q=64, s_q=2, topk=96, topk_lens=(96, 0, 5), extra_topk=40, extra_pbs=extra_pbs,
+    a = sparse_inputs(g, B=3, h_q=24, s_q=2, topk=96, topk_lens=(96, 0, 5), extra_topk=40, extra_pbs=extra_pbs,
                       kv_format=fmt, d_qk=d, dtype=dtype)
     a["extra_topk_length"] = torch.tensor([40, 7, 0], dtype=torch.int32)
     check(a, plan="host")
@@ -145,13 +175,15 @@ def test_parity_sparse_extra_pool(fmt, d, dtype, extra_pbs, kernel):
 
 @needs_cuda
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
-def test_parity_sparse_long_lists_split(fmt):
-    """Long index lists on few requests: every list is split across SM parts (partial merge);
-    lists whose valid entries end early leave later pieces empty."""
+@pytest.mark.parametrize("h_q,s_q", [(128, 1), (16, 2)])
+def test_parity_sparse_long_lists_split(fmt, h_q, s_q):
+    """Long index lists on few requests: every list is split across SM parts (partial merge: the
+    combine kernel, or wgmma_t's in-kernel merge per query token); lists whose valid entries end
+    early leave later pieces empty."""
     d = 512 if fmt == "fp8_model1" else 576
-    g = bld.generator(7, "mla_decode", f"cuda/sparse-long/{fmt}")
-    a = sparse_inputs(g, B=2, h_q=128, s_q=1, topk=2048, topk_lens=(2048, 300), kv_format=fmt, d_qk=d)
-    plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=128, kv_format=fmt, topk=2048,
+    g = bld.generator(7 + h_q, "mla_decode", f"cuda/sparse-long/{fmt}")
+    a = sparse_inputs(g, B=2, h_q=h_q, s_q=s_q, topk=2048, topk_lens=(2048, 300), kv_format=fmt, d_qk=d)
+    plan = dualops.get_mla_metadata(a["cache_seqlens"], num_heads_q=h_q, s_q=s_q, kv_format=fmt, topk=2048,
                                     device=dualops.devices.profile("h100"))
     assert plan.total_splits > plan.batch
     check(a, plan="host")
@@ -159,16 +191,18 @@ def test_parity_sparse_long_lists_split(fmt):
 
 
 @needs_cuda
-def test_sparse_graph_replays_with_new_indices():
-    g = bld.generator(9, "mla_decode", "cuda/sparse-graph")
-    a = sparse_inputs(g, B=3, h_q=16, s_q=2, topk=128, topk_lens=(128, 3, 0))
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32"])
+def test_sparse_graph_replays_with_new_indices(fmt):
+    g = bld.generator(9, "mla_decode", f"cuda/sparse-graph/{fmt}")
+    a = sparse_inputs(g, B=3, h_q=16, s_q=2, topk=1024, topk_lens=(1024, 3, 0), kv_format=fmt)
     d = to_cuda(a)
     idx, lens = d["indices"], d["topk_length"]
 
     def step():
-        plan = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=16, s_q=2, topk=128, on_device=True)
+        plan = dualops.get_mla_metadata(d["cache_seqlens"], num_heads_q=16, s_q=2, topk=1024, kv_format=fmt,
+                                        on_device=True)
         return dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], d["cache_seqlens"], plan=plan,
-                                  indices=idx, topk_length=lens)
+                                  indices=idx, topk_length=lens, kv_format=fmt)
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -178,10 +212,10 @@ def test_sparse_graph_replays_with_new_indices():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out, lse = step()
-    for k, new_lens in enumerate(((1, 128, 64), (0, 0, 0), (128, 128, 128))):
+    for k, new_lens in enumerate(((1, 1024, 64), (0, 0, 0), (1024, 1024, 1024))):
         # new lists over the same pool: the entries shuffled (entries past a length may be anything)
-        perm = torch.randperm(128, generator=g)
-        b = {**a, "indices": a["indices"][:, :, perm].contiguous(),
+        perm = torch.randperm(1024, generator=g)
+        b = {**a, "indices": live_indices(g, a["indices"][:, :, perm].contiguous(), a["kv_cache"], fmt),
              "topk_length": torch.tensor(new_lens, dtype=torch.int32)}
         idx.copy_(b["indices"])
         lens.copy_(b["topk_length"])

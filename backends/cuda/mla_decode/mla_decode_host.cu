@@ -42,7 +42,8 @@ Launch variant_of(const MlaDecodeParams& p) {
 }
 
 // Sparse decode: the plan and the call agree, the kernel takes index lists (its copies address
-// tokens one by one: mma.sync or wgmma), the pools and the key-list workspace are set.
+// tokens one by one: mma.sync, wgmma, or wgmma_t with an FP8 cache), the pools and the key-list
+// workspace are set.
 const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   const bool sparse = p.indices != nullptr;
   if (static_cast<bool>(t.sparse) != sparse)
@@ -56,8 +57,10 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   if (p.topk < 1 || p.topk != t.topk || p.extra_topk != t.extra_topk)
     return fail("mla_decode: indices hold %d (+%d extra) entries per query token, the plan was made for topk %d (+%d)",
                 p.topk, p.extra_topk, t.topk, t.extra_topk);
-  if (p.kernel != 0 && p.kernel != 1)
-    return fail("mla_decode (cuda): sparse decode runs on the mma (0) or wgmma (1) kernel, got kernel %d", p.kernel);
+  if (p.kernel == 3 || (p.kernel == 2 && (p.kv_format == 0 || t.h_q > mla::kWtMaxRows)))
+    return fail("mla_decode (cuda): sparse decode runs on the mma (0) or wgmma (1) kernel, or wgmma_t (2) for FP8 "
+                "caches and at most %d heads; got kernel %d (kv_format %d, h_q %d)", mla::kWtMaxRows, p.kernel,
+                p.kv_format, t.h_q);
   if (p.causal) return fail("mla_decode: causal applies to dense decode; sparse decode masks through indices");
   if (!p.key_rows || (reinterpret_cast<uintptr_t>(p.key_rows) & 3u))
     return fail("mla_decode (cuda): sparse decode needs a 4-byte aligned key_rows workspace");
@@ -90,7 +93,7 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   if (p.kernel == 3 && p.kv_format != 0)
     return fail("mla_decode (cuda): the wgmma_seesaw kernel takes a 16-bit cache (kv_format 'bf16'), got kv_format %d",
                 p.kv_format);
-  if (p.kernel == 2 && t.q_rows > mla::kWtMaxRows)
+  if (p.kernel == 2 && t.q_rows > mla::kWtMaxRows && !t.sparse)
     return fail("mla_decode (cuda): the wgmma_t kernel takes at most %d q rows (s_q * h_q), got %d", mla::kWtMaxRows,
                 t.q_rows);
   if ((p.kernel == 2 || p.kernel == 3) && p.kv_format == 0 &&

@@ -38,6 +38,14 @@ cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 g
   return cudaSuccess;
 }
 
+// The transposed-tile kernel for a CTA of `rows` q rows (at most 32).
+template <class Tw>
+cudaError_t launch_wt_rows(const MlaDecodeParams& p, const MlaDecodeTiling& t, int rows, dim3 grid,
+                           cudaStream_t stream) {
+  return rows <= 8 ? launch_wt<Tw, 8>(p, t, grid, stream)
+                   : rows <= 16 ? launch_wt<Tw, 16>(p, t, grid, stream) : launch_wt<Tw, 32>(p, t, grid, stream);
+}
+
 // The wgmma kernel (pipelined / serial tile loops, or the seesaw loop whose 16-bit KV copies go
 // through the cache's tensor map).
 template <class Tw>
@@ -73,10 +81,14 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
   const int row_blocks = p.key_rows != nullptr ? t.s_q * ((t.h_q + kRows - 1) / kRows) : t.num_m_blocks;
   const dim3 grid(row_blocks, t.h_kv, t.num_sm_parts);
   if (p.kernel == kKernelWgmmaT) {
-    using Tw = Traits<MT, FMT, D, kKernelWgmma>;  // (its blocked KV tile layout)
-    const cudaError_t e = t.q_rows <= 8    ? launch_wt<Tw, 8>(p, t, grid, stream)
-                          : t.q_rows <= 16 ? launch_wt<Tw, 16>(p, t, grid, stream)
-                                           : launch_wt<Tw, 32>(p, t, grid, stream);
+    // (the traits of its blocked KV tile layout; sparse decode: FP8 caches, whose copies address
+    // tokens one by one, the host entry says so)
+    cudaError_t e = cudaErrorInvalidValue;
+    if (p.key_rows == nullptr) {
+      e = launch_wt_rows<Traits<MT, FMT, D, kKernelWgmma>>(p, t, t.q_rows, grid, stream);
+    } else if constexpr (FMT != kFmtBf16) {
+      e = launch_wt_rows<Traits<MT, FMT, D, kKernelWgmma, true>>(p, t, t.h_q, grid, stream);
+    }
     if (e != cudaSuccess) return e;
   } else if (p.kernel == kKernelWgmma) {
     const cudaError_t e = p.key_rows != nullptr ? launch_wg<Traits<MT, FMT, D, kKernelWgmma, true>>(p, t, grid, stream)

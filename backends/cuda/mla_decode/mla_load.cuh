@@ -3,6 +3,8 @@
 // memory to q's dtype. Tokens past the range end and tokens whose block id is outside the cache
 // are zero-filled and never read (their slots may hold anything, NaN included).
 #pragma once
+#include <climits>
+
 #include "../common/cp_async.cuh"
 #include "mla_config.cuh"
 
@@ -40,26 +42,43 @@ __device__ __forceinline__ const unsigned char* block_base(const MlaDecodeParams
 }
 
 // Where token `tok` of key list r is (dense: block-table row r; sparse: compacted list r, see
-// mla_piece.cuh): the
-// base of its cache block (nullptr when the token is past `end` or its block id, or its
-// block-table column, is out of range), its offset in the block and the block's page size (the
-// extra pool has its own). token_bytes: bytes of one cached token.
+// mla_piece.cuh), in two steps so that a loader can read the first one copy ahead:
+// token_entry, the list's word for the token (dense: its block id, or -1 past `end` or past the
+// block table's width; sparse: the list entry, or kNoEntry past `end`); entry_block, the base of
+// the token's cache block (nullptr: zero fill, for -1 / kNoEntry or a block id outside the
+// cache), its offset in the block and the block's page size (the extra pool has its own).
+// token_bytes: bytes of one cached token. token_block: both.
+constexpr int kNoEntry = INT_MIN;
 template <bool kSparse>
-__device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
+__device__ __forceinline__ int token_entry(const MlaDecodeParams& p, int r, int tok, int end) {
+  if constexpr (kSparse) {
+    return tok < end ? static_cast<const int*>(p.key_rows)[static_cast<int64_t>(r) * (p.topk + p.extra_topk) + tok]
+                     : kNoEntry;
+  } else {
+    return token_block_id(p, r, tok, end);
+  }
+}
+template <bool kSparse>
+__device__ __forceinline__ const unsigned char* entry_block(const MlaDecodeParams& p, int entry, int tok,
                                                             int64_t token_bytes, int& off, int& pbs) {
   pbs = p.page_block_size;
   if constexpr (kSparse) {
     off = 0;
-    if (tok >= end) return nullptr;
-    const int v = static_cast<const int*>(p.key_rows)[static_cast<int64_t>(r) * (p.topk + p.extra_topk) + tok];
-    const int row = v < 0 ? ~v : v;
-    if (v < 0) pbs = p.extra_page_block_size;
+    if (entry == kNoEntry) return nullptr;
+    const int row = entry < 0 ? ~entry : entry;
+    if (entry < 0) pbs = p.extra_page_block_size;
     const int blk = row / pbs;
     off = row - blk * pbs;
-    return static_cast<const unsigned char*>(v < 0 ? p.extra_kv_cache : p.kv_cache) + blk * (pbs * token_bytes);
+    return static_cast<const unsigned char*>(entry < 0 ? p.extra_kv_cache : p.kv_cache) + blk * (pbs * token_bytes);
+  } else {
+    off = tok % pbs;
+    return block_base(p, entry, pbs * token_bytes);
   }
-  off = tok % pbs;
-  return block_base(p, token_block_id(p, r, tok, end), pbs * token_bytes);
+}
+template <bool kSparse>
+__device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
+                                                            int64_t token_bytes, int& off, int& pbs) {
+  return entry_block<kSparse>(p, token_entry<kSparse>(p, r, tok, end), tok, token_bytes, off, pbs);
 }
 
 // Bytes of one cache token per format (16-bit: d_qk values; v32: 656; model1: 576 data + 8 scales).

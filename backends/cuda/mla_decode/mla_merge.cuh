@@ -129,23 +129,23 @@ __device__ __forceinline__ void mla_merge_row(const MlaDecodeParams& p, const Ml
 }
 
 // In-kernel merge, called by the whole CTA after it wrote its partials of request b (n > 1
-// splits from slot `first`) for the q rows of m-block blockIdx.x. The arrival counter of (b,
-// m-block) in p.merge_counters counts the request's pieces: after the barrier, thread 0's
+// splits from slot `first`) for its q rows row0 .. min(row0 + 64, row_end) - 1 (row block
+// blockIdx.x). The arrival counter of (b, row block) in p.merge_counters counts the request's pieces: after the barrier, thread 0's
 // acq_rel atomic releases every thread's partials (cumulativity through the barrier) and
 // acquires the other CTAs'; the CTA that brings the count to n sets it back to 0 (the buffer is
 // all zeros between calls and graph replays) and merges the rows, a warp per row.
 template <typename MT>
 __device__ __forceinline__ void mla_merge_in_kernel(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b,
-                                                    int first, int n) {
+                                                    int first, int n, int row0, int row_end) {
   __syncthreads();
   bool last = false;
   if (threadIdx.x == 0) {
-    int* ctr = static_cast<int*>(p.merge_counters) + static_cast<int64_t>(b) * t.num_m_blocks + blockIdx.x;
+    int* ctr = static_cast<int*>(p.merge_counters) + static_cast<int64_t>(b) * gridDim.x + blockIdx.x;
     last = common::atom_add_acq_rel_gpu(ctr, 1) == n - 1;
     if (last) *ctr = 0;  // (no other CTA of this call touches it again)
   }
   if (!__syncthreads_or(last)) return;
-  const int row0 = blockIdx.x * kRows, rows = min(kRows, t.q_rows - row0);
+  const int rows = min(kRows, row_end - row0);
   const int nw = blockDim.x >> 5, lane = threadIdx.x & 31;
   for (int rr = threadIdx.x >> 5; rr < rows; rr += nw) mla_merge_row<MT>(p, t, b, row0 + rr, first, n, lane);
 }

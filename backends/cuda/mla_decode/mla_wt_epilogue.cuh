@@ -20,8 +20,8 @@ __device__ __forceinline__ float wt_chain_scale(float m_c, float m, float mu) {
 // caller has waited for its copies). Called by the whole CTA.
 template <class Tr, class L>
 __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, WtState<L>& st,
-                                               float* red, float* xch, int b, int n_splits, int slot,
-                                               WgBarrier& wb) {
+                                               float* red, float* xch, int b, int row0, int row_end,
+                                               int n_splits, int slot, WgBarrier& wb) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, tid = threadIdx.x & 127;
   const int c = wb.c;
@@ -77,8 +77,8 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
   const bool final_out = n_splits == 1;
 #pragma unroll
   for (int k = 0; k < L::kCols; ++k) {
-    const int gr = wt_col(k, lane);
-    if (gr >= t.q_rows) continue;
+    const int gr = row0 + wt_col(k, lane);  // (the tile's column k is q row row0 + k)
+    if (gr >= row_end) continue;
     const float lt = st.l[k];
     const bool empty = lt == 0.f;
     float inv = empty ? 0.f : 1.f / lt;

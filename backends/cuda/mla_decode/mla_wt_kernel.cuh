@@ -50,7 +50,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   pdl_launch_dependents();
-  const MlaPart part = mla_part(p, t);
+  const MlaPart part = mla_part<Tr::kSparse>(p, t);
+  // (dense calls have one m-block here: rows 0 .. q_rows - 1)
+  const int row0 = Tr::kSparse ? mla_row0<true>(t) : 0, row_end = mla_row_end<Tr::kSparse>(t);
   const int lane = threadIdx.x & 31;
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q_base = smem_addr(sq);
@@ -59,10 +61,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   Ld ld(p, c, smem_addr(ring), smem_addr(raw), &tmap, bars);
   bool early = false;  // 16-bit caches: ld holds this request's piece, its first blocks in flight
   for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
-    const MlaPiece pc = mla_piece(t, part, r, r, 0, p.causal != 0);
+    const int kr = mla_keys<Tr::kSparse>(t, r);  // the rows' key list
+    const MlaPiece pc = mla_piece(t, part, r, kr, 0, p.causal != 0);
     const int start = pc.start, end = pc.end, ntiles = pc.ntiles;
     const int nt = ntiles > c ? (ntiles - c + 1) / 2 : 0;  // tiles of this chain
-    const int len = max(part.seqlens[r], 0);
+    const int len = max(part.seqlens[kr], 0);
     int lim[L::kCols];  // keys below lim[k] are visible to the thread's q row k
 #pragma unroll
     for (int k = 0; k < L::kCols; ++k) {
@@ -75,9 +78,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_proxy_async_smem();  // the merge's writes to the rings before the copies' (async proxy)
     __syncthreads();  // the previous request's readers of Q / KV / P / merge areas are done
     if (ntiles > 0) {
-      wt_load_q<Tr, L>(p, t, sq, r);
+      wt_load_q<Tr, L>(p, t, sq, r, row0, row_end);
       cp_async_commit();
-      if (!early) ld.begin(r, start, end, nt);
+      if (!early) ld.begin(kr, start, end, nt);
       // Prologue: 16-bit: chain tile 0, then the ring's other slots (tile 1; past the blocks
       // issued during the previous piece's merge); FP8: a raw part per raw slot, one cp.async
       // group each.
@@ -164,7 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, pc.n_splits, pc.slot, wb);
+    wt_write_piece<Tr, L>(p, t, st, red, reinterpret_cast<float*>(smem_wt + L::kOffKv), r, row0, row_end, pc.n_splits,
+                          pc.slot, wb);
   }
   // The CTA's split requests (its part's first and last): the last piece of each to finish
   // merges its partials (no combine kernel). After the request loop, whose registers are then
@@ -173,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
     for (int r = max(part.begin_req, 0); r <= part.end_req; ++r) {
       const int first = part.ns[r], n = part.ns[r + 1] - first;
-      if (n > 1) mla_merge_in_kernel<typename Tr::MT>(p, t, r, first, n);
+      if (n > 1) mla_merge_in_kernel<typename Tr::MT>(p, t, r, first, n, row0, row_end);
     }
   }
 }

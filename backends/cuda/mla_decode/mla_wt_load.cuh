@@ -9,17 +9,18 @@
 
 namespace dualops::cuda::mla {
 
-// q rows 0 .. NQ - 1 of request b (zero past q_rows) into the blocked Q tile.
+// q rows row0 .. row0 + NQ - 1 of request b (zero from row_end on) into the blocked Q tile.
 template <class Tr, class L>
 __device__ __forceinline__ void wt_load_q(const MlaDecodeParams& p, const MlaDecodeTiling& t, unsigned char* sq,
-                                          int b) {
+                                          int b, int row0, int row_end) {
   using MT = typename Tr::MT;
   const MT* q = static_cast<const MT*>(p.q);
   const uint32_t base = smem_addr(sq);
   for (int c = threadIdx.x; c < L::kNq * Tr::kChunks; c += kThreads) {
     const int row = c / Tr::kChunks, chunk = c - row * Tr::kChunks;
-    const bool ok = row < t.q_rows;
-    const int i = ok ? row / t.h_q : 0, h = ok ? row - i * t.h_q : 0;
+    const int gr = row0 + row;
+    const bool ok = gr < row_end;
+    const int i = ok ? gr / t.h_q : 0, h = ok ? gr - i * t.h_q : 0;
     const MT* src = q + b * p.q_stride_b + i * p.q_stride_s + h * p.q_stride_h + chunk * 8;
     cp_async_16(base + L::q_off(row, chunk), ok ? src : q, ok ? 16u : 0u);
   }
@@ -100,8 +101,8 @@ struct WtChainLoad {
   int c;                  // warpgroup = chain
   int r = 0, end = 0, tok0 = 0;  // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
   int total = 0;          // blocks (16-bit) or raw parts (FP8) of the chain
-  int ltok = 0, lsub = 0, nid = 0;  // FP8: the thread's token and share; block id of its next copy
-  int64_t bbytes;
+  int ltok = 0, lsub = 0, nid = 0;  // FP8: the thread's token and share; token_entry of its next copy
+  int64_t bbytes;                   // bytes of a cache block (dense decode)
   uint32_t ring, raw;     // shared addresses of the warpgroup's ring and raw slot
   int g_next = 0;         // next block / part to copy
   // 16-bit caches: the tensor map, the warpgroup's slot mbarriers, box rows, whether this thread
@@ -140,7 +141,7 @@ struct WtChainLoad {
       if (issuer) read_ids(0);
     } else {
       tok0 = start + c * kTile + ltok;
-      nid = token_block_id(p, r, tok0, end);
+      nid = token_entry<Tr::kSparse>(p, r, tok0, end);
     }
   }
   // 16-bit caches: the block ids of chain tile m's boxes into next_ids (block-table reads whose
@@ -202,9 +203,16 @@ struct WtChainLoad {
     if (g_next >= total) return;
     const int m = g_next / kParts, q = g_next - m * kParts;
     const int tok = tok0 + 2 * m * kTile + q * L::kRawTok;
-    load_kv_token<Tr, L::kRawPer, true>(p, raw + (g_next % L::kRawBufs) * L::kRawSlot, ltok, lsub,
-                                        block_base(p, nid, bbytes), tok % p.page_block_size, p.page_block_size);
-    nid = token_block_id(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
+    const uint32_t dst = raw + (g_next % L::kRawBufs) * L::kRawSlot;
+    if constexpr (Tr::kSparse) {
+      int off, pbs;
+      const unsigned char* blk = entry_block<true>(p, nid, tok, token_bytes<Tr>(), off, pbs);
+      load_kv_token<Tr, L::kRawPer, true>(p, dst, ltok, lsub, blk, off, pbs);
+    } else {
+      load_kv_token<Tr, L::kRawPer, true>(p, dst, ltok, lsub, block_base(p, nid, bbytes), tok % p.page_block_size,
+                                          p.page_block_size);
+    }
+    nid = token_entry<Tr::kSparse>(p, r, q + 1 < kParts ? tok + L::kRawTok : tok - q * L::kRawTok + 2 * kTile, end);
     ++g_next;
   }
 };

@@ -177,8 +177,9 @@ MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32}
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_block_size: int = 64,
                     sparse: bool = False) -> str:
     """The CUDA split kernel of a call. Sparse decode (q_rows: h_q, the rows that share a query
-    token's key list) runs on the kernels that address tokens one by one: wgmma from
-    MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] rows, else mma.sync. Dense decode, where the GPU lets
+    token's key list) runs on the kernels whose copies address tokens one by one: with an FP8
+    cache wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] heads, else wgmma from
+    MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] heads, else mma.sync. Dense decode, where the GPU lets
     one block opt into the wgmma kernels' shared memory: wgmma_t up to
     MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows (s_q * h_q), wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on
     other GPUs). The wgmma kernel runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages
@@ -191,6 +192,8 @@ def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_
     163-165 against 152-159 us) and at page 16 (691 against 521-524 us: four boxes per block)."""
     fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
     if sparse:
+        if fits and kv_format != "bf16" and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
+            return "wgmma_t"
         return "wgmma" if fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] else "mma"
     if fits and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
         return "wgmma_t"

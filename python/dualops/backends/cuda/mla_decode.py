@@ -231,7 +231,8 @@ class MlaLaunch:
         self.dev, self.dev_index, self.shape = q.device, q.get_device(), (B, S_q, H_q)
         self.kv_format, self.pbs = kv_format, int(kv_cache.shape[1])
         self.q_rows = S_q * H_q
-        self.m_blocks = -(-self.q_rows // 64)
+        # the split kernel's row blocks (sparse: one query token's heads each)
+        self.m_blocks = S_q * -(-H_q // 64) if sparse else -(-self.q_rows // 64)
         kernel = cuda_mla_kernel(_profile(self.dev_index), kv_format=kv_format,
                                  q_rows=H_q if sparse else self.q_rows, page_block_size=self.pbs, sparse=sparse)
         self.kernel = kernel
