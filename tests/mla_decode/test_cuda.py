@@ -18,6 +18,7 @@ from dualops import ops, quant, schema
 from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import expected as exp
+from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 from dualops.tiling.mla_decode import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
                                        MlaPlan, cuda_mla_kernel)
@@ -396,14 +397,7 @@ def test_cuda_graph_capture_and_replay_with_changing_lengths():
         plan = dualops.get_mla_metadata(seq, num_heads_q=H, s_q=S_q, page_block_size=pbs, on_device=True)
         return dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], seq, plan=plan, causal=True)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = step()
+    graph, (out, lse) = capture(step)
     for lens in ((max_len, 1, 0, 700), (3, 1499, 64, 65), (0, 0, 0, 1), (1500, 1500, 1500, 1500)):
         seq.copy_(torch.tensor(lens, dtype=torch.int32))
         graph.replay()

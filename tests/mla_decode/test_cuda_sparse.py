@@ -2,8 +2,8 @@
 dualops.reference by the REFERENCE.md §5 method: NaN in every cache slot no index names, invalid
 indices among the valid ones (-1, int32 min, the capacity, int32 max), entries past topk_length
 pointing anywhere, 0- and 1-entry lists, fresh random inputs per case; every cache format, the
-mma.sync, wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge), CUDA-graph
-replays with new indices, the flash_mla compat layer, and argument errors.
+mma.sync, wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge),
+CUDA-graph replays with new indices, the flash_mla compat layer, and argument errors.
 
 GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.parity import builders as bld
 from dualops.parity import cases as parity_cases
 from dualops.parity import expected as exp
+from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 from dualops.tiling.mla_decode import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
                                        cuda_mla_kernel)
@@ -204,14 +205,7 @@ def test_sparse_graph_replays_with_new_indices(fmt):
         return dualops.mla_decode(d["q"], d["kv_cache"], d["block_table"], d["cache_seqlens"], plan=plan,
                                   indices=idx, topk_length=lens, kv_format=fmt)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = step()
+    graph, (out, lse) = capture(step)
     for k, new_lens in enumerate(((1, 1024, 64), (0, 0, 0), (1024, 1024, 1024))):
         # new lists over the same pool: the entries shuffled (entries past a length may be anything)
         perm = torch.randperm(1024, generator=g)

@@ -33,7 +33,8 @@ __device__ __forceinline__ int row_group() { return threadIdx.x >> 6; }
 __device__ __forceinline__ int warp_half() { return (threadIdx.x >> 5) & 1; }
 
 // SPARSE: the variant of sparse decode (index lists compacted by mla_sparse_rows_kernel, read
-// through p.key_rows; the mma.sync and wgmma kernels' pipelined / serial loops).
+// through p.key_rows): the mma.sync kernel, the wgmma kernel's pipelined / serial loops and, for
+// FP8 caches, the transposed-tile kernel (its KIND is kKernelWgmma: the same tile layout).
 template <typename MT_, int FMT, int D_, int KIND = kKernelMma, bool SPARSE = false>
 struct Traits {
   using MT = MT_;                             // q dtype = MMA input dtype

@@ -71,6 +71,9 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
       return fail("mla_decode: extra_kv_cache needs num_blocks >= 1 and a page size >= 1 (fp8_model1: even), "
                   "got %lld blocks of %d", static_cast<long long>(p.extra_num_blocks), p.extra_page_block_size);
     if (!aligned16(p.extra_kv_cache)) return fail("mla_decode: extra_kv_cache must start on a 16-byte boundary");
+    // (its rows travel as ~id in the key lists, where ~(2^31 - 1) is the end-of-list mark)
+    if (p.extra_num_blocks * p.extra_page_block_size >= (int64_t{1} << 31))
+      return fail("mla_decode (cuda): extra_kv_cache must hold fewer than 2^31 tokens");
   }
   return nullptr;
 }

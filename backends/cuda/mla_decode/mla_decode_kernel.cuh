@@ -1,5 +1,5 @@
 // The MLA decode split kernel: grid (num_m_blocks, h_kv, num_sm_parts) of the plan (sparse
-// decode: s_q * ceil(h_q / 64) row blocks, MlaRows). CTA (m, 0, part) walks the part's requests
+// decode: s_q * ceil(h_q / 64) row blocks, mla_row0 in mla_piece.cuh). CTA (m, 0, part) walks the part's requests
 // (begin_req .. end_req of its plan record), attends each request's token range for its q rows
 // tile by tile, and writes out / lse or its split slot's partials (docs/mla_decode_cuda.md).
 #pragma once

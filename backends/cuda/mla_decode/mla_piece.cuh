@@ -69,7 +69,7 @@ struct MlaPiece {
   int lim[2];   // keys below lim[j] are visible to the thread's row j
 };
 
-// r: the request, kr: its key list (MlaRows::keys); row: the thread's first q row of the tile
+// r: the request, kr: its key list (mla_keys); row: the thread's first q row of the tile
 // (its second is row + 8).
 __device__ __forceinline__ MlaPiece mla_piece(const MlaDecodeTiling& t, const MlaPart& w, int r, int kr, int row,
                                               bool causal) {

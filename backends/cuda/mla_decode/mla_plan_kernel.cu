@@ -3,7 +3,8 @@
 // whole decode step (plan + every layer's attention) can be captured in a CUDA graph. The
 // greedy fill is sequential by nature: one thread runs it, on the lengths, block counts, split
 // counts and part records staged in shared memory; then the CTA writes them out. Batches too
-// large for the staging run the same fill on global memory.
+// large for the staging (or GPUs without that much shared memory per block) run the same fill on
+// global memory.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -136,18 +137,24 @@ const char* mla_plan_on_device(const int* cache_seqlens, int* plan, const MlaDec
     return "mla_plan_on_device: the header needs batch >= 1, num_sm_parts >= 1, block_tokens >= 1, part_stride >= 7";
   // Staged in shared memory when it fits (the opt-in size is raised once, before any capture);
   // else on global memory.
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(mla::mla_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, mla::kPlanSmemMax);
+  // (the most this GPU lets a block opt into, up to kPlanSmemMax; 0 when raising it failed)
+  static const int limit = [] {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      return 0;
+    const int want = optin - 1024 < mla::kPlanSmemMax ? optin - 1024 : mla::kPlanSmemMax;
+    return want > 0 && cudaFuncSetAttribute(mla::mla_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            want) == cudaSuccess
+               ? want
+               : 0;
+  }();
+  cudaGetLastError();  // (a failed attribute query or call above leaves the staging off, nothing else)
   const int64_t bytes = 4 * mla::plan_stage_ints(header);
-  cudaError_t err = attr;
-  if (err == cudaSuccess && bytes <= mla::kPlanSmemMax) {
-    const size_t smem = static_cast<size_t>(bytes);
-    mla::mla_plan_kernel<<<1, mla::kPlanThreads, smem, stream>>>(cache_seqlens, plan, header, true);
-    err = cudaGetLastError();
-  } else if (err == cudaSuccess) {
-    mla::mla_plan_kernel<<<1, mla::kPlanThreads, 0, stream>>>(cache_seqlens, plan, header, false);
-    err = cudaGetLastError();
-  }
+  const bool staged = bytes <= limit;
+  mla::mla_plan_kernel<<<1, mla::kPlanThreads, staged ? static_cast<size_t>(bytes) : 0, stream>>>(cache_seqlens, plan,
+                                                                                                  header, staged);
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
     std::snprintf(msg, sizeof msg, "mla_plan_on_device (cuda): CUDA error: %s", cudaGetErrorString(err));
     return msg;
