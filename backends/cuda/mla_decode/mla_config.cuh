@@ -26,6 +26,19 @@ constexpr int kPRowBytes = kTile * 2;  // P tile rows (16-bit)
 // and FP8 scales read.
 constexpr int kHandSoftmax = 0, kHandPB = 1, kHandCta = 2, kHandTile = 3, kHandScales = 4, kNumHand = 5;
 
+// Sparse decode's key lists (p.key_rows, written by mla_sparse_rows_kernel): list kr = b * s_q + i
+// of query token i of request b holds key_list_cols entries from kr * key_list_cols; the lists'
+// lengths follow all lists, from key_list_lengths. The split grid's x runs over
+// sparse_row_blocks (query token, block of 64 heads) pairs (mla_row0 in mla_piece.cuh).
+__host__ __device__ __forceinline__ int key_list_cols(const MlaDecodeParams& p) { return p.topk + p.extra_topk; }
+__host__ __device__ __forceinline__ int64_t key_list_lengths(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+  return static_cast<int64_t>(t.batch) * t.s_q * key_list_cols(p);
+}
+__host__ __device__ __forceinline__ int sparse_heads_blocks(const MlaDecodeTiling& t) { return (t.h_q + kRows - 1) / kRows; }
+__host__ __device__ __forceinline__ int sparse_row_blocks(const MlaDecodeTiling& t) {
+  return t.s_q * sparse_heads_blocks(t);
+}
+
 // Warp w works on row group w / 2 (q rows 16 (w / 2) .. + 15) and half w % 2: the two warps of
 // a row group sit on different SM sub-partitions, so a tile with few valid rows (small h_q)
 // still spreads its work over the SM.

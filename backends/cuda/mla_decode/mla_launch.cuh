@@ -78,7 +78,7 @@ template <typename MT, int FMT, int D>
 cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream) {
   // Sparse decode: a CTA's rows share one query token's key list (mla_row0 in mla_piece.cuh).
-  const int row_blocks = p.key_rows != nullptr ? t.s_q * ((t.h_q + kRows - 1) / kRows) : t.num_m_blocks;
+  const int row_blocks = p.key_rows != nullptr ? sparse_row_blocks(t) : t.num_m_blocks;
   const dim3 grid(row_blocks, t.h_kv, t.num_sm_parts);
   if (p.kernel == kKernelWgmmaT) {
     // (the traits of its blocked KV tile layout; sparse decode: FP8 caches, whose copies address

@@ -52,8 +52,7 @@ constexpr int kNoEntry = INT_MIN;
 template <bool kSparse>
 __device__ __forceinline__ int token_entry(const MlaDecodeParams& p, int r, int tok, int end) {
   if constexpr (kSparse) {
-    return tok < end ? static_cast<const int*>(p.key_rows)[static_cast<int64_t>(r) * (p.topk + p.extra_topk) + tok]
-                     : kNoEntry;
+    return tok < end ? static_cast<const int*>(p.key_rows)[static_cast<int64_t>(r) * key_list_cols(p) + tok] : kNoEntry;
   } else {
     return token_block_id(p, r, tok, end);
   }

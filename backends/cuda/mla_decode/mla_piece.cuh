@@ -4,9 +4,9 @@
 // limit.
 //
 // Sparse decode (Traits::kSparse, p.key_rows): each (request b, query token i) has its own key list
-// kr = b * s_q + i, compacted by mla_sparse_rows_kernel before the split kernel runs: entry k of
-// list kr, key_rows[kr * (topk + extra_topk) + k], is a token row of kv_cache (>= 0) or ~row of
-// extra_kv_cache (< 0); the lists' lengths follow all lists. The plan's pieces cut the lists'
+// kr = b * s_q + i, compacted by mla_sparse_rows_kernel before the split kernel runs (layout:
+// key_list_cols in mla_config.cuh): an entry is a token row of kv_cache (>= 0) or ~row of
+// extra_kv_cache (< 0). The plan's pieces cut the lists'
 // positions (topk, or round_up(topk, 64) + extra_topk with an extra pool); a list holds its valid
 // keys first, so a piece attends [start, min(end, length)) of it.
 #pragma once
@@ -19,7 +19,7 @@ namespace dualops::cuda::mla {
 // (query token, block of 64 heads), so that a CTA's rows share one key list (that of request r's
 // token: mla_keys). kSparse: Traits::kSparse.
 __device__ __forceinline__ int mla_row_tok(const MlaDecodeTiling& t) {
-  return static_cast<int>(blockIdx.x) / ((t.h_q + kRows - 1) / kRows);
+  return static_cast<int>(blockIdx.x) / sparse_heads_blocks(t);
 }
 template <bool kSparse>
 __device__ __forceinline__ int mla_row0(const MlaDecodeTiling& t) {
@@ -27,7 +27,7 @@ __device__ __forceinline__ int mla_row0(const MlaDecodeTiling& t) {
     return static_cast<int>(blockIdx.x) * kRows;
   } else {
     const int tok = mla_row_tok(t);
-    return tok * t.h_q + (static_cast<int>(blockIdx.x) - tok * ((t.h_q + kRows - 1) / kRows)) * kRows;
+    return tok * t.h_q + (static_cast<int>(blockIdx.x) - tok * sparse_heads_blocks(t)) * kRows;
   }
 }
 template <bool kSparse>
@@ -53,8 +53,7 @@ __device__ __forceinline__ MlaPart mla_part(const MlaDecodeParams& p, const MlaD
   MlaPart w;
   w.ns = plan + kHeaderInts + t.num_sm_parts * t.part_stride;
   w.seqlens = !kSparse ? static_cast<const int*>(p.cache_seqlens)
-                                    : static_cast<const int*>(p.key_rows) +
-                                          static_cast<int64_t>(t.batch) * t.s_q * (p.topk + p.extra_topk);
+                        : static_cast<const int*>(p.key_rows) + key_list_lengths(p, t);
   w.begin_req = rec[0];
   w.end_req = min(rec[1], t.batch - 1);
   w.begin_tok = rec[2];

@@ -2,8 +2,8 @@
 // (request b, query token i) list kr = b * s_q + i walks indices[b, i, :topk_length[b]] and then
 // extra_indices[b, i, :extra_topk_length[b]] in order, keeps the entries that name a token of
 // their pool (0 <= id < num_blocks * page_block_size of kv_cache, resp. of extra_kv_cache) and
-// writes them to key_rows[kr * (topk + extra_topk) ..] (extra-pool rows as ~id), then the list's
-// length to key_rows[batch * s_q * (topk + extra_topk) + kr] (mla_piece.cuh). The split kernels
+// writes them to list kr of key_rows (extra-pool rows as ~id), then the list's length (layout:
+// key_list_cols in mla_config.cuh). The split kernels
 // then attend a list like a dense request of that length: invalid entries (-1, ids past the pool,
 // entries past topk_length) are never read, and the kept keys keep the reference's order.
 #pragma once
@@ -11,8 +11,7 @@
 
 #include <cstdint>
 
-#include <dualops/params.h>
-#include <dualops/tiling.h>
+#include "mla_config.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -63,11 +62,12 @@ __device__ __forceinline__ int clamped_length(const void* lens, int b, int cols)
   return v < 0 ? 0 : v > cols ? cols : v;
 }
 
+// lists = batch * s_q (key_list_lengths = lists * key_list_cols).
 __global__ void __launch_bounds__(kSparseThreads) mla_sparse_rows_kernel(const __grid_constant__ MlaDecodeParams p,
                                                                          int s_q, int lists) {
   __shared__ int warp_sums[kSparseThreads / 32];
   const int kr = blockIdx.x, b = kr / s_q;
-  const int cols = p.topk + p.extra_topk;
+  const int cols = key_list_cols(p);
   int* rows = static_cast<int*>(p.key_rows);
   int* out = rows + static_cast<int64_t>(kr) * cols;
   int total = compact_segment(static_cast<const int*>(p.indices) + static_cast<int64_t>(kr) * p.topk,

@@ -83,10 +83,10 @@ def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q
         raise ValueError(f"plan_on_device: MLA decode has one latent KV head, got num_heads_k={num_heads_k}")
     if kv_format not in KV_FORMATS:
         raise ValueError(f"plan_on_device: kv_format must be one of {sorted(KV_FORMATS)}, got {kv_format!r}")
+    optional = (("topk", topk, 1), ("extra_topk", extra_topk, 0))
     for name, v, low in (("num_heads_q", num_heads_q, 1), ("s_q", s_q, 1), ("page_block_size", page_block_size, 1),
-                         ("topk", topk, 1), ("extra_topk", extra_topk, 0)):
-        if (v is not None or name in ("num_heads_q", "s_q", "page_block_size")) and (
-                not isinstance(v, int) or isinstance(v, bool) or v < low):
+                         *((n, v, lo) for n, v, lo in optional if v is not None)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ValueError(f"plan_on_device: {name} must be an int >= {low}, got {v!r}")
     if extra_topk is not None and topk is None:
         raise ValueError("plan_on_device: extra_topk needs topk (an extra pool is a sparse-decode feature)")
