@@ -34,7 +34,9 @@ __host__ __device__ __forceinline__ int key_list_cols(const MlaDecodeParams& p) 
 __host__ __device__ __forceinline__ int64_t key_list_lengths(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   return static_cast<int64_t>(t.batch) * t.s_q * key_list_cols(p);
 }
-__host__ __device__ __forceinline__ int sparse_heads_blocks(const MlaDecodeTiling& t) { return (t.h_q + kRows - 1) / kRows; }
+__host__ __device__ __forceinline__ int sparse_heads_blocks(const MlaDecodeTiling& t) {
+  return (t.h_q + kRows - 1) / kRows;
+}
 __host__ __device__ __forceinline__ int sparse_row_blocks(const MlaDecodeTiling& t) {
   return t.s_q * sparse_heads_blocks(t);
 }
