@@ -373,6 +373,11 @@ def _skip_reason(op, backend, values):
         return f"{backend} is not available here: {st['reason']}"
     if dualops.backends.op_module(backend, op) is None:
         return f"{backend} has no {op} kernel yet"
+    if backend == "cuda":
+        from dualops.backends import cuda
+
+        if op not in cuda.built_ops():
+            return f"dualops._C was built without the CUDA {op} kernels (DUALOPS_CUDA_OPS)"
     features = schema.validate(op, dict(values)).features
     return schema.support_reason(op, backend, **features)
 

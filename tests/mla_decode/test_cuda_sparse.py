@@ -21,8 +21,9 @@ from dualops.parity import cases as parity_cases
 from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
-                                       cuda_mla_kernel)
+from dualops.tiling.mla_decode import (MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MIN_HEADS, MLA_CUDA_WGMMA_MIN_Q_ROWS,
+                                       MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel,
+                                       cuda_mla_sort_keys)
 
 HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
     "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
@@ -49,6 +50,16 @@ def test_sparse_kernel_choice_is_plan_data():
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=16, sparse=True) == few
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
     assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=128, sparse=True) == "mma"
+
+
+def test_key_list_sort_is_plan_data():
+    assert MLA_CUDA_SORT_MIN_HEADS["bf16"] is not None, "16-bit caches gather sorted key lists (measured faster)"
+    for fmt, low in MLA_CUDA_SORT_MIN_HEADS.items():
+        for h_q in (1, 16, 64, 65, 128):
+            on = low is not None and h_q >= low
+            assert cuda_mla_sort_keys(kv_format=fmt, h_q=h_q, topk=2048) == on
+            assert cuda_mla_sort_keys(kv_format=fmt, h_q=h_q, topk=MLA_CUDA_SORT_MAX_KEYS) == on
+            assert not cuda_mla_sort_keys(kv_format=fmt, h_q=h_q, topk=MLA_CUDA_SORT_MAX_KEYS + 1)
 
 
 @pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t"])
@@ -189,6 +200,27 @@ def test_parity_sparse_long_lists_split(fmt, h_q, s_q):
     assert plan.total_splits > plan.batch
     check(a, plan="host")
     check(a, plan="device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
+@pytest.mark.parametrize("topk", [MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MAX_KEYS + 4])
+def test_parity_sparse_sorted_key_lists(fmt, topk, monkeypatch):
+    """Key lists sorted by token id (forced for every format) up to MLA_CUDA_SORT_MAX_KEYS entries,
+    kept in order past it: parity with invalid and repeated entries among the valid ones (a repeat
+    counts twice, as in the reference); sorted lists make the result independent of the entries'
+    order, bit for bit."""
+    monkeypatch.setitem(MLA_CUDA_SORT_MIN_HEADS, fmt, 1)
+    monkeypatch.setattr(ops, "_PREPARED", {})
+    d = 512 if fmt == "fp8_model1" else 576
+    g = bld.generator(topk, "mla_decode", f"cuda/sparse-sorted/{fmt}")
+    a = sparse_inputs(g, B=2, h_q=16, topk=topk, kv_format=fmt, d_qk=d)
+    a["indices"][..., 40:60] = a["indices"][..., 0:20]
+    out, lse = check(a)
+    perm = torch.randperm(topk, generator=g)
+    out2, lse2 = check({**a, "indices": a["indices"][:, :, perm].contiguous()})
+    if topk <= MLA_CUDA_SORT_MAX_KEYS:
+        assert torch.equal(out, out2) and torch.equal(lse, lse2)
 
 
 @needs_cuda

@@ -50,8 +50,8 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
     return fail(sparse ? "mla_decode: the plan was made for dense decode; this call is sparse (indices)"
                        : "mla_decode: the plan was made for sparse decode (topk); this call is dense");
   if (!sparse) {
-    if (p.key_rows || p.extra_kv_cache || p.extra_indices)
-      return fail("mla_decode: key_rows, extra_kv_cache and extra_indices belong to sparse decode (indices)");
+    if (p.key_rows || p.extra_kv_cache || p.extra_indices || p.sort_keys)
+      return fail("mla_decode: key_rows, extra_kv_cache, extra_indices and sort_keys belong to sparse decode (indices)");
     return nullptr;
   }
   if (p.topk < 1 || p.topk != t.topk || p.extra_topk != t.extra_topk)
@@ -62,6 +62,9 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
                 "caches and at most %d heads; got kernel %d (kv_format %d, h_q %d)", mla::kWtMaxRows, p.kernel,
                 p.kv_format, t.h_q);
   if (p.causal) return fail("mla_decode: causal applies to dense decode; sparse decode masks through indices");
+  if ((p.sort_keys != 0 && p.sort_keys != 1) || (p.sort_keys && p.topk > mla::kSortMaxKeys))
+    return fail("mla_decode (cuda): sort_keys is 0 or 1, and 1 only for at most %d indices per query token "
+                "(got %d, topk %d)", mla::kSortMaxKeys, p.sort_keys, p.topk);
   if (!p.key_rows || (reinterpret_cast<uintptr_t>(p.key_rows) & 3u))
     return fail("mla_decode (cuda): sparse decode needs a 4-byte aligned key_rows workspace");
   if ((p.extra_topk > 0) != (p.extra_kv_cache != nullptr) || (p.extra_topk > 0) != (p.extra_indices != nullptr))

@@ -97,11 +97,12 @@ struct MlaDecodeParams {
   int32_t head_dim;
   int32_t page_block_size;
   int32_t extra_page_block_size;
+  int32_t sort_keys;
   int32_t max_blocks;
   void* plan;
   int32_t kernel;
 };
-static_assert(sizeof(MlaDecodeParams) == 232, "mla_decode params layout differs from schema.pack_params");
+static_assert(sizeof(MlaDecodeParams) == 240, "mla_decode params layout differs from schema.pack_params");
 
 // Many independent GEMMs in one launch (bf16/fp16, fp8 per-tensor/rowwise/blockwise, int8 rowwise).
 struct GroupedGemmParams {

@@ -96,8 +96,13 @@ def build(s: dict, device, g: torch.Generator) -> dict:
     inputs = dict(q=q, kv_cache=kv, block_table=table, cache_seqlens=seqlens, causal=s["causal"],
                   kv_format=s["kv_format"])
     if s["topk"]:
-        cap = n_blocks * pbs
-        idx = torch.stack([torch.randperm(cap, generator=g)[: s["topk"]] for _ in range(B * s["s_q"])])
+        # each query token attends topk distinct positions of its request's context, drawn at random
+        # (a model's top-k selection), addressed through the request's block table (block id * page +
+        # offset), so the keys of a list lie in its request's pages
+        pos = torch.stack([torch.randperm(lens[b], generator=g)[: s["topk"]]
+                           for b in range(B) for _ in range(s["s_q"])])
+        rows = torch.arange(B).repeat_interleave(s["s_q"]).view(-1, 1)
+        idx = table.cpu()[rows, pos // pbs] * pbs + pos % pbs
         inputs["indices"] = idx.view(B, s["s_q"], s["topk"]).to(torch.int32).to(device)
     inputs["plan"] = dualops.get_mla_metadata(
         seqlens, num_heads_q=s["h_q"], num_heads_k=1, s_q=s["s_q"], kv_format=s["kv_format"],

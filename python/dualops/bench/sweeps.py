@@ -122,8 +122,9 @@ _SWEEPS = [
            dict(b=128, h_q=128, s_q=2, s_k=8192, topk=2048, kv_format="fp8_v32"),
            dict(b=128, h_q=128, s_q=2, s_k=8192, topk=2048))),
     Sweep("mla-sparse", "mla_decode",
-          "sparse decode, topk 2048 of 8192 cached tokens per request (indices drawn over the whole "
-          "cache): h_q 128 (FP8 and bf16 caches), h_q 64 / 16, and FlashMLA's config b 128 s_q 2",
+          "sparse decode, topk 2048 of 8192 cached tokens per request (each query token's keys drawn "
+          "at random from its request's context): h_q 128 (FP8 and bf16 caches), h_q 64 / 16, and "
+          "FlashMLA's config b 128 s_q 2",
           (dict(b=64, h_q=128, s_k=8192, topk=2048, kv_format="fp8_v32"),
            dict(b=64, h_q=64, s_k=8192, topk=2048, d_qk=512, kv_format="fp8_model1"),
            dict(b=64, h_q=128, s_k=8192, topk=2048),

@@ -172,6 +172,17 @@ MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
 # rounds: fp8_model1 h_q 32 130.5-131.5 us against wgmma's 167-168 us and mma.sync's 193-197 us;
 # fp8_v32 h_q 32 / h_q 24 / h_q 16 s_q 2 156-158 us against wgmma's 175-177 us.
 MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32}
+# Sparse decode: per cache format, the heads from which the list kernel sorts each query token's
+# main-pool keys by token id (None: never), and the most entries a list may have to be sorted (one
+# CTA sorts a list in shared memory). H100, 2026-11-26, `python -m dualops bench --sweep
+# mla-sparse` and b64 h_q 16 / 64 rows, topk 2048 of each request's 8192 tokens at random, sorted
+# against in order, three alternating rounds: bf16 h_q 128 172.6-174.0 against 200.8-201.2 us
+# (neighbouring keys share DRAM pages), h_q 64 133.4-134.6 against 134.8-135.8 us, h_q 16 91.0-92.2
+# against 85.3-85.5 us (the sort costs more than it saves); FP8 caches 1.5-3.5 % slower at h_q 64
+# and 128 (b64), 2 % faster for b128 h_q128 s_q2 (726-731 against 745-749 us), 5-13 % slower at
+# h_q 16 (wgmma_t).
+MLA_CUDA_SORT_MIN_HEADS = {"bf16": 65, "fp8_v32": None, "fp8_model1": None}
+MLA_CUDA_SORT_MAX_KEYS = 4096
 
 
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_block_size: int = 64,
@@ -202,6 +213,14 @@ def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_
             and device.smem_per_core_bytes >= MLA_CUDA_SEESAW_SMEM_BYTES:
         return "wgmma_seesaw"
     return "wgmma" if use else "mma"
+
+
+def cuda_mla_sort_keys(*, kv_format: str, h_q: int, topk: int) -> bool:
+    """Whether the list kernel of a sparse call sorts each query token's main-pool keys by token id
+    (from MLA_CUDA_SORT_MIN_HEADS[kv_format] heads, up to MLA_CUDA_SORT_MAX_KEYS entries; the extra
+    pool's keys keep their order). Sorting changes only the order in which keys are summed."""
+    low = MLA_CUDA_SORT_MIN_HEADS[kv_format]
+    return low is not None and h_q >= low and topk <= MLA_CUDA_SORT_MAX_KEYS
 
 
 def mla_fixed_overhead(device: DeviceProfile, *, q_rows: int) -> int:

@@ -21,7 +21,7 @@ import torch
 from ... import kernel_params, native, schema
 from ...devices import detect
 from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
-                                  mla_fixed_overhead, num_sm_parts_for, request_lengths)
+                                  cuda_mla_sort_keys, mla_fixed_overhead, num_sm_parts_for, request_lengths)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import MergeCounters, current_stream, f32, fields_template, params_struct, ptr, ptr_head
 
@@ -258,7 +258,8 @@ class MlaLaunch:
                 head_dim=D, page_block_size=self.pbs, max_blocks=int(block_table.shape[1]),
                 kernel=MLA_CUDA_KERNELS[kernel], topk=self.topk or 0, extra_topk=self.extra_topk or 0,
                 extra_num_blocks=int(extra_kv_cache.shape[0]) if extra else 0,
-                extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0))
+                extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0,
+                sort_keys=int(sparse and cuda_mla_sort_keys(kv_format=kv_format, h_q=H_q, topk=self.topk))))
             return full[head:off], full[off + 8:]
 
         self.mid, self.rest = consts(contiguous if self.copy_q else q.stride()[:3])
