@@ -8,10 +8,13 @@ void register_ascend_sim(pybind11::module_& m);
 #if DUALOPS_WITH_CUDA
 void register_cuda(pybind11::module_& m);
 #endif
+#if DUALOPS_WITH_CANN
+void register_npu(pybind11::module_& m);
+#endif
 }  // namespace dualops
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "dualops native kernels (CUDA, Ascend C on the simulator)";
+  m.doc() = "dualops native kernels (CUDA, Ascend C on the simulator, Ascend C on the NPU)";
   pybind11::dict built;
   built["cuda"] = bool(DUALOPS_BUILD_CUDA);
   built["cann"] = bool(DUALOPS_BUILD_CANN);
@@ -20,5 +23,8 @@ PYBIND11_MODULE(_C, m) {
   dualops::register_ascend_sim(m);
 #if DUALOPS_WITH_CUDA
   dualops::register_cuda(m);
+#endif
+#if DUALOPS_WITH_CANN
+  dualops::register_npu(m);
 #endif
 }

@@ -1,0 +1,15 @@
+// NPU launch of the Ascend C MLA decode kernel (mla_decode_kernel.cpp built by CANN's
+// ascendc_library): the packed params (device copy), the workspace and the tiling buffer.
+#include "aclrtlaunch_mla_decode.h"
+#include "ascend/npu_launch.h"
+
+namespace dualops {
+namespace npu {
+
+uint32_t LaunchMlaDecode(uint32_t block_dim, void* stream, const std::vector<uint64_t>& a) {
+  CheckArgs("mla_decode", a, 3);
+  return ACLRT_LAUNCH_KERNEL(mla_decode)(block_dim, stream, Addr(a[0]), Addr(a[1]), Addr(a[2]));
+}
+
+}  // namespace npu
+}  // namespace dualops
