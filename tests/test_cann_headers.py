@@ -48,6 +48,10 @@ PLANTED = {
                        "AscendC::Mmad(c, a, b);"),
     "unknown_function": ("AscendC::Mmad(c, a, b,", "AscendC::MmadEx(c, a, b,"),
 }
+# What the error must name, so a failure for another reason (a broken include path) is not taken
+# for the planted mistake.
+NAMED = {"wrong_struct_field": "blockLength", "extra_argument": "DataCopy", "missing_params": "Mmad",
+         "unknown_function": "MmadEx"}
 
 
 @functools.lru_cache(maxsize=1)
