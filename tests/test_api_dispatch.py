@@ -165,9 +165,10 @@ def test_supports_reads_the_capability_matrix():
     assert not dualops.supports("incre_flash_attention", "cuda", head_dim=96)
     assert not dualops.supports("incre_flash_attention", "cuda", s_q=9)
     assert not dualops.supports("incre_flash_attention", "cuda", block_size=24)
-    assert not dualops.supports("incre_flash_attention", "npu")
+    assert dualops.supports("incre_flash_attention", "npu", head_dim=128)
+    assert not dualops.supports("incre_flash_attention", "npu", head_dim=96)
     assert dualops.supports("grouped_gemm", "cuda", scale_mode="blockwise", layout="masked")
-    assert not dualops.supports("grouped_gemm", "npu")
+    assert dualops.supports("grouped_gemm", "npu", scale_mode="rowwise")
     with pytest.raises(ValueError, match="unknown feature"):
         dualops.supports("incre_flash_attention", "cuda", colour="red")
     with pytest.raises(ValueError, match="backend must be one of"):

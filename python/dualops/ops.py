@@ -245,6 +245,9 @@ _LIBRARY = torch.library.Library(LIB, "DEF")
 def _register(op: str) -> None:
     _LIBRARY.define(_schema_string(op))
     _LIBRARY.impl(op, functools.partial(_eager_impl, op), "CompositeExplicitAutograd")
+    # NPU tensors (torch_npu's PrivateUse1 key) get the same eager implementation, which picks
+    # the npu backend by the tensors' device.
+    _LIBRARY.impl(op, functools.partial(_eager_impl, op), "PrivateUse1")
     torch.library.register_fake(f"{LIB}::{op}", functools.partial(_fake_impl, op), lib=_LIBRARY)
 
 

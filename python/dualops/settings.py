@@ -21,6 +21,7 @@ VARIABLES = {
     "DUALOPS_ASCEND_SIM_VEC_ULP": "hardware-like simulator numerics: vector Exp/Ln/Div/Sqrt/Reciprocal off by up to n ulp (default 0)",
     "DUALOPS_C_PATH": "path of a built dualops._C to load instead of the installed one",
     "DUALOPS_OPS_DIR": "folder of the op schema files (ops/*.yaml) when the package cannot find its own",
+    "ASCEND_HOME_PATH": "CANN's install folder (set by CANN's set_env.sh): the npu backend reports its version",
     "DUALOPS_IFA_TAIL": "0: CUDA IFA plans never split only the last wave of a multi-wave grid (measurements)",
 }
 

@@ -3,7 +3,9 @@ the last launch's counters for the cost model."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
+from typing import Callable
 
 import torch
 
@@ -176,7 +178,7 @@ def last_dim_unit(t, name):
 def check_block_ids(block_table, kv_lens, block_size, num_blocks):
     lens = kv_lens.to(torch.int64)
     used = (lens + block_size - 1) // block_size                      # blocks each request reads
-    cols = torch.arange(block_table.shape[1]).unsqueeze(0)
+    cols = torch.arange(block_table.shape[1], device=block_table.device).unsqueeze(0)
     in_use = cols < used.unsqueeze(1)
     bad = in_use & ((block_table < 0) | (block_table >= num_blocks))
     if bool(bad.any()):
@@ -194,3 +196,27 @@ def launch(op: str, kernel: str, num_cores: int, args: list[int], regions: Regio
     _LAST.clear()
     _LAST.update(op=op, profile=prof, plan=plan, report=report)
     return report
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where the op modules' Ascend C kernel runs: the simulator (CPU tensors, this package) or an
+    NPU (torch_npu tensors, backends/npu). The glue is the same -- checks, plan, tiling, params,
+    workspace sizes, outputs on the tensors' device -- and only these differ."""
+
+    name: str
+    device_type: str
+    profile: Callable           # () -> the DeviceProfile plans are made for
+    launch: Callable            # like launch() above
+
+    def check_device(self, name: str, t) -> None:
+        if t.device.type != self.device_type:
+            raise ValueError(f"{self.name} runs on {self.device_type.upper()} tensors, got {name} on {t.device}")
+
+    def gm_bytes(self, data: bytes, device) -> torch.Tensor:
+        """Packed tiling / params as a GM buffer on `device`."""
+        t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return t if device.type == "cpu" else t.to(device)
+
+
+SIM = Target(NAME, "cpu", active_profile, launch)

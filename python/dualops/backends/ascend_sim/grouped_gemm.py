@@ -9,7 +9,7 @@ import torch
 
 from ... import native, schema
 from ...tiling.grouped_gemm import IN_DTYPES, LAYOUTS, SCALE_MODES, GroupedGemmPlan, plan_grouped_gemm
-from ._common import Regions, active_profile, launch
+from ._common import SIM, Regions, active_profile
 
 _OP = "grouped_gemm"
 _KERNEL = "grouped_gemm"
@@ -94,16 +94,17 @@ def _check_plan(plan, rows, *, masked, m_max, n, k, dtype, scale_mode):
 
 
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None, w_scale=None,
-                 out_dtype=torch.bfloat16, plan=None):
-    """docs/internals.md "Backend module interface". Returns y."""
+                 out_dtype=torch.bfloat16, plan=None, _target=SIM):
+    """docs/internals.md "Backend module interface". Returns y. (_target: where the kernel runs,
+    the simulator or an NPU, backends/npu.)"""
     C = native.require()
-    prof = active_profile()
+    target = _target
     for name, t in (("x", x), ("w", w)):
-        if t.device.type != "cpu":
-            raise ValueError(f"ascend_sim runs on CPU tensors, got {name} on {t.device}")
+        target.check_device(name, t)
+    prof = target.profile()
     dtype = str(x.dtype).removeprefix("torch.")
     if dtype not in IN_DTYPES or w.dtype != x.dtype:
-        raise TypeError(f"ascend_sim: x and w must share one of {list(IN_DTYPES)}, got {x.dtype} and {w.dtype}")
+        raise TypeError(f"{target.name}: x and w must share one of {list(IN_DTYPES)}, got {x.dtype} and {w.dtype}")
     G, N, K = (int(s) for s in w.shape)
     masked = masked_m is not None
     rows = _group_rows(x, w, group_offsets, masked_m)
@@ -120,12 +121,12 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     why = C.ascend_gg_check_tiling(plan.pack().numpy().tobytes(), prof.l1_bytes, prof.l0a_bytes,
                                    prof.l0b_bytes, prof.l0c_bytes)
     if why is not None:
-        raise ValueError(f"ascend_sim: the plan cannot run on the Ascend kernel: {why} ({plan.describe()})")
+        raise ValueError(f"{target.name}: the plan cannot run on the Ascend kernel: {why} ({plan.describe()})")
     return run_kernel(x, w, group_offsets=group_offsets, masked_m=masked_m, rows=rows, x_scale=x_scale,
-                      w_scale=w_scale, out_dtype=out_dtype, plan=plan, profile=prof)
+                      w_scale=w_scale, out_dtype=out_dtype, plan=plan, profile=prof, target=target)
 
 
-def run_kernel(x, w, *, group_offsets, masked_m, rows, x_scale, w_scale, out_dtype, plan, profile):
+def run_kernel(x, w, *, group_offsets, masked_m, rows, x_scale, w_scale, out_dtype, plan, profile, target=SIM):
     """Launch with no argument checks (grouped_gemm() makes them): the tests plant faults here."""
     C = native.require()
     masked = masked_m is not None
@@ -140,27 +141,27 @@ def run_kernel(x, w, *, group_offsets, masked_m, rows, x_scale, w_scale, out_dty
     ws_ = None if w_scale is None else w_scale.to(torch.float32).contiguous()
     # Poisoned output: a row of a group the kernel fails to write shows up as NaN; rows outside
     # every group are 0 (the op's contract), written here.
-    y = torch.full(tuple(x.shape[:-1]) + (N,), float("nan"), dtype=out_dtype)
+    y = torch.full(tuple(x.shape[:-1]) + (N,), float("nan"), dtype=out_dtype, device=x.device)
     if masked:
         for g, r in enumerate(rows):
             y[g, r:] = 0
     else:
         y[sum(rows):] = 0
     tiling = plan.pack().numpy().tobytes()
-    work = torch.full((max(1, C.ascend_gg_workspace_bytes(tiling)),), 0xFF, dtype=torch.uint8)
+    work = torch.full((max(1, C.ascend_gg_workspace_bytes(tiling)),), 0xFF, dtype=torch.uint8, device=x.device)
     params = schema.pack_params(
         _OP, x=xr.data_ptr(), w=wr.data_ptr(), y=y.data_ptr(), group_offsets=0 if offs is None else offs.data_ptr(),
         masked_m=0 if mm is None else mm.data_ptr(), x_scale=0 if xs is None else xs.data_ptr(),
         w_scale=0 if ws_ is None else ws_.data_ptr(), m=int(x.shape[0]) if not masked else int(x.shape[1]),
         n=N, k=int(w.shape[2]), num_groups=int(w.shape[0]), m_max=int(x.shape[1]) if masked else 0,
         scale_mode=plan.scale_mode, in_dtype=plan.in_dtype, out_dtype=schema.dtype_code(out_dtype))
-    params_t = torch.frombuffer(bytearray(params), dtype=torch.uint8)
-    tiling_t = torch.frombuffer(bytearray(tiling), dtype=torch.uint8)
+    params_t = target.gm_bytes(params, x.device)
+    tiling_t = target.gm_bytes(tiling, x.device)
     regs = Regions()
     for name, t in (("x", xr), ("w", wr), ("y", y), ("group_offsets", offs), ("masked_m", mm), ("x_scale", xs),
                     ("w_scale", ws_), ("workspace", work), ("params", params_t), ("tiling", tiling_t)):
         regs.add(name, t)
-    launch(_OP, _KERNEL, plan.num_cores, [params_t.data_ptr(), work.data_ptr(), tiling_t.data_ptr()], regs, profile,
+    target.launch(_OP, _KERNEL, plan.num_cores, [params_t.data_ptr(), work.data_ptr(), tiling_t.data_ptr()], regs, profile,
            plan)
     return y
 

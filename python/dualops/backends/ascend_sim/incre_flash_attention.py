@@ -6,7 +6,7 @@ import torch
 
 from ... import native, schema
 from ...tiling.incre_flash_attention import check_plan_for_tensors, plan_for_tensors
-from ._common import Regions, active_profile, check_block_ids, last_dim_unit, launch, ptr, strides4
+from ._common import SIM, Regions, check_block_ids, last_dim_unit, ptr, strides4
 
 _OP = "incre_flash_attention"
 _KV_DTYPES = (torch.float16, torch.bfloat16, torch.int8, torch.float8_e4m3fn)
@@ -16,28 +16,30 @@ _QUANT = (torch.int8, torch.float8_e4m3fn)
 
 
 def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_scale, causal,
-                          atten_mask, pse_shift, k_scale, v_scale, k_offset, v_offset, plan=None):
-    """docs/internals.md "Backend module interface". Returns (out, lse)."""
+                          atten_mask, pse_shift, k_scale, v_scale, k_offset, v_offset, plan=None, _target=SIM):
+    """docs/internals.md "Backend module interface". Returns (out, lse). (_target: where the
+    kernel runs, the simulator or an NPU, backends/npu.)"""
     C = native.require()
-    prof = active_profile()
-    if q.device.type != "cpu":
-        raise ValueError(f"ascend_sim runs on CPU tensors, got q on {q.device}")
+    target = _target
+    target.check_device("q", q)
+    prof = target.profile()
+    dev = q.device
     if k_cache.dtype not in _KV_DTYPES:
-        raise TypeError(f"ascend_sim: k_cache dtype must be one of {_KV_DTYPES}, got {k_cache.dtype}")
+        raise TypeError(f"{target.name}: k_cache dtype must be one of {_KV_DTYPES}, got {k_cache.dtype}")
     B, S_q, H_q, D = q.shape
     if plan is None:
         plan = plan_for_tensors(q, k_cache, block_table, prof)
     else:
         check_plan_for_tensors(plan, q, k_cache, block_table)
     if plan.num_cores > prof.num_cores:
-        raise ValueError(f"ascend_sim: plan.num_cores = {plan.num_cores} exceeds the {prof.num_cores} AI cores of "
+        raise ValueError(f"{target.name}: plan.num_cores = {plan.num_cores} exceeds the {prof.num_cores} AI cores of "
                          f"{prof.name}: the split-KV combine's SyncAll needs every block resident")
     tiling = plan.pack().numpy().tobytes()
     why = C.ascend_ifa_check_tiling(tiling)
     if why is not None:
-        raise ValueError(f"ascend_sim: the plan cannot run on the Ascend kernel: {why} ({plan.describe()})")
+        raise ValueError(f"{target.name}: the plan cannot run on the Ascend kernel: {why} ({plan.describe()})")
     if (D * k_cache.element_size()) % 32:
-        raise ValueError(f"ascend_sim: head_dim * cache element size must be a multiple of 32 bytes, "
+        raise ValueError(f"{target.name}: head_dim * cache element size must be a multiple of 32 bytes, "
                          f"got {D} x {k_cache.element_size()}")
 
     kv_lens = kv_lens.to(torch.int32).contiguous()
@@ -65,13 +67,14 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
     v_raw = v_cache.view(torch.uint8) if v_cache.dtype == torch.float8_e4m3fn else v_cache
 
     # Poisoned outputs / workspace: anything the kernel fails to write shows up as NaN.
-    out = torch.full((B, S_q, H_q, D), float("nan"), dtype=q.dtype)
-    lse = torch.full((B, H_q, S_q), float("nan"), dtype=torch.float32)
+    out = torch.full((B, S_q, H_q, D), float("nan"), dtype=q.dtype, device=dev)
+    lse = torch.full((B, H_q, S_q), float("nan"), dtype=torch.float32, device=dev)
     n_o, n_l = plan.workspace_floats()
-    o_acc = torch.full((n_o,), float("nan")) if n_o else None
-    l_acc = torch.full((n_l,), float("nan")) if n_l else None
+    o_acc = torch.full((n_o,), float("nan"), device=dev) if n_o else None
+    l_acc = torch.full((n_l,), float("nan"), device=dev) if n_l else None
     q_code, kv_code = schema.dtype_code(q.dtype), schema.dtype_code(k_cache.dtype)
-    ws = torch.full((max(1, C.ascend_ifa_workspace_bytes(tiling, q_code, kv_code)),), 0xFF, dtype=torch.uint8)
+    ws = torch.full((max(1, C.ascend_ifa_workspace_bytes(tiling, q_code, kv_code)),), 0xFF, dtype=torch.uint8,
+                    device=dev)
     ms, ps = strides4(mask), strides4(pse)
     params = schema.pack_params(
         _OP, q=q.data_ptr(), k=k_raw.data_ptr(), v=v_raw.data_ptr(), out=out.data_ptr(),
@@ -90,7 +93,7 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
     # As CANN kernels receive them: the tensors' GM addresses, the workspace, and one tiling
     # buffer (the plan header, then the packed params whose scalars -- strides, scale, dtypes,
     # flags -- the kernel reads; it takes addresses only from its GM_ADDR arguments).
-    tiling_t = torch.frombuffer(bytearray(tiling + params), dtype=torch.uint8)
+    tiling_t = target.gm_bytes(tiling + params, dev)
     gm = (("q", q), ("k_cache", k_raw), ("v_cache", v_raw), ("out", out), ("lse", lse), ("kv_lens", kv_lens),
           ("block_table", block_table), ("atten_mask", mask), ("pse_shift", pse), ("k_scale", scales[0]),
           ("v_scale", scales[1]), ("k_offset", scales[2]), ("v_offset", scales[3]), ("o_accum", o_acc),
@@ -99,5 +102,5 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens, block_table, softmax_
     for name, t in gm + (("workspace", ws), ("tiling", tiling_t)):
         regs.add(name, t)
     args = [ptr(t) for _, t in gm] + [ws.data_ptr(), tiling_t.data_ptr()]
-    launch(_OP, _OP, plan.num_cores, args, regs, prof, plan)
+    target.launch(_OP, _OP, plan.num_cores, args, regs, prof, plan)
     return out, lse

@@ -11,7 +11,7 @@ import torch
 
 from ... import native, schema
 from ...tiling.mla_decode import KV_FORMATS, MLA_Q_BLOCK_ROWS, MlaPlan, plan_mla_decode, request_lengths
-from ._common import Regions, active_profile, check_block_ids, launch, ptr
+from ._common import SIM, Regions, check_block_ids, ptr
 
 _OP = "mla_decode"
 KERNEL = "mla_decode"
@@ -57,17 +57,19 @@ def _check_plan(plan: MlaPlan, *, B, S_q, H_q, kv_format, pbs, topk, extra_topk,
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, softmax_scale, causal, kv_format,
                indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length,
-               _host_checks=True, _kv_tile=None, _p_parts=None):
+               _host_checks=True, _kv_tile=None, _p_parts=None, _target=SIM):
     """docs/internals.md "Backend module interface". Returns (out, lse).
-    (_host_checks / _kv_tile exist for the planted-fault tests only.)"""
+    (_host_checks / _kv_tile exist for the planted-fault tests only; _target: where the kernel
+    runs, the simulator or an NPU, backends/npu.)"""
     C = native.require()
-    prof = active_profile()
-    if q.device.type != "cpu":
-        raise ValueError(f"ascend_sim runs on CPU tensors, got q on {q.device}")
+    target = _target
+    target.check_device("q", q)
+    prof = target.profile()
+    dev = q.device
     if head_dim_v != 512:
-        raise NotImplementedError(f"ascend_sim mla_decode: head_dim_v must be 512, got {head_dim_v}")
+        raise NotImplementedError(f"{target.name} mla_decode: head_dim_v must be 512, got {head_dim_v}")
     if kv_format == "bf16" and kv_cache.dtype != q.dtype:
-        raise NotImplementedError(f"ascend_sim mla_decode: a 16-bit cache must have q's dtype ({q.dtype}), "
+        raise NotImplementedError(f"{target.name} mla_decode: a 16-bit cache must have q's dtype ({q.dtype}), "
                                   f"got {kv_cache.dtype}")
     B, S_q, H_q, d_qk = (int(x) for x in q.shape)
     pbs = int(kv_cache.shape[1])
@@ -100,7 +102,7 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
     if _host_checks:
         why = C.ascend_mla_check_tiling(tiling)
         if why is not None:
-            raise ValueError(f"ascend_sim: the plan cannot run on the Ascend MLA kernel: {why} ({plan.describe()})")
+            raise ValueError(f"{target.name}: the plan cannot run on the Ascend MLA kernel: {why} ({plan.describe()})")
 
     def i32(t):
         return None if t is None else t.to(torch.int32).contiguous()
@@ -111,13 +113,13 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
     xkv = None if not extra else extra_kv_cache.contiguous()
 
     # Poisoned outputs / workspace: anything the kernel fails to write shows up as NaN.
-    out = torch.full((B, S_q, H_q, head_dim_v), float("nan"), dtype=q.dtype)
-    lse = torch.full((B, H_q, S_q), float("nan"), dtype=torch.float32)
+    out = torch.full((B, S_q, H_q, head_dim_v), float("nan"), dtype=q.dtype, device=dev)
+    lse = torch.full((B, H_q, S_q), float("nan"), dtype=torch.float32, device=dev)
     split = plan.total_splits > plan.batch
     n_o, n_l = plan.workspace_floats(head_dim_v)
-    o_acc = torch.full((n_o,), float("nan")) if split else None
-    l_acc = torch.full((n_l,), float("nan")) if split else None
-    ws = torch.full((max(1, C.ascend_mla_workspace_bytes(tiling)),), 0xFF, dtype=torch.uint8)
+    o_acc = torch.full((n_o,), float("nan"), device=dev) if split else None
+    l_acc = torch.full((n_l,), float("nan"), device=dev) if split else None
+    ws = torch.full((max(1, C.ascend_mla_workspace_bytes(tiling)),), 0xFF, dtype=torch.uint8, device=dev)
     params = schema.pack_params(
         _OP, q=q.data_ptr(), kv_cache=kv.data_ptr(), block_table=table.data_ptr(), cache_seqlens=seqlens.data_ptr(),
         indices=ptr(idx), topk_length=ptr(idx_len), attn_sink=ptr(sink), extra_kv_cache=ptr(xkv),
@@ -127,8 +129,8 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
         extra_num_blocks=int(xkv.shape[0]) if extra else 0, softmax_scale=float(softmax_scale),
         causal=int(bool(causal)), kv_format=KV_FORMATS[kv_format], q_dtype=schema.dtype_code(q.dtype),
         topk=topk or 0, extra_topk=extra_topk or 0)
-    params_t = torch.frombuffer(bytearray(params), dtype=torch.uint8)
-    tiling_t = torch.frombuffer(bytearray(tiling), dtype=torch.uint8)
+    params_t = target.gm_bytes(params, dev)
+    tiling_t = target.gm_bytes(tiling, dev)
 
     regs = Regions()
     for name, t in (("q", q), ("kv_cache", kv), ("block_table", table), ("cache_seqlens", seqlens),
@@ -137,5 +139,5 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
                     ("o_accum", o_acc), ("lse_accum", l_acc), ("workspace", ws), ("params", params_t),
                     ("tiling", tiling_t)):
         regs.add(name, t)
-    launch(_OP, KERNEL, header[1], [params_t.data_ptr(), ws.data_ptr(), tiling_t.data_ptr()], regs, prof, plan)
+    target.launch(_OP, KERNEL, header[1], [params_t.data_ptr(), ws.data_ptr(), tiling_t.data_ptr()], regs, prof, plan)
     return out, lse
