@@ -30,7 +30,8 @@ def test_peers_on_cpu_are_callables_or_reasons(op):
 
 def test_every_op_has_its_peers_listed():
     assert {"flashinfer-decode", "torch-sdpa", "torch_npu-ifa", "torch_npu-fias"} <= set(peers.names("incre_flash_attention"))
-    assert {"flash_mla", "flashinfer-mla", "flag_gems-mla", "torch-naive"} <= set(peers.names("mla_decode"))
+    assert {"flash_mla", "flashinfer-mla", "flag_gems-mla", "torch-naive", "torch_npu-fias-mla",
+            "torch_npu-atb-mla"} <= set(peers.names("mla_decode"))
     assert {"torch._grouped_mm", "torch._scaled_grouped_mm", "flashinfer-segment_gemm", "flag_gems-grouped_mm",
             "torch_npu-grouped_matmul"} <= set(peers.names("grouped_gemm"))
 

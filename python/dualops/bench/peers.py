@@ -8,7 +8,7 @@ or a peer that fails while being prepared shows as ``n/a`` with the reason, neve
 | op | peers |
 |---|---|
 | incre_flash_attention | torch SDPA; FlashInfer paged decode (CUDA); torch_npu ``npu_incre_flash_attention`` and ``npu_fused_infer_attention_score`` (NPU) |
-| mla_decode | torch (bmm, softmax, bmm); FlashMLA ``flash_mla``; FlashInfer MLA decode; FlagGems ``flash_mla`` (CUDA) |
+| mla_decode | torch (bmm, softmax, bmm); FlashMLA ``flash_mla``; FlashInfer MLA decode; FlagGems ``flash_mla`` (CUDA); torch_npu ``npu_fused_infer_attention_score`` (MLA path) and ``torch_npu.atb.npu_multi_head_latent_attention`` (NPU) |
 | grouped_gemm | ``torch._grouped_mm``, ``torch._scaled_grouped_mm``; FlashInfer segment GEMM; FlagGems grouped GEMM (CUDA); torch_npu ``npu_grouped_matmul`` (NPU) |
 
 FlashMLA and FlashInfer come from the GPU peers kit when it is importable (``peer_flashmla`` /
@@ -236,6 +236,55 @@ def mla_flag_gems(s, inputs):
     return lambda: fn(q, table, kv, max_pad, page, s["b"], s["s_q"], lens, s["h_q"], 1, s["d_qk"], D_V, True)
 
 
+def _npu_mla(s, inputs):
+    """torch_npu and the call's dense bf16 MLA inputs split the way torch_npu's MLA entry points
+    take them -- latent (512) and RoPE (64) parts of q and of the paged cache apart (copies made
+    here, outside timing) -- or why not."""
+    tnpu = _module("torch_npu")
+    if isinstance(tnpu, str):
+        return tnpu, None
+    why = _mla_dense_bf16(s)
+    if why or s["causal"]:
+        return why or "non-causal decode only", None
+    q, kv = inputs["q"], inputs["kv_cache"]
+    parts = dict(q_nope=q[..., :D_V].contiguous(), q_rope=q[..., D_V:].contiguous(),
+                 ckv=kv[..., :D_V].contiguous(), k_rope=kv[..., D_V:].contiguous(),
+                 table=inputs["block_table"], lens=inputs["cache_seqlens"].to(torch.int32))
+    return tnpu, parts
+
+
+@_guard
+def mla_torch_npu_fias(s, inputs):
+    """npu_fused_infer_attention_score's MLA path (query_rope / key_rope over a paged cache)."""
+    tnpu, p = _npu_mla(s, inputs)
+    if p is None:
+        return tnpu
+    blocks, page = p["ckv"].shape[:2]
+    ckv = p["ckv"].view(blocks, page, D_V)               # [blocks, block_size, H_kv * 512]
+    k_rope = p["k_rope"].view(blocks, page, -1)
+    lengths = p["lens"].tolist()
+    return lambda: tnpu.npu_fused_infer_attention_score(
+        p["q_nope"], ckv, ckv, query_rope=p["q_rope"], key_rope=k_rope, num_heads=s["h_q"], num_key_value_heads=1,
+        input_layout="BSND", scale=s["d_qk"] ** -0.5, block_table=p["table"], block_size=page,
+        actual_seq_lengths_kv=lengths)
+
+
+@_guard
+def mla_torch_npu_atb(s, inputs):
+    """torch_npu.atb.npu_multi_head_latent_attention (one query token per request)."""
+    tnpu, p = _npu_mla(s, inputs)
+    if p is None:
+        return tnpu
+    mla = getattr(getattr(tnpu, "atb", None), "npu_multi_head_latent_attention", None)
+    if mla is None:
+        return "this torch_npu has no torch_npu.atb.npu_multi_head_latent_attention"
+    if s["s_q"] != 1:
+        return "one query token per request only"
+    q_nope, q_rope = p["q_nope"][:, 0], p["q_rope"][:, 0]   # [tokens, heads, 512 / 64]
+    lens = p["lens"].cpu()
+    return lambda: mla(q_nope, q_rope, p["ckv"], p["k_rope"], p["table"], lens, s["h_q"], s["d_qk"] ** -0.5, 1)
+
+
 # ----------------------------------------------------------------------------- grouped GEMM
 
 
@@ -321,7 +370,9 @@ PEERS: dict[str, list[tuple[str, tuple | None, Callable]]] = {
     "mla_decode": [("torch-naive", ANY, mla_torch),
                    ("flash_mla", ("cuda",), mla_flash_mla),
                    ("flashinfer-mla", ("cuda",), mla_flashinfer),
-                   ("flag_gems-mla", ("cuda",), mla_flag_gems)],
+                   ("flag_gems-mla", ("cuda",), mla_flag_gems),
+                   ("torch_npu-fias-mla", NPU, mla_torch_npu_fias),
+                   ("torch_npu-atb-mla", NPU, mla_torch_npu_atb)],
     "grouped_gemm": [("torch._grouped_mm", ANY, gg_torch_grouped_mm),
                      ("torch._scaled_grouped_mm", ANY, gg_torch_scaled_grouped_mm),
                      ("flashinfer-segment_gemm", ("cuda",), gg_flashinfer),
