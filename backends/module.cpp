@@ -19,6 +19,9 @@ PYBIND11_MODULE(_C, m) {
   built["cuda"] = bool(DUALOPS_BUILD_CUDA);
   built["cann"] = bool(DUALOPS_BUILD_CANN);
   built["ascend_sim"] = true;
+#if DUALOPS_WITH_CANN
+  built["npu_soc"] = DUALOPS_NPU_SOC;   // the SoC CANN compiled the NPU kernels for
+#endif
   m.attr("built") = built;
   dualops::register_ascend_sim(m);
 #if DUALOPS_WITH_CUDA

@@ -110,7 +110,8 @@ else
   say "  CUDA kernels: no - ${cuda_note:-see $LOG}"
 fi
 if [ "$cann" = yes ]; then
-  say "  Ascend NPU kernels (CANN): yes"
+  soc=$(cd /tmp && "$PY" -c "import dualops.native as n; print(n.load()[0].built.get('npu_soc', '?'))" 2>> "$LOG")
+  say "  Ascend NPU kernels (CANN): built for ${soc:-?} by CANN's ascendc_library; not yet run on NPU hardware (bash scripts/npu_job.sh on an Atlas A2 runs them: docs/npu.md)"
 else
   say "  Ascend NPU kernels: no - CANN not found (on an Ascend host: source <CANN>/set_env.sh so that ASCEND_HOME_PATH is set, then rerun)"
 fi

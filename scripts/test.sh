@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # System tools only the tests need, from Debian's packages (a download at run time would not be
 # reachable from CI): clang, which type-checks the Ascend C kernels in the simulator's strict
-# qualifier mode (tests/test_ascend_qualifiers.py), and chromium, which opens the report page
+# qualifier mode (tests/test_ascend_qualifiers.py) and against CANN's AscendC headers
+# (tests/test_cann_headers.py), and chromium, which opens the report page
 # (tests/test_report_page.py). A test whose tool is missing is skipped.
 missing=()
 command -v clang++ > /dev/null || missing+=(clang)

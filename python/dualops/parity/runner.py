@@ -130,6 +130,8 @@ def _run_backend(op, inputs, strided, backend):
     outs = expected.call(op, dev_inputs, backend)
     if backend_device(backend) == "cuda":
         torch.cuda.synchronize()
+    elif backend_device(backend) == "npu":
+        torch.npu.synchronize()
     secs = time.perf_counter() - t0
     return {k: v.detach().to("cpu") for k, v in outs.items()}, secs
 
