@@ -102,9 +102,37 @@ def test_host_code_compiles_against_acl_headers(gen, src):
     assert r.returncode == 0, f"{src} against {ACL_FROM}:\n{r.stderr[-3000:]}"
 
 
-def test_launcher_with_wrong_arity_is_rejected(tmp_path):
-    """A kernel entry that gained an argument its launcher does not pass fails to compile."""
-    args = entries()["mla_decode"] + ["extra"]
-    (tmp_path / "aclrtlaunch_mla_decode.h").write_text(launch_header("mla_decode", args))
+def test_launcher_refuses_a_non_address_argument(tmp_path):
+    """A kernel entry whose arguments are not all GM_ADDR (void* in the generated launch
+    function) fails to compile in its launcher."""
+    header = launch_header("mla_decode", entries()["mla_decode"]).replace("void* workspace", "uint32_t workspace")
+    assert "uint32_t workspace" in header
+    (tmp_path / "aclrtlaunch_mla_decode.h").write_text(header)
     r = _compile(ROOT / "backends/ascend/mla_decode/mla_decode_npu_launch.cpp", tmp_path)
-    assert r.returncode != 0 and "aclrtlaunch_mla_decode" in r.stderr, r.stderr[-2000:]
+    assert r.returncode != 0 and "must be a GM_ADDR" in r.stderr, r.stderr[-2000:]
+
+
+def test_launch_checks_the_argument_count(tmp_path):
+    """Launch() refuses an address list of the wrong length (the Python glue's bug) before the
+    kernel is launched: compiled and run here with a stand-in launch function."""
+    src = tmp_path / "count.cpp"
+    src.write_text("""#include "ascend/npu_launch.h"
+#include <cstdio>
+static int calls = 0;
+extern "C" uint32_t fake(uint32_t, void*, void*, void*, void*) { ++calls; return 0; }
+int main() {
+  using dualops::npu::Launch;
+  if (Launch("k", &fake, 1, nullptr, {1, 2, 3}) != 0 || calls != 1) return 1;
+  try { Launch("k", &fake, 1, nullptr, {1, 2}); } catch (const std::invalid_argument& e) {
+    std::puts(e.what()); return calls == 1 ? 0 : 3;
+  }
+  return 2;
+}
+""")
+    exe = tmp_path / "count"
+    r = subprocess.run([CXX, "-std=c++17", f"-I{ROOT / 'backends'}", str(src), "-o", str(exe)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, (run.returncode, run.stdout)
+    assert "kernel k takes 3 GM addresses, got 2" in run.stdout, run.stdout

@@ -6,9 +6,8 @@
 namespace dualops {
 namespace npu {
 
-uint32_t LaunchGroupedGemm(uint32_t block_dim, void* stream, const std::vector<uint64_t>& a) {
-  CheckArgs("grouped_gemm", a, 3);
-  return ACLRT_LAUNCH_KERNEL(grouped_gemm)(block_dim, stream, Addr(a[0]), Addr(a[1]), Addr(a[2]));
+uint32_t LaunchGroupedGemm(uint32_t block_dim, void* stream, const std::vector<uint64_t>& args) {
+  return Launch("grouped_gemm", &ACLRT_LAUNCH_KERNEL(grouped_gemm), block_dim, stream, args);
 }
 
 }  // namespace npu
