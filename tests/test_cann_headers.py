@@ -108,33 +108,24 @@ def test_kernel_compiles_against_cann_headers(results, cc, kernel):
     assert rc == 0, f"{kernel} with {cc} against {HEADERS.source}:\n{_errors(err)}"
 
 
-@needs_headers
-@needs_compiler
-def test_correct_api_use_compiles_against_cann_headers(results):
-    rc, err = results[("cann", PLANT_CC, "good")]
-    assert rc == 0, _errors(err)
-
-
-@needs_headers
-@needs_compiler
-@pytest.mark.parametrize("name", sorted(PLANTED))
-def test_planted_mistake_fails_against_cann_headers(results, name):
-    rc, err = results[("cann", PLANT_CC, name)]
-    assert rc != 0, f"{name}: CANN's headers accepted {PLANTED[name][1]!r}"
-    assert NAMED[name] in _errors(err), f"{name}: failed, but not on {NAMED[name]}:\n{_errors(err)}"
+# The planted code against CANN's headers and against the simulator's (backends/ascend/sim).
+AGAINST = [pytest.param("cann", marks=needs_headers), "sim"]
 
 
 @needs_compiler
-def test_correct_api_use_compiles_against_simulator(results):
-    rc, err = results[("sim", PLANT_CC, "good")]
+@pytest.mark.parametrize("against", AGAINST)
+def test_correct_api_use_compiles(results, against):
+    rc, err = results[(against, PLANT_CC, "good")]
     assert rc == 0, _errors(err)
 
 
 @needs_compiler
+@pytest.mark.parametrize("against", AGAINST)
 @pytest.mark.parametrize("name", sorted(PLANTED))
-def test_simulator_rejects_what_cann_rejects(results, name):
-    rc, err = results[("sim", PLANT_CC, name)]
-    assert rc != 0, f"{name}: the simulator's headers accept {PLANTED[name][1]!r}"
+def test_planted_mistake_fails(results, against, name):
+    """CANN's headers reject it, and so must the simulator's."""
+    rc, err = results[(against, PLANT_CC, name)]
+    assert rc != 0, f"{name}: the {against} headers accept {PLANTED[name][1]!r}"
     assert NAMED[name] in _errors(err), f"{name}: failed, but not on {NAMED[name]}:\n{_errors(err)}"
 
 

@@ -57,8 +57,8 @@ def status():
 
     try:
         info = _common.device_info()
-    except RuntimeError as e:
-        return False, str(e)
+    except Exception as e:  # torch_npu or the runtime failing to answer: not available, and why
+        return False, f"the NPU did not answer the device queries: {type(e).__name__}: {e}"
     built, soc = info["built_soc"], (info["soc"] or "?")
     if soc.lower() != built.lower():
         return False, f"the kernels are built for {built}, this NPU is {soc}: rebuild with DUALOPS_SOC={soc.lower()}"
