@@ -23,17 +23,17 @@ import cann_headers as ch
 HEADERS, WHY = ch.headers()
 needs_headers = pytest.mark.skipif(HEADERS is None, reason=WHY)
 COMPILERS = ch.compilers()
-# The planted cases run with one compiler (g++, else clang++): each compile parses all of CANN's
+# The planted cases run with one compiler (g++, else clang++): a compile parses all of CANN's
 # headers (~5 s of CPU), and what they show does not depend on the compiler.
 PLANT_CC = next((cc for cc, path in COMPILERS.items() if path), None)
 SIM_FLAGS = ["-std=c++17", "-DDUALOPS_ASCEND_SIM=1", f"-I{ch.ROOT / 'backends/ascend/sim/include'}", *ch.PROJECT]
 
 # One function that uses the API the kernels use: GM <-> UB copies with DataCopyParams, a cube
-# Mmad with MmadParams. Each planted case replaces one line of it.
-GOOD = """#include "kernel_operator.h"
-__aicore__ inline void Planted(AscendC::LocalTensor<half>& ub, AscendC::GlobalTensor<half>& gm,
-                               AscendC::LocalTensor<float>& c, AscendC::LocalTensor<half>& a,
-                               AscendC::LocalTensor<half>& b) {
+# Mmad with MmadParams. Each planted case is a copy of it with one line replaced; all copies go
+# into one translation unit (one parse of the headers), and each must get an error on its line.
+BODY = """__aicore__ inline void NAME(AscendC::LocalTensor<half>& ub, AscendC::GlobalTensor<half>& gm,
+                            AscendC::LocalTensor<float>& c, AscendC::LocalTensor<half>& a,
+                            AscendC::LocalTensor<half>& b) {
   AscendC::DataCopyParams p;
   p.blockCount = 1;
   p.blockLen = 2;
@@ -48,6 +48,19 @@ PLANTED = {
                        "AscendC::Mmad(c, a, b);"),
     "unknown_function": ("AscendC::Mmad(c, a, b,", "AscendC::MmadEx(c, a, b,"),
 }
+
+
+def planted_source() -> tuple[str, dict]:
+    """(the translation unit with every planted copy, {case: line of its mistake})."""
+    text, lines = '#include "kernel_operator.h"\n', {}
+    for name, (good, bad) in PLANTED.items():
+        body = BODY.replace("NAME", f"Planted_{name}")
+        assert good in body, name
+        lines[name] = text.count("\n") + 1 + body[:body.index(good)].count("\n")
+        text += body.replace(good, bad)
+    return text, lines
+
+
 # What the error must name, so a failure for another reason (a broken include path) is not taken
 # for the planted mistake.
 NAMED = {"wrong_struct_field": "blockLength", "extra_argument": "DataCopy", "missing_params": "Mmad",
@@ -59,18 +72,16 @@ def _results(tmp: str):
     import pathlib
 
     d = pathlib.Path(tmp)
+    (d / "good.cpp").write_text('#include "kernel_operator.h"\n' + BODY.replace("NAME", "Good"))
+    (d / "planted.cpp").write_text(planted_source()[0])
     jobs = {}
-    sources = {"good": GOOD, **{k: GOOD.replace(*v) for k, v in PLANTED.items()}}
-    for name, text in sources.items():
-        assert name == "good" or text != GOOD, name
-        (d / f"{name}.cpp").write_text(text)
     for cc, path in COMPILERS.items():
         if path is None:
             continue
         if HEADERS is not None:
             for k in ch.KERNELS:
                 jobs[("cann", cc, k)] = [path, "-fsyntax-only", *HEADERS.flags(), str(ch.ROOT / k)]
-        for name in sources if cc == PLANT_CC else ():
+        for name in ("good", "planted") if cc == PLANT_CC else ():
             if HEADERS is not None:
                 jobs[("cann", cc, name)] = [path, "-fsyntax-only", *HEADERS.flags(), str(d / f"{name}.cpp")]
             jobs[("sim", cc, name)] = [path, "-fsyntax-only", *SIM_FLAGS, str(d / f"{name}.cpp")]
@@ -123,10 +134,20 @@ def test_correct_api_use_compiles(results, against):
 @pytest.mark.parametrize("against", AGAINST)
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_planted_mistake_fails(results, against, name):
-    """CANN's headers reject it, and so must the simulator's."""
-    rc, err = results[(against, PLANT_CC, name)]
-    assert rc != 0, f"{name}: the {against} headers accept {PLANTED[name][1]!r}"
-    assert NAMED[name] in _errors(err), f"{name}: failed, but not on {NAMED[name]}:\n{_errors(err)}"
+    """CANN's headers reject it, and so must the simulator's: an error on the mistake's line that
+    names what is wrong."""
+    rc, err = results[(against, PLANT_CC, "planted")]
+    line = planted_source()[1][name]
+    here = [ln for ln in err.splitlines() if f"planted.cpp:{line}:" in ln and "error" in ln]
+    assert rc != 0 and here, f"{name}: the {against} headers accept {PLANTED[name][1]!r} (line {line}):\n{_errors(err)}"
+    assert any(NAMED[name] in ln for ln in here), f"{name}: line {line} failed, but not on {NAMED[name]}:\n{here}"
+
+
+def test_planted_lines_are_the_mistakes():
+    text, lines = planted_source()
+    rows = text.splitlines()
+    for name, (_, bad) in PLANTED.items():
+        assert bad.strip() in rows[lines[name] - 1], (name, rows[lines[name] - 1])
 
 
 def test_headers_found_or_skip_reason_is_clear():
