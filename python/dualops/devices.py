@@ -261,7 +261,8 @@ def detect(device=None) -> DeviceProfile:
     "ascend_sim"), a tensor (its device), a profile name ("h200") or a DeviceProfile.
 
     cuda -> the SKU's profile from torch.cuda.get_device_properties (generic when unknown);
-    npu -> 910B2 (torch_npu does not tell us the SoC without CANN calls);
+    npu -> the NPU's SoC and AI-core count as CANN's runtime reports them when the npu backend
+    runs here (dualops.backends.npu), else 910B2;
     ascend_sim / cpu / None -> the 910B2 the simulator models."""
     import torch
 
@@ -292,4 +293,11 @@ def detect(device=None) -> DeviceProfile:
     if device.type == "cpu":
         return profile(DEFAULT_CPU_PROFILE)
     # "npu" (PrivateUse1 under torch_npu) and anything else.
+    if device.type in ("npu", "privateuseone"):
+        from .backends import npu
+
+        if npu.status()[0]:
+            from .backends.npu import _common
+
+            return _common.profile()
     return profile(DEFAULT_NPU_PROFILE)
