@@ -88,13 +88,14 @@ class Experts:
         if self.layout == "contiguous":
             ys = self._mlp(xs, group_offsets=starts)  # [G + 1]: padding rows (after starts[G]) give 0
         else:
-            pos = torch.arange(x.shape[0], device=x.device) - starts[key_sorted].long()
-            valid = key_sorted < G
-            grp, pos = key_sorted.clamp_max(G - 1).long(), pos.clamp(0, m_max - 1)
-            xm = torch.zeros(G, m_max, x.shape[1], dtype=x.dtype, device=x.device)
-            xm[grp, pos] = torch.where(valid[:, None], xs, torch.zeros_like(xs))
-            ym = self._mlp(xm, masked_m=counts[:G].contiguous())
-            ys = torch.where(valid[:, None], ym[grp, pos], torch.zeros((), dtype=ym.dtype, device=x.device))
+            # row i of expert g goes to xm[g, i]; padding rows land in a spare group G that no GEMM reads
+            grp = key_sorted.long()
+            pos = (torch.arange(x.shape[0], device=x.device) - starts[grp].long()).clamp(0, m_max - 1)
+            xm = torch.zeros(G + 1, m_max, x.shape[1], dtype=x.dtype, device=x.device)
+            xm[grp, pos] = xs
+            ym = self._mlp(xm[:G], masked_m=counts[:G].contiguous())
+            valid = (grp < G)[:, None]
+            ys = torch.where(valid, ym[grp.clamp_max(G - 1), pos], torch.zeros((), dtype=ym.dtype, device=x.device))
         y = torch.empty_like(ys)
         y[perm] = ys
         return y

@@ -95,7 +95,7 @@ class Step:
         return out
 
     def compiled(self, compile_backend: str):
-        fn = torch.compile(lambda x, lens, plan: self.layer(x, lens, plan)[0], fullgraph=True,
+        fn = torch.compile(lambda x, lens, plan: self.layer(x, lens, plan), fullgraph=True,
                            backend=compile_backend)
 
         def run():
@@ -119,7 +119,7 @@ class Step:
             plan = static_plan
             if self.model == "mla" and device_plan:
                 plan = self.layer.plan(self.lens + 1, on_device=True)
-            return self.layer(self.x, self.lens, plan)[0]
+            return self.layer(self.x, self.lens, plan)
 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -143,8 +143,9 @@ class Step:
         return run
 
     def runner(self, mode: str, compile_backend: str = "inductor"):
+        """A function running one step in ``mode``; it returns (output, expert ids, router scores)."""
         if mode == "eager":
-            return lambda: self.eager()[0]
+            return self.eager
         if mode == "compile":
             return self.compiled(compile_backend)
         return self.graph(device_plan=mode == "graph-device-plan")

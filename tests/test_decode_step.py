@@ -1,0 +1,156 @@
+"""The decode-step example (examples/decode_step.py): head and expert sharding over 2 gloo processes
+against one process, the MoE's two grouped-GEMM layouts against a per-row loop, the same step on the
+reference and ascend_sim backends, and on a GPU: CUDA-graph replay with changing lengths (plan made
+on the host or inside the graph), torch.compile(fullgraph=True), cuda against reference."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dualops
+from dualops.backends import ascend_sim
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+sys.path.insert(0, EXAMPLES)
+import decode_step as ds  # noqa: E402
+from decode_layers import SIZES  # noqa: E402
+from decode_moe import Experts, shard  # noqa: E402
+
+TINY = SIZES["tiny"]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def test_shard_gives_every_rank_a_share_differing_by_at_most_one():
+    for n, world in ((128, 3), (10, 2), (6, 4), (256, 7), (5, 5)):
+        bounds = [shard(n, world, r) for r in range(world)]
+        sizes = [b - a for a, b in bounds]
+        assert bounds[0][0] == 0 and bounds[-1][1] == n
+        assert all(bounds[r][1] == bounds[r + 1][0] for r in range(world - 1))
+        assert max(sizes) - min(sizes) <= 1
+    assert [b - a for a, b in (shard(128, 3, r) for r in range(3))] == [43, 43, 42]
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8_blockwise"])
+def test_expert_layouts_match_a_loop_over_rows(fp8, gen):
+    """Received rows (padding marked -1) through both grouped-GEMM layouts against each row's expert
+    run on its own by plain torch on the same (quantized) operands."""
+    G, H, Fd, R = 3, 128, 128, 11
+    w13 = (torch.randn(G, 2 * Fd, H, generator=gen) * H ** -0.5).bfloat16()
+    w2 = (torch.randn(G, H, Fd, generator=gen) * Fd ** -0.5).bfloat16()
+    x = torch.randn(R, H, generator=gen).bfloat16()
+    ids = torch.tensor([2, -1, 0, 2, 1, -1, 0, 0, 2, -1, 1])
+    outs = {}
+    for layout in ("contiguous", "masked"):
+        e = Experts(w13, w2, fp8=fp8, layout=layout, backend="reference")
+        outs[layout] = e(x, ids, m_max=R)
+    e = Experts(w13, w2, fp8=fp8, layout="contiguous", backend="reference")
+    for i in range(R):
+        g = int(ids[i])
+        if g < 0:
+            assert torch.equal(outs["contiguous"][i], torch.zeros(H, dtype=torch.bfloat16))
+            continue
+        mlp = e._mlp(x[i:i + 1], group_offsets=torch.tensor([0] * (g + 1) + [1] * (G - g), dtype=torch.int32))
+        ds.parity(outs["contiguous"][i:i + 1], mlp, f"row {i}")
+    ds.parity(outs["masked"], outs["contiguous"], "masked vs contiguous layout")
+    if not fp8:  # the plain-torch expert, so the example's gate/up/down order is checked too
+        gate, up = (x.float() @ w13[0].float().t()).bfloat16().chunk(2, dim=-1)
+        want = ((F.silu(gate.float()) * up.float()).bfloat16().float() @ w2[0].float().t()).bfloat16()
+        ds.parity(outs["contiguous"][ids == 0], want[ids == 0], "expert 0 against plain torch")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(*args: str) -> str:
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(dualops.__file__)),
+                                           os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), os.path.join(EXAMPLES, "decode_step.py"), "--device", "cpu",
+           "--size", "tiny", "--backend", "reference", "--check", *args]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_tp2_gloo_matches_one_process():
+    """3 heads per rank (odd) for MLA and for GQA; the row-parallel out-projection's all-reduce."""
+    out = _torchrun("--tp", "2", "--kv-format", "fp8_v32")
+    for model in ("mla", "gqa"):
+        for rank in (0, 1):
+            assert f"{model} rank {rank}: sharded step matches one process: ok" in out, out
+
+
+def test_ep2_gloo_matches_one_process():
+    """Experts 0-3 and 4-7 on two ranks, requests 2 + 1, all-to-all dispatch and combine, fp8 blockwise."""
+    out = _torchrun("--ep", "2", "--moe-dtype", "fp8", "--model", "mla")
+    for rank in (0, 1):
+        assert f"mla rank {rank}: sharded step matches one process: ok" in out, out
+
+
+@pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim unavailable: {ascend_sim.status()[1]}")
+@pytest.mark.parametrize("model", ds.MODELS)
+def test_reference_and_ascend_sim_agree(model):
+    (b, c), = ds.check_backends(model, TINY, ["reference", "ascend_sim"], device="cpu")
+    assert b == "ascend_sim" and c.ok and c.numel == TINY.batch * (TINY.hidden if model == "mla" else TINY.gqa_hidden)
+
+
+# ----------------------------------------------------------------------------------- GPU
+
+
+SMALL = SIZES["small"]
+
+
+@needs_cuda
+@pytest.mark.parametrize("kv_format", ds.mla_formats())
+@pytest.mark.parametrize("mode", ["graph", "graph-device-plan"])
+@pytest.mark.parametrize("model", ds.MODELS)
+def test_cuda_graph_replays_with_changing_lengths(model, mode, kv_format):
+    if model == "gqa" and kv_format != "bf16":
+        pytest.skip("the GQA model has no MLA cache format")
+    import dataclasses
+    cfg = dataclasses.replace(SMALL, kv_format=kv_format, moe_dtype="fp8")
+    step = ds.Step(model, cfg, device="cuda")
+    run = step.runner(mode)
+    g = torch.Generator().manual_seed(7)
+    for trial in range(3):
+        lens = torch.randint(0, cfg.context * 3 // 2 + 1, (cfg.batch,), generator=g, dtype=torch.int32)
+        lens[trial % cfg.batch] = trial  # a request with 0, 1 or 2 cached tokens
+        step.reset(lens)
+        out, ids, _ = (t.clone() if t is not None else None for t in run())
+        step.reset(lens)
+        want, _, _ = step.eager(forced_ids=ids)
+        ds.parity(out, want, f"{model} {mode} replay {trial} against eager")
+
+
+@needs_cuda
+@pytest.mark.parametrize("model", ds.MODELS)
+def test_cuda_compile_fullgraph_matches_eager(model):
+    step = ds.Step(model, SMALL, device="cuda")
+    run = step.runner("compile")
+    for _ in range(2):
+        step.reset()
+        out, ids, _ = run()
+        step.reset()
+        want, _, _ = step.eager(forced_ids=ids)
+        ds.parity(out, want, f"{model} compiled against eager")
+
+
+@needs_cuda
+@pytest.mark.parametrize("moe_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("model", ds.MODELS)
+def test_cuda_and_reference_agree(model, moe_dtype):
+    import dataclasses
+    for kv_format in ds.mla_formats() if model == "mla" else ["bf16"]:
+        cfg = dataclasses.replace(SMALL, kv_format=kv_format, moe_dtype=moe_dtype)
+        (b, c), = ds.check_backends(model, cfg, ["reference", "cuda"], device="cuda")
+        assert b == "cuda" and c.ok
