@@ -4,6 +4,7 @@ reference and ascend_sim backends, and on a GPU: CUDA-graph replay with changing
 on the host or inside the graph), torch.compile(fullgraph=True), cuda against reference."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -98,10 +99,43 @@ def test_ep2_gloo_matches_one_process():
 
 
 @pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim unavailable: {ascend_sim.status()[1]}")
-@pytest.mark.parametrize("model", ds.MODELS)
-def test_reference_and_ascend_sim_agree(model):
-    (b, c), = ds.check_backends(model, TINY, ["reference", "ascend_sim"], device="cpu")
-    assert b == "ascend_sim" and c.ok and c.numel == TINY.batch * (TINY.hidden if model == "mla" else TINY.gqa_hidden)
+@pytest.mark.parametrize("model, kv_format, moe_dtype", [("mla", "bf16", "bf16"), ("mla", "fp8_v32", "fp8"),
+                                                          ("gqa", "bf16", "bf16")])
+def test_reference_and_ascend_sim_agree(model, kv_format, moe_dtype):
+    cfg = dataclasses.replace(TINY, kv_format=kv_format, moe_dtype=moe_dtype)
+    (b, c), = ds.check_backends(model, cfg, ["reference", "ascend_sim"], device="cpu")
+    assert b == "ascend_sim" and c.ok and c.numel == cfg.batch * (cfg.hidden if model == "mla" else cfg.gqa_hidden)
+
+
+@pytest.mark.parametrize("fault", ["mla_drops_a_key", "ifa_drops_a_key", "expert_scale"])
+def test_cross_backend_check_catches_planted_faults(fault, monkeypatch):
+    """The step check with its end-to-end bound still fails a dropped key (one request attends one
+    key too few) and an expert output off by 1 %: the 'faulty' backend is the reference with the fault."""
+    real = {n: getattr(dualops, n) for n in ("mla_decode", "incre_flash_attention", "grouped_gemm")}
+
+    def drop_key(lens):
+        return lens - (torch.arange(lens.numel()) == 1).to(lens.dtype)
+
+    def mla(q, cache, table, lens, **kw):
+        if kw.pop("backend") == "ascend_sim":
+            lens = drop_key(lens)
+        return real["mla_decode"](q, cache, table, lens, backend="reference", **kw)
+
+    def ifa(q, k, v, **kw):
+        if kw.pop("backend") == "ascend_sim":
+            kw["kv_lens"] = drop_key(kw["kv_lens"])
+        return real["incre_flash_attention"](q, k, v, backend="reference", **kw)
+
+    def gemm(x, w, **kw):
+        y = real["grouped_gemm"](x, w, **dict(kw, backend="reference"))
+        return (y.float() * 1.01).to(y.dtype) if kw["backend"] == "ascend_sim" else y
+
+    model = "gqa" if fault == "ifa_drops_a_key" else "mla"
+    name, fake = {"mla_drops_a_key": ("mla_decode", mla), "ifa_drops_a_key": ("incre_flash_attention", ifa),
+                  "expert_scale": ("grouped_gemm", gemm)}[fault]
+    monkeypatch.setattr(dualops, name, fake)
+    with pytest.raises(AssertionError, match="ascend_sim vs reference"):
+        ds.check_backends(model, TINY, ["reference", "ascend_sim"], device="cpu")
 
 
 # ----------------------------------------------------------------------------------- GPU
@@ -117,7 +151,6 @@ SMALL = SIZES["small"]
 def test_cuda_graph_replays_with_changing_lengths(model, mode, kv_format):
     if model == "gqa" and kv_format != "bf16":
         pytest.skip("the GQA model has no MLA cache format")
-    import dataclasses
     cfg = dataclasses.replace(SMALL, kv_format=kv_format, moe_dtype="fp8")
     step = ds.Step(model, cfg, device="cuda")
     run = step.runner(mode)
@@ -129,7 +162,7 @@ def test_cuda_graph_replays_with_changing_lengths(model, mode, kv_format):
         out, ids, _ = (t.clone() if t is not None else None for t in run())
         step.reset(lens)
         want, _, _ = step.eager(forced_ids=ids)
-        ds.parity(out, want, f"{model} {mode} replay {trial} against eager")
+        ds.step_parity(out, want, f"{model} {mode} replay {trial} against eager")
 
 
 @needs_cuda
@@ -142,14 +175,13 @@ def test_cuda_compile_fullgraph_matches_eager(model):
         out, ids, _ = run()
         step.reset()
         want, _, _ = step.eager(forced_ids=ids)
-        ds.parity(out, want, f"{model} compiled against eager")
+        ds.step_parity(out, want, f"{model} compiled against eager")
 
 
 @needs_cuda
 @pytest.mark.parametrize("moe_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("model", ds.MODELS)
 def test_cuda_and_reference_agree(model, moe_dtype):
-    import dataclasses
     for kv_format in ds.mla_formats() if model == "mla" else ["bf16"]:
         cfg = dataclasses.replace(SMALL, kv_format=kv_format, moe_dtype=moe_dtype)
         (b, c), = ds.check_backends(model, cfg, ["reference", "cuda"], device="cuda")
