@@ -180,8 +180,11 @@ class MlaMoeLayer:
             self.cache.data = dualops.quant.pack_mla_kv(self.cache.data, kv_format=cfg.kv_format)
         E, F_ = cfg.experts, cfg.expert_dim
         e0, e1 = shard(E, *ep)
-        w13 = torch.stack([init.randn(f"moe.w13.{e}", (2 * F_, H), H ** -0.5) for e in range(e0, e1)])
-        w2 = torch.stack([init.randn(f"moe.w2.{e}", (H, F_), F_ ** -0.5) for e in range(e0, e1)])
+        w13 = torch.empty(e1 - e0, 2 * F_, H, dtype=torch.bfloat16, device=init.device)
+        w2 = torch.empty(e1 - e0, H, F_, dtype=torch.bfloat16, device=init.device)
+        for e in range(e0, e1):  # expert by expert: the same values whichever rank holds it
+            w13[e - e0] = init.randn(f"moe.w13.{e}", (2 * F_, H), H ** -0.5)
+            w2[e - e0] = init.randn(f"moe.w2.{e}", (H, F_), F_ ** -0.5)
         max_tokens = -(-cfg.batch // ep[0])
         self.moe = MoE(router_w=init.randn("moe.router", (E, H), H ** -0.5),
                        router_bias=init.randn("moe.bias", (E,), 0.1, torch.float32), topk=cfg.topk,

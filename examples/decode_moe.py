@@ -43,6 +43,15 @@ def quantize_weight_blockwise(w: torch.Tensor):
     return q.reshape(g, n, k), scale
 
 
+def _quantize_per_expert(w: torch.Tensor):
+    """quantize_weight_blockwise one expert at a time (the fp32 copy of 256 experts would not fit)."""
+    q = torch.empty(w.shape, dtype=torch.float8_e4m3fn, device=w.device)
+    scale = torch.empty(w.shape[0], w.shape[1] // SCALE_BLOCK, w.shape[2] // SCALE_BLOCK, device=w.device)
+    for g in range(w.shape[0]):
+        q[g:g + 1], scale[g:g + 1] = quantize_weight_blockwise(w[g:g + 1])
+    return q, scale
+
+
 class Experts:
     """The routed experts a rank owns: gate+up [G, 2F, H] and down [G, H, F] weights, bf16 or fp8
     blockwise, run by dualops.grouped_gemm in the contiguous or the masked layout."""
@@ -57,8 +66,8 @@ class Experts:
                 if w.shape[1] % SCALE_BLOCK or w.shape[2] % SCALE_BLOCK:
                     raise ValueError(f"fp8 blockwise experts need dims that are multiples of {SCALE_BLOCK}; "
                                      f"the {name} weight is {tuple(w.shape)}")
-            self.w13, self.s13 = quantize_weight_blockwise(w13)
-            self.w2, self.s2 = quantize_weight_blockwise(w2)
+            self.w13, self.s13 = _quantize_per_expert(w13)
+            self.w2, self.s2 = _quantize_per_expert(w2)
         else:
             self.w13, self.s13, self.w2, self.s2 = w13, None, w2, None
 
