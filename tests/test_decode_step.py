@@ -186,3 +186,14 @@ def test_cuda_and_reference_agree(model, moe_dtype):
         cfg = dataclasses.replace(SMALL, kv_format=kv_format, moe_dtype=moe_dtype)
         (b, c), = ds.check_backends(model, cfg, ["reference", "cuda"], device="cuda")
         assert b == "cuda" and c.ok
+
+
+@needs_cuda
+@pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim unavailable: {ascend_sim.status()[1]}")
+@pytest.mark.parametrize("model", ds.MODELS)
+def test_cuda_ascend_sim_and_reference_agree(model):
+    """The deployment check end to end: the cuda backend on the GPU and the Ascend C kernels on the
+    CPU simulator against the reference, one step with the same weights and inputs."""
+    cfg = dataclasses.replace(TINY, kv_format="fp8_v32", moe_dtype="fp8")
+    results = ds.check_backends(model, cfg, ["reference", "ascend_sim", "cuda"], device="cuda")
+    assert [b for b, c in results if c.ok] == ["ascend_sim", "cuda"]
