@@ -56,12 +56,13 @@ class Config:
 
 
 # Realistic sizes, a small GPU / CPU size (odd head counts: 10 heads = 5 per rank on 2 ranks), and
-# a tiny one for the slow CPU simulator of the Ascend kernels (6 heads: 3 per rank on 2 ranks).
+# a tiny one for the slow CPU simulator of the Ascend kernels (on 2 ranks: MLA heads 4 + 3, GQA heads
+# 3 + 3, experts 4 + 3, requests 2 + 1).
 SIZES = {
     "full": Config(),
     "small": Config(batch=6, context=150, hidden=512, q_lora=128, h_q=10, v_head=32, experts=16, topk=4,
                     expert_dim=256, gqa_hidden=512, gqa_h_q=10, gqa_h_kv=2, gqa_d=64),
-    "tiny": Config(batch=3, context=40, steps=4, hidden=256, q_lora=64, h_q=6, v_head=16, experts=8, topk=2,
+    "tiny": Config(batch=3, context=40, steps=4, hidden=256, q_lora=64, h_q=7, v_head=16, experts=7, topk=2,
                    expert_dim=128, gqa_hidden=256, gqa_h_q=6, gqa_h_kv=2, gqa_d=64),
 }
 

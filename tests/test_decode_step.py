@@ -84,7 +84,8 @@ def _torchrun(*args: str) -> str:
 
 
 def test_tp2_gloo_matches_one_process():
-    """3 heads per rank (odd) for MLA and for GQA; the row-parallel out-projection's all-reduce."""
+    """MLA heads 4 + 3 and GQA heads 3 + 3 (odd and unequal shares), an fp8 cache, the row-parallel
+    out-projection's all-reduce."""
     out = _torchrun("--tp", "2", "--kv-format", "fp8_v32")
     for model in ("mla", "gqa"):
         for rank in (0, 1):
@@ -92,7 +93,7 @@ def test_tp2_gloo_matches_one_process():
 
 
 def test_ep2_gloo_matches_one_process():
-    """Experts 0-3 and 4-7 on two ranks, requests 2 + 1, all-to-all dispatch and combine, fp8 blockwise."""
+    """Experts 0-3 and 4-6 on two ranks, requests 2 + 1, all-to-all dispatch and combine, fp8 blockwise."""
     out = _torchrun("--ep", "2", "--moe-dtype", "fp8", "--model", "mla")
     for rank in (0, 1):
         assert f"mla rank {rank}: sharded step matches one process: ok" in out, out
