@@ -60,9 +60,9 @@ class Config:
 # 3 + 3, experts 4 + 3, requests 2 + 1).
 SIZES = {
     "full": Config(),
-    "small": Config(batch=6, context=150, hidden=512, q_lora=128, h_q=10, v_head=32, experts=16, topk=4,
+    "small": Config(batch=6, context=150, page=32, hidden=512, q_lora=128, h_q=10, v_head=32, experts=16, topk=4,
                     expert_dim=256, gqa_hidden=512, gqa_h_q=10, gqa_h_kv=2, gqa_d=64),
-    "tiny": Config(batch=3, context=40, steps=4, hidden=256, q_lora=64, h_q=7, v_head=16, experts=7, topk=2,
+    "tiny": Config(batch=3, context=40, page=16, steps=4, hidden=256, q_lora=64, h_q=7, v_head=16, experts=7, topk=2,
                    expert_dim=128, gqa_hidden=256, gqa_h_q=6, gqa_h_kv=2, gqa_d=64),
 }
 
@@ -252,6 +252,7 @@ class GqaLayer:
                                      batch_range) for n in "kv")
         for c in (self.k, self.v):  # this rank's KV heads
             c.data = c.data[:, :, k0:k1].contiguous()
+        self.v.block_table = self.k.block_table  # one page table for both caches, as incre_flash_attention reads them
 
     def __call__(self, x, seqlens, plan=None, timer=None, forced_ids=None):
         B, D = x.shape[0], self.cfg.gqa_d

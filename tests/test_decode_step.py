@@ -94,9 +94,37 @@ def test_tp2_gloo_matches_one_process():
 
 def test_ep2_gloo_matches_one_process():
     """Experts 0-3 and 4-6 on two ranks, requests 2 + 1, all-to-all dispatch and combine, fp8 blockwise."""
-    out = _torchrun("--ep", "2", "--moe-dtype", "fp8", "--model", "mla")
-    for rank in (0, 1):
-        assert f"mla rank {rank}: sharded step matches one process: ok" in out, out
+    out = _torchrun("--ep", "2", "--moe-dtype", "fp8")
+    for model in ("mla", "gqa"):
+        for rank in (0, 1):
+            assert f"{model} rank {rank}: sharded step matches one process: ok" in out, out
+
+
+def test_gqa_step_attends_the_cache_and_the_new_token():
+    """One GQA step against attention written out by hand over each request's cached tokens (read
+    through the page table before the step) plus the step's own K and V."""
+    step = ds.Step("gqa", TINY, device="cpu", backend="reference")
+    layer, cfg = step.layer, TINY
+    D, B, group = cfg.gqa_d, cfg.batch, cfg.gqa_h_q // cfg.gqa_h_kv
+    lens = step.lens_host.clone()
+    old = []
+    for b in range(B):
+        pages = layer.k.block_table[b].long()
+        k = layer.k.data[pages].flatten(0, 1)[:int(lens[b])]
+        v = layer.v.data[pages].flatten(0, 1)[:int(lens[b])]
+        old.append((k.clone(), v.clone()))
+    out = step.eager()[0]
+    x = step.x
+    q, k_new, v_new = (F.rms_norm(x.float(), (x.shape[-1],)).bfloat16() @ layer.wqkv.t()).split(
+        [layer.h_q * D, layer.h_kv * D, layer.h_kv * D], dim=-1)
+    attn = []
+    for b in range(B):
+        k = torch.cat([old[b][0], k_new[b].view(1, layer.h_kv, D)]).float().repeat_interleave(group, dim=1)
+        v = torch.cat([old[b][1], v_new[b].view(1, layer.h_kv, D)]).float().repeat_interleave(group, dim=1)
+        p = (torch.einsum("hd,thd->ht", q[b].view(layer.h_q, D).float(), k) * D ** -0.5).softmax(-1)
+        attn.append(torch.einsum("ht,thd->hd", p, v).reshape(-1))
+    want = (x.float() + (torch.stack(attn).bfloat16().float() @ layer.wo.float().t()).bfloat16().float()).bfloat16()
+    ds.step_parity(out, want, "gqa step against attention by hand")
 
 
 @pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim unavailable: {ascend_sim.status()[1]}")
