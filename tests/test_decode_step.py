@@ -100,6 +100,37 @@ def test_ep2_gloo_matches_one_process():
             assert f"{model} rank {rank}: sharded step matches one process: ok" in out, out
 
 
+@pytest.mark.parametrize("kv_format", ds.mla_formats())
+def test_mla_step_appends_the_latent_token_and_attends_it(kv_format, monkeypatch):
+    """The step's latent token lands at position len of its request (read back through the page
+    table, unpacked from the cache format), and mla_decode's output is attention written out by
+    hand over the request's cached tokens and that token."""
+    cfg = dataclasses.replace(TINY, kv_format=kv_format)
+    step = ds.Step("mla", cfg, device="cpu", backend="reference")
+    layer, lens = step.layer, step.lens_host.clone()
+    seen = {}
+    real = dualops.mla_decode
+
+    def record(q, *a, **kw):
+        seen["q"], seen["out"] = q, real(q, *a, **kw)[0]
+        return seen["out"], None
+    monkeypatch.setattr(dualops, "mla_decode", record)
+    step.eager()
+    cache = layer.cache.data if kv_format == "bf16" else dualops.quant.unpack_mla_kv(layer.cache.data, kv_format)
+    h = F.rms_norm(step.x.float(), (cfg.hidden,)).bfloat16()
+    kv = h @ layer.wkv_a.t()
+    kv = torch.cat([F.rms_norm(kv[:, :512].float(), (512,)).bfloat16(), kv[:, 512:]], dim=-1)
+    for b in range(cfg.batch):
+        n = int(lens[b]) + 1
+        tokens = cache[layer.cache.block_table[b].long()].flatten(0, 1)[:n, 0].float()  # [n, 576]
+        want = kv[b] if kv_format == "bf16" else dualops.quant.unpack_mla_kv(
+            dualops.quant.pack_mla_kv(kv[b].view(1, 1, 1, -1), kv_format), kv_format).view(-1)
+        assert torch.equal(tokens[-1], want.float()), f"request {b}'s new latent token ({kv_format})"
+        q = seen["q"][b, 0].float()  # [h, 576]
+        p = (q @ tokens.t() * cfg.d_qk ** -0.5).softmax(-1)
+        ds.parity(seen["out"][b, 0], (p @ tokens[:, :512]).bfloat16(), f"request {b}'s attention ({kv_format})")
+
+
 def test_gqa_step_attends_the_cache_and_the_new_token():
     """One GQA step against attention written out by hand over each request's cached tokens (read
     through the page table before the step) plus the step's own K and V."""
