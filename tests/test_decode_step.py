@@ -219,7 +219,13 @@ def test_cuda_graph_replays_with_changing_lengths(model, mode, kv_format):
         lens = torch.randint(0, cfg.context * 3 // 2 + 1, (cfg.batch,), generator=g, dtype=torch.int32)
         lens[trial % cfg.batch] = trial  # a request with 0, 1 or 2 cached tokens
         step.reset(lens)
-        out, ids, _ = (t.clone() if t is not None else None for t in run())
+        if mode == "graph-device-plan":  # the whole step on the host: a replay, no sync
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            result = run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        out, ids, _ = (t.clone() if t is not None else None for t in result)
         step.reset(lens)
         want, _, _ = step.eager(forced_ids=ids)
         ds.step_parity(out, want, f"{model} {mode} replay {trial} against eager")
