@@ -244,7 +244,8 @@ def parse_args(argv=None):
     p.add_argument("--size", choices=tuple(SIZES), default="full")
     p.add_argument("--small", action="store_const", const="small", dest="size", help="same as --size small")
     p.add_argument("--backend", default=None, help="dualops backend (default: by device)")
-    p.add_argument("--device", default=None, help="default: cuda when there is a GPU, else cpu")
+    p.add_argument("--device", default=None,
+                   help="default: cuda when there is a GPU and --backend names no CPU backend, else cpu")
     p.add_argument("--kv-format", choices=mla_formats(), default="bf16", help="MLA cache format")
     p.add_argument("--moe-dtype", choices=("bf16", "fp8"), default="bf16")
     p.add_argument("--moe-layout", choices=("contiguous", "masked"), default="contiguous")
@@ -264,8 +265,12 @@ def parse_args(argv=None):
 
 def setup(args):
     """(device, tp group, ep group); starts torch.distributed under torchrun (NCCL on GPUs, else gloo)."""
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = torch.cuda.is_available() and args.backend not in ("reference", "ascend_sim")
+    device = torch.device(args.device or ("cuda" if gpu else "cpu"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    for name in ("batch", "context", "iters"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}")
     for name in ("tp", "ep"):
         if getattr(args, name) not in (1, world):
             raise ValueError(f"--{name} must be 1 or the number of processes ({world}), got {getattr(args, name)}")
@@ -286,6 +291,9 @@ def main(argv=None):
     device, tp_group, ep_group = setup(args)
     rank = dist.get_rank() if dist.is_initialized() else 0
     cfg = SIZES[args.size]
+    if args.ep > (args.batch or cfg.batch):
+        raise ValueError(f"--ep {args.ep} splits the requests over {args.ep} processes: give at least as many "
+                         f"requests (--batch), got {args.batch or cfg.batch}")
     cfg = dataclasses.replace(cfg, kv_format=args.kv_format, moe_dtype=args.moe_dtype, moe_layout=args.moe_layout,
                               router=args.router, batch=args.batch or cfg.batch, context=args.context or cfg.context,
                               steps=args.warmup + args.iters + 1)
