@@ -42,9 +42,14 @@ def _stand_ins() -> list[str]:
     try:
         import triton  # noqa: F401
     except ImportError:
+        # only while kernelkit imports: torch itself treats an importable triton as the real one
         triton = types.ModuleType("triton")
         triton.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
         sys.modules["triton"] = triton
+        try:
+            import kernelkit  # noqa: F401
+        finally:
+            del sys.modules["triton"]
         made.append("triton")
     try:
         import rich.console  # noqa: F401
@@ -178,10 +183,10 @@ def main(argv=None) -> int:
         ap.error(f"--src {args.src}: no tests/test_flash_mla_sparse_decoding.py there (a FlashMLA checkout "
                  f"at 9241ae3, or the folder 'scripts/flashmla_tests.sh prepare' makes)")
     shard, shards = (int(x) for x in args.shard.split("/"))
+    sys.path[:0] = [_flash_mla_package(), tests_dir]
     made = _stand_ins()
     if args.cpu:
         _cpu_emulation()
-    sys.path[:0] = [_flash_mla_package(), tests_dir]
     import flash_mla
 
     print(f"flash_mla -> {flash_mla.flash_mla_with_kvcache.__module__}; FlashMLA tests from {tests_dir}"
