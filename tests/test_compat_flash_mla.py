@@ -77,13 +77,14 @@ def test_dense_matches_native(backend, h_q, h_kv, s_q, causal):
     q, kv, table, lens = (t.to(dev) for t in _dense_inputs(g, 3, s_q, h_q, h_kv, [140, 0, 20]))
     meta, splits = flash_mla.get_mla_metadata()
     assert splits is None and not meta.have_initialized
-    out, lse = flash_mla.flash_mla_with_kvcache(q, kv, table, lens, 512, meta, splits, causal=causal)
+    out, lse = flash_mla.flash_mla_with_kvcache(q, kv, table, lens, 512, meta, splits, causal=causal,
+                                                backend=backend)
     assert meta.have_initialized and meta.config.h_k == h_kv and meta.config.page_block_size == 64
     want_out, want_lse = _native_dense(q, kv, table, lens, causal, backend)
     _same(out, want_out)
     _same(lse, want_lse)
     assert torch.isinf(lse[1]).all() and (lse[1] > 0).all() and not out[1].any()  # the empty request
-    again = flash_mla.flash_mla_with_kvcache(q, kv, table, lens, 512, meta, None, causal=causal)
+    again = flash_mla.flash_mla_with_kvcache(q, kv, table, lens, 512, meta, None, causal=causal, backend=backend)
     _same(again[0], out)
 
 
@@ -182,7 +183,7 @@ def _sparse_calls(c, backend, meta=None):
     got = flash_mla.flash_mla_with_kvcache(
         t["q"], t["cache"], None, None, 512, meta if meta is not None else flash_mla.get_mla_metadata()[0],
         None, 0.07, False, True, t["idx"], t["sink"], t["cache2"] if extra else None,
-        t["idx2"] if extra else None, t["topk_length"], None)
+        t["idx2"] if extra else None, t["topk_length"], None, backend=backend)
     B = c["q"].shape[0]
     want = dualops.mla_decode(
         t["q"], t["packed"], torch.zeros(B, 1, dtype=torch.int32, device=dev),
