@@ -173,6 +173,7 @@ def _sparse_case(g, fmt, bs, padded, extra_bs=None, view=FP8, B=3, s_q=2, h_q=16
         nb2 = -(-130 // extra_bs)
         case["packed2"], case["cache2"] = _fp8_cache(g, fmt, nb2, extra_bs, padded, view)
         case["idx2"] = _indices(g, B, s_q, 32, nb2 * extra_bs)
+        case["topk_length2"] = torch.tensor([5, 32, 0][:B], dtype=torch.int32)
     return case
 
 
@@ -183,14 +184,15 @@ def _sparse_calls(c, backend, meta=None):
     got = flash_mla.flash_mla_with_kvcache(
         t["q"], t["cache"], None, None, 512, meta if meta is not None else flash_mla.get_mla_metadata()[0],
         None, 0.07, False, True, t["idx"], t["sink"], t["cache2"] if extra else None,
-        t["idx2"] if extra else None, t["topk_length"], None, backend=backend)
+        t["idx2"] if extra else None, t["topk_length"], t["topk_length2"] if extra else None, backend=backend)
     B = c["q"].shape[0]
     want = dualops.mla_decode(
         t["q"], t["packed"], torch.zeros(B, 1, dtype=torch.int32, device=dev),
         torch.zeros(B, dtype=torch.int32, device=dev), softmax_scale=0.07,
         kv_format="fp8_v32" if c["packed"].shape[-1] == 656 else "fp8_model1", indices=t["idx"],
         topk_length=t["topk_length"], attn_sink=t["sink"], extra_kv_cache=t["packed2"] if extra else None,
-        extra_indices=t["idx2"] if extra else None, backend=backend)
+        extra_indices=t["idx2"] if extra else None, extra_topk_length=t["topk_length2"] if extra else None,
+        backend=backend)
     return got, want
 
 
