@@ -86,11 +86,11 @@ def _cpu_emulation():
 
 
 class Tally:
-    def __init__(self, name, shard, shards, match=None, max_cases=None):
+    def __init__(self, name, shard, shards, match=None, max_cases=None, deadline=None):
         self.name, self.shard, self.shards = name, shard, shards
-        self.match, self.max_cases = match, max_cases
+        self.match, self.max_cases, self.deadline = match, max_cases, deadline
         self.index = -1
-        self.passed, self.failed, self.timing_off = 0, [], 0
+        self.passed, self.failed, self.timing_off, self.not_started = 0, [], 0, 0
 
     def mine(self, case=None) -> bool:
         self.index += 1
@@ -98,7 +98,12 @@ class Tally:
             return False
         if self.match and not all(m in repr(case) for m in self.match):
             return False
-        return self.index % self.shards == self.shard
+        if self.index % self.shards != self.shard:
+            return False
+        if self.deadline is not None and time.time() > self.deadline:
+            self.not_started += 1
+            return False
+        return True
 
     def run(self, fn, case, *args):
         try:
@@ -116,8 +121,9 @@ class Tally:
 
     def summary(self) -> str:
         n = self.passed + len(self.failed)
+        late = f"; {self.not_started} cases of the shard not started (--time-limit)" if self.not_started else ""
         return (f"{self.name}: {self.passed} passed, {len(self.failed)} failed, of {n} cases "
-                f"(shard {self.shard}/{self.shards}; timing turned off in {self.timing_off} of them)")
+                f"(shard {self.shard}/{self.shards}; timing turned off in {self.timing_off} of them{late})")
 
 
 def run_dense(tally: Tally, dtype_name: str, list_only: bool):
@@ -175,6 +181,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default="0/1", help="I/N: run cases I, I+N, ... (default 0/1: all)")
     ap.add_argument("--match", action="append", help="run only cases whose repr contains this text (repeatable)")
     ap.add_argument("--max-cases", type=int, help="stop after this many cases")
+    ap.add_argument("--time-limit", type=float, help="start no case after this many seconds (then summarize)")
     ap.add_argument("--cpu", action="store_true", help="emulate on the CPU (reference backend; small cases)")
     ap.add_argument("--list", action="store_true", help="count the cases and exit")
     args = ap.parse_args(argv)
@@ -193,7 +200,8 @@ def main(argv=None) -> int:
           + (f"; stand-ins for {', '.join(made)}" if made else ""), flush=True)
     start, lines, failed = time.time(), [], 0
     for name in args.tests.split(","):
-        tally = Tally(name, shard, shards, args.match, args.max_cases)
+        deadline = start + args.time_limit if args.time_limit else None
+        tally = Tally(name, shard, shards, args.match, args.max_cases, deadline)
         total = run_dense(tally, args.dtype, args.list) if name == "dense" else run_sparse(tally, args.list)
         lines.append(f"{name}: {total} cases" if args.list else tally.summary())
         failed += len(tally.failed)
