@@ -82,8 +82,8 @@ def expected_with_budget(op: str, inputs: dict) -> tuple[dict, dict]:
 
 
 def tolerance(op: str, output: str, inputs: dict) -> tuple[float, float, float]:
-    """(atol, rtol, cos_eps) for one output: lse gets LSE_TOLERANCE; attention outputs the budget
-    of q's dtype; grouped GEMM the looser of the output dtype's budget and the inputs' (an fp32
+    """(atol, rtol, cos_eps) for one output: lse gets LSE_TOLERANCE; attention outputs the tolerances
+    of q's dtype; grouped GEMM the looser of the output dtype's tolerances and the inputs' (an fp32
     output of fp16 products still carries fp16-product accumulation error; fp8 / int8 inputs
     count as bf16)."""
     if output == "lse":
