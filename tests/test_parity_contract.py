@@ -71,7 +71,7 @@ def _mla_ref(inp):
 
 MLA_PASS = [
     # (lengths, q dtype, cache format, scales not powers of two)
-    (tuple(range(1, 65, 3)), "bf16", "bf16", False),
+    (tuple(range(1, 65, 4)) + (64,), "bf16", "bf16", False),
     ((2, 3, 4, 5, 6, 7, 8, 2, 3, 8), "bf16", "bf16", False),
     ((2, 5, 8, 3), "fp16", "bf16", False),
     (tuple(range(1, 65, 9)), "fp16", "bf16", False),
@@ -79,7 +79,7 @@ MLA_PASS = [
     ((2, 3, 7, 8, 40, 64), "bf16", "fp8_v32", True),
     ((1, 4, 33), "bf16", "fp8_model1", False),
     ((3000, 1), "bf16", "bf16", False),
-    ((2500,), "bf16", "fp8_v32", True),
+    ((2048,), "bf16", "fp8_v32", True),
 ]
 
 
