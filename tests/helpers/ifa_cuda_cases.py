@@ -103,10 +103,10 @@ def make_case(*, D=128, S_q=1, page=0, int8_offset=True, seed=0, device="cuda", 
 def check(q, k, v, kw, *, name=""):
     out, lse = dualops.incre_flash_attention(q, k, v, backend="cuda", return_lse=True, **kw)
     torch.cuda.synchronize()
-    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    ref_out, ref_lse, budget = ref_ifa(q, k, v, **kw, return_budget=True)
     assert out.dtype == q.dtype and out.shape == q.shape
-    assert_close_parity(out, ref_out, name=f"{name} out")
-    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{name} lse")
+    assert_close_parity(out, ref_out, budget=budget.out, name=f"{name} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, budget=budget.lse, name=f"{name} lse")
     return out, lse
 
 
@@ -137,9 +137,9 @@ def _capture_and_check_replays(q, k, v, kw, plan, bk, step_lens):
             kw["kv_lens"].copy_(torch.tensor(lens, dtype=torch.int32))
         g.replay()
         torch.cuda.synchronize()
-        ref_out, ref_lse = ref_ifa(q, k, v, **kw)
-        assert_close_parity(out, ref_out, name=f"replay {step} out")
-        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"replay {step} lse")
+        ref_out, ref_lse, budget = ref_ifa(q, k, v, **kw, return_budget=True)
+        assert_close_parity(out, ref_out, budget=budget.out, name=f"replay {step} out")
+        assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, budget=budget.lse, name=f"replay {step} lse")
 
 def _poison_case(where, kv, s, seed, device="cuda"):
     q, k, v, kw = make_case(B=2, h_q=8, h_kv=1, kv=kv, lens=[s, s // 3], s_max=s,

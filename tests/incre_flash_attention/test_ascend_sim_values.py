@@ -54,8 +54,8 @@ def test_nan_and_inf_follow_the_reference(gen, what, dtype):
 
 
 def test_inf_in_a_converted_cache(gen):
-    # A bf16 cache under fp16 q goes to the cube as hi + lo parts: +-inf stays +-inf (lo 0), not
-    # inf + NaN, in keys (scores +-inf) and values.
+    # A bf16 cache under fp16 q is converted to fp16 for the cube: +-inf stays +-inf, in keys
+    # (scores +-inf) and values.
     case = make_case(gen, B=2, h_q=4, h_kv=2, lens=(50, 9), dtype=FP16, kv=BF16)
     case["v_cache"][0, 10, 0, 3] = float("inf")
     case["v_cache"][1, 2, 1, 4] = -float("inf")
