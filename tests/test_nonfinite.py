@@ -22,6 +22,7 @@ import torch
 import dualops
 from dualops import devices, schema, testing
 from dualops.parity import builders
+from dualops.parity.expected import expected_with_budget
 
 NAN, INF = float("nan"), float("inf")
 BACKENDS = ("reference", "ascend_sim", "cuda")
@@ -433,6 +434,7 @@ def _forced_split_call(op, backend, values, splits):
 
 def _check(op, case, got, backend=None):
     expected = _call(op, "reference", case.values)
+    budgets = expected_with_budget(op, case.values)[1]
     for name in OUTPUTS[op]:
         tol = testing.LSE_TOLERANCE if name == "lse" else testing.tolerance_for(got[name].dtype)
         if op == "grouped_gemm" and backend == "cuda" and case.values["x"].dtype == torch.float8_e4m3fn:
@@ -441,7 +443,8 @@ def _check(op, case, got, backend=None):
             ref = expected[name].float()
             peak = float(ref[torch.isfinite(ref)].abs().max()) if torch.isfinite(ref).any() else 1.0
             tol = (2 ** -6 * max(1.0, peak), 2 ** -6, tol[2])
-        c = testing.compare(got[name], expected[name], atol=tol[0], rtol=tol[1], cos_eps=tol[2])
+        c = testing.compare(got[name], expected[name], atol=tol[0], rtol=tol[1], cos_eps=tol[2],
+                            budget=budgets[name])
         assert c.ok, f"{op}/{case.name} {name} differs from the reference: {c}"
     if case.expect is not None:
         case.expect(got)

@@ -33,7 +33,7 @@ NAN_CASES = [dict(where=w, kv=kv, s=s, splits=n)
 @pytest.mark.parametrize("case", NAN_CASES, ids=[_id(c) for c in NAN_CASES])
 def test_non_finite_inputs_reach_the_row(case):
     q, k, v, kw = _poison_case(case["where"], case["kv"], case["s"], zlib.crc32(_id(case).encode()) % 1000)
-    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
+    ref_out, ref_lse, budget = ref_ifa(q, k, v, **kw, return_budget=True)
     bk = dict(_backend_kwargs(q, k, kw), atten_mask=kw.get("atten_mask"), pse_shift=kw.get("pse_shift"))
     plan = cuda_backend.make_ifa_plan(q, k, None)
     if case["splits"]:
@@ -50,8 +50,8 @@ def test_non_finite_inputs_reach_the_row(case):
         want[bh] = True
     assert torch.equal(torch.isnan(ref_lse[..., 0]).cpu(), want)
     assert torch.isnan(ref_out).any()
-    assert_close_parity(out, ref_out, name=f"{plan.describe()} out")
-    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{plan.describe()} lse")
+    assert_close_parity(out, ref_out, budget=budget.out, name=f"{plan.describe()} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, budget=budget.lse, name=f"{plan.describe()} lse")
 
 
 @needs_cuda
@@ -84,10 +84,10 @@ def test_non_finite_values_at_unattended_keys(case):
             v[slot(5)][1, 9] = float("-inf")
             v[slot(6)][1, 11] = float("-inf")
 
-    out, lse, ref_out, ref_lse = _unattended_call(case, dict(dtype=case["dtype"]), poison)
+    out, lse, ref_out, ref_lse, budget = _unattended_call(case, dict(dtype=case["dtype"]), poison)
     assert torch.isnan(ref_out).any() and torch.isinf(ref_out).any()
-    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
-    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+    assert_close_parity(out, ref_out, budget=budget.out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, budget=budget.lse, name=f"{_id(case)} lse")
 
 
 # The same with 8-bit caches: fp8 e4m3 holds NaN (no inf), int8 neither; NaN at keys a row does
@@ -105,17 +105,17 @@ def test_nan_values_at_unattended_keys_of_an_fp8_cache(case):
         if attended:
             bits[slot(5)][1, 9] = 0x7F
 
-    out, lse, ref_out, ref_lse = _unattended_call(case, dict(kv="fp8"), poison)
+    out, lse, ref_out, ref_lse, budget = _unattended_call(case, dict(kv="fp8"), poison)
     assert torch.isnan(ref_out).any()
-    assert_close_parity(out, ref_out, name=f"{_id(case)} out")
-    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name=f"{_id(case)} lse")
+    assert_close_parity(out, ref_out, budget=budget.out, name=f"{_id(case)} out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, budget=budget.lse, name=f"{_id(case)} lse")
 
 
 def _unattended_call(case, cache, poison):
     """Three causal s_q 3 requests under a per-request mask: poison(v, slot, masked, attended)
     writes non-finite values at masked keys and the last key (hidden from every q row but the
     last), and, when attended, at keys 4-6 after unmasking them. Returns out, lse of the CUDA
-    kernel under the case's plan and of the reference."""
+    kernel under the case's plan and of the reference, and the reference's budget."""
     S_q, lens = 3, [300, 41, 2]
     q, k, v, kw = make_case(B=3, S_q=S_q, h_q=8, h_kv=2, D=case["D"], page=case["page"], lens=lens, s_max=320,
                             causal=True, mask="per_batch", seed=zlib.crc32(_id(case).encode()) % 1000, **cache)
@@ -137,8 +137,8 @@ def _unattended_call(case, cache, poison):
     bk = dict(_backend_kwargs(q, k, kw), atten_mask=mask.expand(full), pse_shift=None)
     out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
     torch.cuda.synchronize()
-    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
-    return out, lse, ref_out, ref_lse
+    ref_out, ref_lse, budget = ref_ifa(q, k, v, **kw, return_budget=True)
+    return out, lse, ref_out, ref_lse, budget
 
 
 @needs_cuda
@@ -154,7 +154,7 @@ def test_plus_inf_bias_gives_inf_lse(dtype, splits):
     bk = dict(_backend_kwargs(q, k, kw), pse_shift=kw["pse_shift"])
     out, lse = cuda_backend.incre_flash_attention(q, k, v, plan=plan, **bk)
     torch.cuda.synchronize()
-    ref_out, ref_lse = ref_ifa(q, k, v, **kw)
-    assert_close_parity(out, ref_out, name="+inf pse out")
-    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, name="+inf pse lse")
+    ref_out, ref_lse, budget = ref_ifa(q, k, v, **kw, return_budget=True)
+    assert_close_parity(out, ref_out, budget=budget.out, name="+inf pse out")
+    assert_close_parity(lse, ref_lse, *LSE_TOLERANCE, budget=budget.lse, name="+inf pse lse")
     assert torch.isinf(lse[0, 3]).all() and torch.isnan(out[0, 0, 3]).all()

@@ -4,18 +4,14 @@
 //   fp8:   x * scale; the e4m3 bytes are decoded with a 256-entry fp16 table in UB and Gather,
 //          since the A2 vector unit has no fp8 type (every e4m3 value is exact in fp16)
 //   16-bit of the other type (bf16 cache, fp16 q or the reverse): Cast through fp32
-// Each converted tile goes to the workspace as hi = round(x) and lo = round(x - hi) in q's
-// dtype, which the cube multiplies in two passes. The two vector cores split the tile's rows.
+// Each converted tile goes to the workspace rounded once to q's dtype (round to nearest; +-inf
+// and NaN stay what they are). The two vector cores split the tile's rows.
 #pragma once
 #include "ascend/common/fp8.h"
-#include "ascend/common/hilo.h"
 #include "ascend/incre_flash_attention/ifa_common.h"
 
 namespace dualops {
 namespace ifa {
-
-// The e4m3 decode lives in backends/ascend/common/fp8.h; the old name stays for kernels using it.
-using ascend::E4m3ToHalfBits;
 
 template <typename QT, typename KT>
 class IfaConvert {
@@ -29,7 +25,7 @@ class IfaConvert {
     a_ = &a;
     const int32_t d = a.t.head_dim;
     rows_ = MaxI(1, static_cast<int32_t>(kDequantChunk) / d);
-    // (whole 256-B repeats for the hi / lo split's Compare: chunks are rounded up to 64 floats)
+    // (chunks are rounded up to 64 floats: whole 256-B vector repeats)
     const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
     pipe.InitBuffer(raw_, elems * sizeof(KT));
     pipe.InitBuffer(f32_, elems * sizeof(float));
@@ -39,15 +35,12 @@ class IfaConvert {
     InitLoader(a, pipe);
     const int32_t d = a.t.head_dim;
     const uint32_t elems = static_cast<uint32_t>(RoundUp(rows_ * d, 64));
-    pipe.InitBuffer(hi32_, elems * sizeof(float));
-    pipe.InitBuffer(out_, kParts * elems * sizeof(QT));
-    pipe.InitBuffer(bits_, RoundUp(static_cast<int32_t>(elems) / 8, 32));
+    pipe.InitBuffer(out_, elems * sizeof(QT));
     if (!k16) pipe.InitBuffer(h16_, elems * sizeof(half));
     if (kFp8) {
       pipe.InitBuffer(idx_, elems * sizeof(int32_t));
-      pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
-      AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ascend::E4m3ToHalfBits(b));
+      pipe.InitBuffer(lut_, ascend::kE4m3TableBytes);
+      ascend::FillE4m3Table(lut_.Get<uint16_t>());
       PipeSync<AscendC::HardEvent::S_V>();   // Gather reads the table
     }
     if (!k16) pipe.InitBuffer(vec_, 4 * d * sizeof(float));   // k scale, k offset, v scale, v offset
@@ -197,16 +190,12 @@ class IfaConvert {
     AscendC::LocalTensor<float> f = f32_.Get<float>();
     AscendC::LocalTensor<QT> out = out_.Get<QT>();
     LoadRows(is_v, t, c, cn);
-    AscendC::LocalTensor<QT> lo = out[RoundUp(rows_ * d, 64)];
-    AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
     VecBarrier();
-    ascend::SplitHiLo(out, lo, f, hi32, bits_.Get<uint8_t>(), static_cast<uint32_t>(RoundUp(cn * d, 64)), false, true);
+    AscendC::Cast(out, f, AscendC::RoundMode::CAST_RINT, static_cast<uint32_t>(RoundUp(cn * d, 64)));
     PipeSync<AscendC::HardEvent::V_MTE3>();
     AscendC::GlobalTensor<QT> w;
-    w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * kParts * a.t.kv_tile * d);
-    const uint64_t part0 = (static_cast<uint64_t>(t % kSlots) * kParts * a.t.kv_tile + c) * d;
-    AscendC::DataCopy(w[part0], out, count);
-    AscendC::DataCopy(w[part0 + static_cast<uint64_t>(a.t.kv_tile) * d], lo, count);
+    w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * a.t.kv_tile * d);
+    AscendC::DataCopy(w[(static_cast<uint64_t>(t % kSlots) * a.t.kv_tile + c) * d], out, count);
     PipeSync<AscendC::HardEvent::MTE3_MTE2>();
     PipeSync<AscendC::HardEvent::MTE3_V>();
   }
@@ -216,7 +205,7 @@ class IfaConvert {
   KeyLocator kloc_;
   int32_t rows_ = 1;
   bool has_k_off_ = false, has_v_off_ = false;
-  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, hi32_, idx_, out_, lut_, vec_, bits_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, h16_, f32_, idx_, out_, lut_, vec_;
 };
 
 }  // namespace ifa

@@ -2,9 +2,9 @@
 // slot of each kv tile, and once the vector cores have turned it into P, mm2 = P . V into the O
 // slot. Tiles alternate between kSlots slots, so mm1 of tile t+1 runs while the vector cores
 // do the softmax of tile t. Invalid key rows (past the tile's valid keys) are zero in L1, so no
-// unused cache slot (NaN in the tests) reaches the cube. Operands the vector cores produce in
-// q's dtype come as hi + lo parts (ifa_layout.h kParts): mm1 = Q.K_hi + Q.K_lo for converted
-// caches, mm2 = P_hi.V + P_lo.V (+ P_hi.V_lo for converted caches), all accumulated in L0C.
+// unused cache slot (NaN in the tests) reaches the cube. Operands the vector cores produce (P,
+// and converted K / V tiles) are rounded once to q's dtype; each product is one cube pass
+// accumulated in fp32 in L0C (docs/parity.md counts the roundings).
 #pragma once
 #include "ascend/incre_flash_attention/ifa_common.h"
 
@@ -21,8 +21,8 @@ class IfaCube {
     const int32_t rp = a.cube.rows_p;
     pipe_.InitBuffer(q_l1_, rp * d * sizeof(QT));
     pipe_.InitBuffer(k_l1_, a.cube.nc1 * d * sizeof(QT));
-    pipe_.InitBuffer(p_l1_, kParts * rp * a.cube.kc2 * sizeof(QT));
-    pipe_.InitBuffer(v_l1_, (a.convert_kv ? kParts : 1) * a.cube.kc2 * d * sizeof(QT));
+    pipe_.InitBuffer(p_l1_, rp * a.cube.kc2 * sizeof(QT));
+    pipe_.InitBuffer(v_l1_, a.cube.kc2 * d * sizeof(QT));
     pipe_.InitBuffer(l0a_, kL0aBytes);
     pipe_.InitBuffer(l0b_, kL0bBytes);
     pipe_.InitBuffer(l0c_, kL0cBytes);
@@ -94,10 +94,9 @@ class IfaCube {
     }
   }
 
-  // Key rows [n0, n0 + valid) of tile t (K or V; part hi / lo when converted) -> L1 NZ with
-  // rows_pad rows, the rest zero.
-  __aicore__ inline void LoadKv(const AscendC::LocalTensor<QT>& dst, bool is_v, int32_t part, const Unit& u, int32_t t,
-                                int32_t n0, int32_t valid, int32_t rows_pad) {
+  // Key rows [n0, n0 + valid) of tile t (K or V) -> L1 NZ with rows_pad rows, the rest zero.
+  __aicore__ inline void LoadKv(const AscendC::LocalTensor<QT>& dst, bool is_v, const Unit& u, int32_t t, int32_t n0,
+                                int32_t valid, int32_t rows_pad) {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim;
     if (valid < rows_pad) {   // (InitConstValue on L1 runs on MTE2, in order with the copies)
@@ -107,8 +106,8 @@ class IfaCube {
     if (a.convert_kv) {
       const int32_t slot = t % kSlots;
       AscendC::GlobalTensor<QT> w;
-      w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * kParts * a.t.kv_tile * d);
-      CopyRowsNz(dst, w, (static_cast<int64_t>(slot * kParts + part) * a.t.kv_tile + n0) * d, valid, d, rows_pad);
+      w.SetGlobalBuffer(a.Ws<QT>(is_v ? a.ws.v : a.ws.k), static_cast<uint64_t>(kSlots) * a.t.kv_tile * d);
+      CopyRowsNz(dst, w, (static_cast<int64_t>(slot) * a.t.kv_tile + n0) * d, valid, d, rows_pad);
       return;
     }
     AscendC::GlobalTensor<QT> cache;
@@ -142,7 +141,6 @@ class IfaCube {
     const int32_t mrp = RoundUp(mr, 16), mb = mrp / 16;
     const int32_t nv = u.TileKeys(a, t);
     const int32_t slot = t % kSlots;
-    const int32_t k_parts = a.convert_kv ? kParts : 1;
     AscendC::GlobalTensor<float> s;
     s.SetGlobalBuffer(a.Ws<float>(a.ws.s) + static_cast<uint64_t>(slot) * a.cube.rows_p * n,
                       static_cast<uint64_t>(a.cube.rows_p) * n);
@@ -154,21 +152,19 @@ class IfaCube {
     for (int32_t n0 = 0; n0 < nv; n0 += a.cube.nc1) {
       const int32_t valid = MinI(a.cube.nc1, nv - n0);
       const int32_t ncw = RoundUp(valid, 16), nb = ncw / 16;
-      for (int32_t part = 0; part < k_parts; ++part) {
-        // k_l1 is reloaded: the previous chunk's / part's LoadData (MTE1) may still read it.
-        PipeSync<AscendC::HardEvent::MTE1_MTE2>();
-        LoadKv(k, false, part, u, t, n0, valid, ncw);
-        PipeSync<AscendC::HardEvent::MTE2_MTE1>();
-        for (int32_t d0 = 0; d0 < d; d0 += a.cube.kc1) {
-          const int32_t kcw = MinI(a.cube.kc1, d - d0), kb = kcw / 16;
-          for (int32_t i = 0; i < mb; ++i) {   // Q: NZ (d-block major) -> ZZ (row-block major)
-            AscendC::LoadData(l0a[i * kb * 256], q, AscendC::LoadData2DParams((d0 / 16) * mb + i, kb, mb, 0, 0, false, 0));
-          }
-          LoadL0B(l0b, k, (d0 / 16) * nb, kb * nb);   // K's NZ is already the ZN layout of K^T
-          PipeSync<AscendC::HardEvent::MTE1_M>();
-          AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, ncw, kcw, 0, false, part == 0 && d0 == 0));
-          PipeSync<AscendC::HardEvent::M_MTE1>();
+      // k_l1 is reloaded: the previous chunk's LoadData (MTE1) may still read it.
+      PipeSync<AscendC::HardEvent::MTE1_MTE2>();
+      LoadKv(k, false, u, t, n0, valid, ncw);
+      PipeSync<AscendC::HardEvent::MTE2_MTE1>();
+      for (int32_t d0 = 0; d0 < d; d0 += a.cube.kc1) {
+        const int32_t kcw = MinI(a.cube.kc1, d - d0), kb = kcw / 16;
+        for (int32_t i = 0; i < mb; ++i) {   // Q: NZ (d-block major) -> ZZ (row-block major)
+          AscendC::LoadData(l0a[i * kb * 256], q, AscendC::LoadData2DParams((d0 / 16) * mb + i, kb, mb, 0, 0, false, 0));
         }
+        LoadL0B(l0b, k, (d0 / 16) * nb, kb * nb);   // K's NZ is already the ZN layout of K^T
+        PipeSync<AscendC::HardEvent::MTE1_M>();
+        AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, ncw, kcw, 0, false, d0 == 0));
+        PipeSync<AscendC::HardEvent::M_MTE1>();
       }
       PipeSync<AscendC::HardEvent::M_FIX>();
       AscendC::Fixpipe<float, float, AscendC::CFG_ROW_MAJOR>(s[n0], l0c, AscendC::FixpipeParamsV220(ncw, mr, mrp, n, false));
@@ -176,22 +172,19 @@ class IfaCube {
     }
   }
 
-  // O = P . V for the valid keys of tile t: P_hi.V_hi + P_lo.V_hi (+ P_hi.V_lo when V is
-  // converted), accumulated in L0C.
+  // O = P . V for the valid keys of tile t, one pass, accumulated in L0C.
   __aicore__ inline void Mm2(const Unit& u, int32_t t, int32_t mr) {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim, n = a.t.kv_tile;
     const int32_t mrp = RoundUp(mr, 16), mb = mrp / 16;
     const int32_t nv = u.TileKeys(a, t);
     const int32_t slot = t % kSlots;
-    const int32_t v_parts = a.convert_kv ? kParts : 1;
-    const uint64_t p_part = static_cast<uint64_t>(a.cube.rows_p) * n;
+    const uint64_t p_tile = static_cast<uint64_t>(a.cube.rows_p) * n;
     AscendC::GlobalTensor<QT> p;
-    p.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + static_cast<uint64_t>(slot) * kParts * p_part, kParts * p_part);
+    p.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + static_cast<uint64_t>(slot) * p_tile, p_tile);
     AscendC::GlobalTensor<float> o;
     o.SetGlobalBuffer(a.Ws<float>(a.ws.o) + static_cast<uint64_t>(slot) * a.cube.rows_p * d,
                       static_cast<uint64_t>(a.cube.rows_p) * d);
-    const int32_t p_l1_elems = a.cube.rows_p * a.cube.kc2, v_l1_elems = a.cube.kc2 * d;
     AscendC::LocalTensor<QT> pl = p_l1_.template Get<QT>();
     AscendC::LocalTensor<QT> vl = v_l1_.template Get<QT>();
     AscendC::LocalTensor<QT> l0a = l0a_.template Get<QT>();
@@ -204,26 +197,18 @@ class IfaCube {
         const int32_t kcw = RoundUp(valid, 16), kb = kcw / 16;
         // P columns past the valid keys are exact zeros (written by the vector cores).
         PipeSync<AscendC::HardEvent::MTE1_MTE2>();
-        for (int32_t part = 0; part < kParts; ++part) {
-          AscendC::DataCopy(pl[part * p_l1_elems], p[part * p_part + k0], AscendC::Nd2NzParams(1, mr, kcw, 0, n, mrp, 1, 0));
-        }
-        for (int32_t part = 0; part < v_parts; ++part) LoadKv(vl[part * v_l1_elems], true, part, u, t, k0, valid, kcw);
+        AscendC::DataCopy(pl, p[k0], AscendC::Nd2NzParams(1, mr, kcw, 0, n, mrp, 1, 0));
+        LoadKv(vl, true, u, t, k0, valid, kcw);
         PipeSync<AscendC::HardEvent::MTE2_MTE1>();
-        const int32_t passes = v_parts == 1 ? 2 : 3;
-        for (int32_t pass = 0; pass < passes; ++pass) {
-          const int32_t pp = pass == 1 ? 1 : 0;   // (P_hi, V_hi), (P_lo, V_hi), (P_hi, V_lo)
-          const int32_t vp = pass == 2 ? 1 : 0;
-          for (int32_t i = 0; i < mb; ++i) {
-            AscendC::LoadData(l0a[i * kb * 256], pl[pp * p_l1_elems], AscendC::LoadData2DParams(i, kb, mb, 0, 0, false, 0));
-          }
-          for (int32_t j = 0; j < kb; ++j) {   // V's NZ fractals transposed into ZN
-            AscendC::LoadData(l0b[j * nb * 256], vl[vp * v_l1_elems],
-                              AscendC::LoadData2DParams((d0 / 16) * kb + j, nb, kb, 0, 0, true, 0));
-          }
-          PipeSync<AscendC::HardEvent::MTE1_M>();
-          AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, ncw, kcw, 0, false, k0 == 0 && pass == 0));
-          PipeSync<AscendC::HardEvent::M_MTE1>();
+        for (int32_t i = 0; i < mb; ++i) {
+          AscendC::LoadData(l0a[i * kb * 256], pl, AscendC::LoadData2DParams(i, kb, mb, 0, 0, false, 0));
         }
+        for (int32_t j = 0; j < kb; ++j) {   // V's NZ fractals transposed into ZN
+          AscendC::LoadData(l0b[j * nb * 256], vl, AscendC::LoadData2DParams((d0 / 16) * kb + j, nb, kb, 0, 0, true, 0));
+        }
+        PipeSync<AscendC::HardEvent::MTE1_M>();
+        AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, ncw, kcw, 0, false, k0 == 0));
+        PipeSync<AscendC::HardEvent::M_MTE1>();
       }
       PipeSync<AscendC::HardEvent::M_FIX>();
       AscendC::Fixpipe<float, float, AscendC::CFG_ROW_MAJOR>(o[d0], l0c, AscendC::FixpipeParamsV220(ncw, mr, mrp, d, false));

@@ -8,8 +8,8 @@
 //      more (a mask hiding many keys) as the whole tile's values in chunks (16-bit caches by the
 //      exponent bits), where a non-finite value of an attended key also leads to step 3 (exact
 //      either way); finite: done (the common case);
-//   3. otherwise this core's O rows of the tile are recomputed from P (hi + lo, as the cube took
-//      it) and the values of the keys each row sees, in fp32, and replace the cube's rows in the
+//   3. otherwise this core's O rows of the tile are recomputed from P (as the cube took it) and
+//      the values of the keys each row sees, in fp32, and replace the cube's rows in the
 //      O slot before the accumulate reads them.
 // Values come from the cache through IfaConvert::ValueRows (dequantized for converted caches),
 // never from the workspace tile the other vector core refills meanwhile; a core reads only its own rows of P
@@ -26,11 +26,11 @@ template <typename QT>
 struct HiddenScratch {
   AscendC::LocalTensor<float> vis;    // rows * np: 0 where the row sees the key, -inf where not
   AscendC::LocalTensor<float> p;      // rows * np: P of the rows in fp32
-  AscendC::LocalTensor<float> tmp;    // out_rows * D >= max(rows * np, np) floats: P's lo part, the
-                                      // union, p * v, v - v of a chunk
+  AscendC::LocalTensor<float> tmp;    // out_rows * D >= max(rows * np, np) floats: the union,
+                                      // p * v, v - v of a chunk
   AscendC::LocalTensor<float> out;    // out_rows * D >= max(rows, 2) * D floats: O rows, the check
   AscendC::LocalTensor<float> red;    // 8 floats + reduce scratch for D
-  AscendC::LocalTensor<QT> stage;     // kParts * rows * np: P hi / lo as read
+  AscendC::LocalTensor<QT> stage;     // rows * np: P as read
 };
 
 template <typename QT, typename KT>
@@ -183,29 +183,24 @@ class IfaHidden {
     const Args& a = *a_;
     const int32_t d = a.t.head_dim, n = a.t.kv_tile;
     const uint64_t slot = static_cast<uint64_t>(t_ % kSlots);
-    const uint64_t p_part = static_cast<uint64_t>(a.cube.rows_p) * n;
+    const uint64_t p_tile = static_cast<uint64_t>(a.cube.rows_p) * n;
     AscendC::GlobalTensor<QT> pg;
-    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * kParts * p_part, kParts * p_part);
+    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * p_tile, p_tile);
     AscendC::GlobalTensor<float> og;
     og.SetGlobalBuffer(a.Ws<float>(a.ws.o) + slot * a.cube.rows_p * d, static_cast<uint64_t>(a.cube.rows_p) * d);
-    AscendC::LocalTensor<QT> p_hi = s_.stage;
-    AscendC::LocalTensor<QT> p_lo = s_.stage[rows_ * np_];
+    AscendC::LocalTensor<QT> p16 = s_.stage;
     const uint16_t gap_q = static_cast<uint16_t>((np_ - n) * sizeof(QT) / 32);
     for (int32_t c = rs; c < re; c += rows_) {
       const int32_t cn = MinI(rows_, re - c);
       const uint32_t count = static_cast<uint32_t>(cn * np_);
       PipeSync<AscendC::HardEvent::V_MTE2>();   // the last casts have read the staging
       const AscendC::DataCopyParams rows(cn, static_cast<uint16_t>(n * sizeof(QT) / 32), 0, gap_q);
-      AscendC::DataCopy(p_hi, pg[static_cast<uint64_t>(c) * n], rows);
-      AscendC::DataCopy(p_lo, pg[p_part + static_cast<uint64_t>(c) * n], rows);
+      AscendC::DataCopy(p16, pg[static_cast<uint64_t>(c) * n], rows);
       AscendC::Duplicate(s_.vis, 0.0f, count);
       VecBarrier();
       mask_->Rows(s_.vis, *u_, r0_, c, cn, nv, t0);
       PipeSync<AscendC::HardEvent::MTE2_V>();
-      AscendC::Cast(s_.p, p_hi, AscendC::RoundMode::CAST_NONE, count);
-      AscendC::Cast(s_.tmp, p_lo, AscendC::RoundMode::CAST_NONE, count);
-      VecBarrier();
-      AscendC::Add(s_.p, s_.p, s_.tmp, static_cast<int32_t>(count));
+      AscendC::Cast(s_.p, p16, AscendC::RoundMode::CAST_NONE, count);
       PipeSync<AscendC::HardEvent::MTE3_V>();   // the last chunk's rows are out of the buffer
       AscendC::Duplicate(s_.out, 0.0f, cn * d);
       PipeSync<AscendC::HardEvent::V_S>();      // p and vis are read by the scalar unit

@@ -58,10 +58,6 @@ constexpr uint32_t kScoreChunk = 4096;
 constexpr uint32_t kOutChunk = 4096;
 constexpr uint32_t kDequantChunk = 2048;
 constexpr int32_t kSlots = 2;   // kv tiles in flight between the cube and the vector cores
-// Operands the vector cores hand to the cube in q's 16-bit dtype (P, and converted K / V) go as
-// two parts, hi = round(x) and lo = round(x - hi), multiplied in separate cube passes that
-// accumulate in fp32: the result keeps ~2^-17 relative accuracy instead of q dtype's 2^-8 / 2^-11.
-constexpr int32_t kParts = 2;
 
 
 // Cube chunking: mm1 = Q[Rp, D] . K^T[D, N] in (kc1 of D) x (nc1 keys) pieces, mm2 =
@@ -84,10 +80,10 @@ __aicore__ inline CubeChunks MakeCubeChunks(const Tiling& t) {
 
 // Per-core GM workspace, byte offsets inside one core's slice (all 512-B aligned):
 //   S  [kSlots][rows_p][kv_tile] fp32   mm1 scores        (cube -> vector)
-//   P  [kSlots][kParts][rows_p][kv_tile] q type  softmax numerator, hi / lo (vector -> cube)
+//   P  [kSlots][rows_p][kv_tile] q type  softmax numerator, rounded once (vector -> cube)
 //   O  [kSlots][rows_p][D] fp32         mm2 result        (cube -> vector)
 //   ACC[rows_p][D] fp32                 running output, owned by the vector cores
-//   K, V [kSlots][kParts][kv_tile][D] q type   dequantized / converted cache tiles, hi / lo
+//   K, V [kSlots][kv_tile][D] q type   dequantized / converted cache tiles, rounded once
 //                                       (quantized or other-dtype caches only; vector -> cube)
 struct Workspace {
   uint64_t s, p, o, acc, k, v, per_core;
@@ -104,15 +100,15 @@ __aicore__ inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
   w.s = off;
   off = Align512(off + kSlots * rows * n * 4);
   w.p = off;
-  off = Align512(off + kSlots * kParts * rows * n * 2);
+  off = Align512(off + kSlots * rows * n * 2);
   w.o = off;
   off = Align512(off + kSlots * rows * d * 4);
   w.acc = off;
   off = Align512(off + rows * d * 4);
   w.k = off;
-  off = Align512(off + (convert_kv ? kSlots * kParts * n * d * 2 : 0));
+  off = Align512(off + (convert_kv ? kSlots * n * d * 2 : 0));
   w.v = off;
-  off = Align512(off + (convert_kv ? kSlots * kParts * n * d * 2 : 0));
+  off = Align512(off + (convert_kv ? kSlots * n * d * 2 : 0));
   w.per_core = off;
   return w;
 }

@@ -1,11 +1,10 @@
 // The vector-core (AIV) side of IFA. The two vector cores of an AI core split the q rows of
 // each tile. Per kv tile: scores from the S slot -> scale, + pse_shift, length / causal /
-// atten_mask -> -inf, online softmax (running max m and sum l per row) -> P (q dtype) into the
-// P slot (as hi + lo parts in q's dtype, so the cube's P . V keeps fp32-level accuracy); then,
+// atten_mask -> -inf, online softmax (running max m and sum l per row, sums of the fp32 P) -> P,
+// rounded once to q's dtype, into the P slot; then,
 // when the cube has P . V, acc = acc * exp(m_old - m_new) + O. After the last
 // tile: out = acc / l, lse = m + ln(l) (or fp32 partials for split-KV, merged by ifa_combine.h).
 #pragma once
-#include "ascend/common/hilo.h"
 #include "ascend/incre_flash_attention/ifa_combine.h"
 #include "ascend/incre_flash_attention/ifa_common.h"
 #include "ascend/incre_flash_attention/ifa_convert.h"
@@ -28,7 +27,7 @@ class IfaVector {
     const uint32_t score_elems = static_cast<uint32_t>(rc_ * np_);
     pipe_.InitBuffer(s_, score_elems * sizeof(float));
     pipe_.InitBuffer(res_, score_elems * sizeof(float));
-    pipe_.InitBuffer(p_, kParts * score_elems * sizeof(QT));
+    pipe_.InitBuffer(p_, score_elems * sizeof(QT));
     if (a.g.pse_shift != 0) pipe_.InitBuffer(pse_, score_elems * sizeof(float));
     mask_.Init(a, pipe_, np_, score_elems);
     const int32_t chunk_rows = RoundUp(MaxI(rc_, rc2_), 8);
@@ -61,7 +60,7 @@ class IfaVector {
     hs.out = o_.Get<float>();
     hs.red = red_.Get<float>();
     hs.stage = p_.Get<QT>();
-    // O rows per fix-up step: P of the rows fits in acc_ (lo part), their O rows in o_.
+    // O rows per fix-up step: P of the rows fits in res_, their O rows in o_.
     const int32_t hidden_rows = MaxI(1, MinI(rc_, MinI(rc2_, static_cast<int32_t>(out_elems) / np_)));
     hidden_.Init(a, &mask_, &conv_, hs, hidden_rows, np_, rc2_);
     VecBarrier();
@@ -138,12 +137,9 @@ class IfaVector {
                        static_cast<uint64_t>(a.cube.rows_p) * n);
     const uint64_t p_part = static_cast<uint64_t>(a.cube.rows_p) * n;
     AscendC::GlobalTensor<QT> pg;
-    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + static_cast<uint64_t>(slot) * kParts * p_part, kParts * p_part);
+    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + static_cast<uint64_t>(slot) * p_part, p_part);
     AscendC::LocalTensor<float> sb = s_.Get<float>();
-    AscendC::LocalTensor<float> res = res_.Get<float>();
-    AscendC::LocalTensor<QT> p_hi = p_.Get<QT>();
-    AscendC::LocalTensor<QT> p_lo = p_hi[rc_ * np_];
-    AscendC::LocalTensor<uint8_t> bits = mask_.Bits();
+    AscendC::LocalTensor<QT> p16 = p_.Get<QT>();
     const uint16_t gap_f32 = static_cast<uint16_t>((np_ - n) * 4 / 32);
     const uint16_t gap_q = static_cast<uint16_t>((np_ - n) * sizeof(QT) / 32);
     for (int32_t c = rs_; c < re_; c += rc_) {
@@ -156,13 +152,11 @@ class IfaVector {
       if (a.g.pse_shift != 0) AddPse(sb, c, cn, nv, t0);
       mask_.Rows(sb, unit_, r0_, c, cn, nv, t0);
       OnlineSoftmax(sb, c, cn, slot);
-      // P = hi + lo in q's dtype (the cube multiplies both and accumulates in fp32).
       VecBarrier();
-      ascend::SplitHiLo(p_hi, p_lo, sb, res, bits, static_cast<uint32_t>(cn * np_), true);
+      AscendC::Cast(p16, sb, AscendC::RoundMode::CAST_RINT, static_cast<uint32_t>(cn * np_));
       PipeSync<AscendC::HardEvent::V_MTE3>();
       const AscendC::DataCopyParams rows(cn, static_cast<uint16_t>(n * sizeof(QT) / 32), gap_q, 0);
-      AscendC::DataCopy(pg[static_cast<uint64_t>(c) * n], p_hi, rows);
-      AscendC::DataCopy(pg[p_part + static_cast<uint64_t>(c) * n], p_lo, rows);
+      AscendC::DataCopy(pg[static_cast<uint64_t>(c) * n], p16, rows);
       PipeSync<AscendC::HardEvent::MTE3_V>();
       PipeSync<AscendC::HardEvent::MTE3_MTE2>();
     }

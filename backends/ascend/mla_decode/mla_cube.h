@@ -1,7 +1,7 @@
 // The cube-core (AIC) side of MLA decode. Per pass: the q rows go to L1 once; per kv tile the
 // latent vectors of the tile's keys go to L1 once (straight from the cache, or the vector cores'
-// dequantized hi / lo halves from the workspace) and serve as K (all d_qk columns) for mm1 = Q.K^T
-// and as V (the first d_v columns of the same NZ tile, fractals transposed) for mm2 = P.V. Tiles
+// dequantized tile, rounded once to q's dtype, from the workspace) and serve as K (all d_qk
+// columns) for mm1 = Q.K^T and as V (the first d_v columns of the same NZ tile, fractals transposed) for mm2 = P.V. Tiles
 // alternate between kSlots L1 / workspace slots, so mm1 of tile t+1 runs while the vector cores
 // do the softmax of tile t. Rows of invalid keys are zero in L1: no unused cache slot reaches the
 // cube and P (0 there) times them stays 0.
@@ -19,8 +19,8 @@ class MlaCube {
     tp_ = &pipe_;
     const int32_t d = a.h.d_qk, n = a.h.kv_tile, rp = a.c.rows_p;
     pipe_.InitBuffer(q_l1_, rp * d * sizeof(QT));
-    pipe_.InitBuffer(kv_l1_, kSlots * a.c.kv_parts * n * d * sizeof(QT));
-    pipe_.InitBuffer(p_l1_, kParts * rp * n * sizeof(QT));
+    pipe_.InitBuffer(kv_l1_, kSlots * n * d * sizeof(QT));
+    pipe_.InitBuffer(p_l1_, rp * n * sizeof(QT));
     pipe_.InitBuffer(l0a_, kL0aBytes);
     pipe_.InitBuffer(l0b_, kL0bBytes);
     pipe_.InitBuffer(l0c_, kL0cBytes);
@@ -89,22 +89,20 @@ class MlaCube {
   __aicore__ inline void LoadTile(const Pass& ps, int32_t t) {
     const Args& a = *a_;
     const int32_t d = a.h.d_qk, n = a.h.kv_tile;
-    const uint32_t part_elems = static_cast<uint32_t>(n * d);
-    AscendC::LocalTensor<QT> dst = kv_l1_.template Get<QT>()[(t % kSlots) * a.c.kv_parts * part_elems];
+    const uint32_t tile_elems = static_cast<uint32_t>(n * d);
+    AscendC::LocalTensor<QT> dst = kv_l1_.template Get<QT>()[(t % kSlots) * tile_elems];
     PipeSync<AscendC::HardEvent::MTE1_MTE2>(tp_);   // the slot's previous tile is out of L1's readers
     if (a.h.convert) {   // every row written by the vector cores (invalid ones as zeros)
       AscendC::GlobalTensor<QT> w;
-      w.SetGlobalBuffer(a.Ws<QT>(a.ws.k), static_cast<uint64_t>(kSlots) * kParts * part_elems);
-      for (int32_t part = 0; part < kParts; ++part) {
-        AscendC::DataCopy(dst[part * part_elems], w[(static_cast<uint64_t>(t % kSlots) * kParts + part) * part_elems],
-                          AscendC::Nd2NzParams(1, n, d, 0, d, n, 1, 0));
-      }
+      w.SetGlobalBuffer(a.Ws<QT>(a.ws.k), static_cast<uint64_t>(kSlots) * tile_elems);
+      AscendC::DataCopy(dst, w[static_cast<uint64_t>(t % kSlots) * tile_elems],
+                        AscendC::Nd2NzParams(1, n, d, 0, d, n, 1, 0));
       PipeSync<AscendC::HardEvent::MTE2_MTE1>(tp_);
       return;
     }
     const int32_t nv = ps.TileKeys(n, t);
     if (nv < n || a.t.sparse) {   // rows that get no key stay zero
-      AscendC::InitConstValue(dst, AscendC::InitConstValueParams<QT>(1, static_cast<uint16_t>(part_elems * sizeof(QT) / 32),
+      AscendC::InitConstValue(dst, AscendC::InitConstValueParams<QT>(1, static_cast<uint16_t>(tile_elems * sizeof(QT) / 32),
                                                                      0, QT(0)));
       PipeSync<AscendC::HardEvent::MTE1_MTE2>(tp_);
     }
@@ -132,84 +130,73 @@ class MlaCube {
     }
   }
 
-  // S slot = Q . K^T over the whole tile (hi + lo when dequantized), fp32 into the workspace.
+  // S slot = Q . K^T over the whole tile, fp32 into the workspace.
   __aicore__ inline void Mm1(const Pass& ps, int32_t t, int32_t mr) {
     const Args& a = *a_;
     const int32_t d = a.h.d_qk, n = a.h.kv_tile, nb = n / 16;
     const int32_t mrp = RoundUp(mr, 16), mb = mrp / 16;
-    const uint32_t part_elems = static_cast<uint32_t>(n * d);
+    const uint32_t tile_elems = static_cast<uint32_t>(n * d);
     AscendC::GlobalTensor<float> s;
     s.SetGlobalBuffer(a.Ws<float>(a.ws.s) + static_cast<uint64_t>(t % kSlots) * a.c.rows_p * n,
                       static_cast<uint64_t>(a.c.rows_p) * n);
     AscendC::LocalTensor<QT> q = q_l1_.template Get<QT>();
-    AscendC::LocalTensor<QT> kv = kv_l1_.template Get<QT>()[(t % kSlots) * a.c.kv_parts * part_elems];
+    AscendC::LocalTensor<QT> kv = kv_l1_.template Get<QT>()[(t % kSlots) * tile_elems];
     AscendC::LocalTensor<QT> l0a = l0a_.template Get<QT>();
     AscendC::LocalTensor<QT> l0b = l0b_.template Get<QT>();
     AscendC::LocalTensor<float> l0c = l0c_.template Get<float>();
     PipeSync<AscendC::HardEvent::FIX_M>(tp_);   // the previous Fixpipe has read L0C
-    for (int32_t part = 0; part < a.c.kv_parts; ++part) {
-      for (int32_t d0 = 0; d0 < d; d0 += a.c.kc1) {
-        const int32_t kcw = MinI(a.c.kc1, d - d0), kb = kcw / 16;
-        PipeSync<AscendC::HardEvent::M_MTE1>(tp_);   // L0A / L0B free again
-        for (int32_t i = 0; i < mb; ++i) {   // Q: NZ (column-block major) -> ZZ (row-block major)
-          AscendC::LoadData(l0a[i * kb * 256], q, AscendC::LoadData2DParams((d0 / 16) * mb + i, kb, mb, 0, 0, false, 0));
-        }
-        LoadL0B(l0b, kv[part * part_elems], (d0 / 16) * nb, kb * nb);   // K's NZ is the ZN of K^T
-        PipeSync<AscendC::HardEvent::MTE1_M>(tp_);
-        AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, n, kcw, 0, false, part == 0 && d0 == 0));
+    for (int32_t d0 = 0; d0 < d; d0 += a.c.kc1) {
+      const int32_t kcw = MinI(a.c.kc1, d - d0), kb = kcw / 16;
+      PipeSync<AscendC::HardEvent::M_MTE1>(tp_);   // L0A / L0B free again
+      for (int32_t i = 0; i < mb; ++i) {   // Q: NZ (column-block major) -> ZZ (row-block major)
+        AscendC::LoadData(l0a[i * kb * 256], q, AscendC::LoadData2DParams((d0 / 16) * mb + i, kb, mb, 0, 0, false, 0));
       }
+      LoadL0B(l0b, kv, (d0 / 16) * nb, kb * nb);   // K's NZ is the ZN of K^T
+      PipeSync<AscendC::HardEvent::MTE1_M>(tp_);
+      AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, n, kcw, 0, false, d0 == 0));
     }
     PipeSync<AscendC::HardEvent::M_FIX>(tp_);
     AscendC::Fixpipe<float, float, AscendC::CFG_ROW_MAJOR>(s, l0c, AscendC::FixpipeParamsV220(n, mr, mrp, n, false));
   }
 
-  // O slot = P . V for tile t: P_hi.V + P_lo.V (+ P_hi.V_lo when dequantized), accumulated in L0C.
+  // O slot = P . V for tile t, one pass: P rounded once to q's dtype (as the vector cores wrote it)
+  // times the tile's values, accumulated in L0C in fp32.
   __aicore__ inline void Mm2(const Pass& ps, int32_t t, int32_t mr) {
     const Args& a = *a_;
     const int32_t d = a.h.d_qk, dv = a.h.d_v, n = a.h.kv_tile, nbt = n / 16;
     const int32_t mrp = RoundUp(mr, 16), mb = mrp / 16;
-    const uint32_t part_elems = static_cast<uint32_t>(n * d);
+    const uint32_t tile_elems = static_cast<uint32_t>(n * d);
     const uint64_t p_part = static_cast<uint64_t>(a.c.rows_p) * n;
-    const int32_t p_l1 = mrp * n;
     AscendC::GlobalTensor<QT> p;
-    p.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + static_cast<uint64_t>(t % kSlots) * kParts * p_part, kParts * p_part);
+    p.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + static_cast<uint64_t>(t % kSlots) * p_part, p_part);
     AscendC::GlobalTensor<float> o;
     o.SetGlobalBuffer(a.Ws<float>(a.ws.o) + static_cast<uint64_t>(t % kSlots) * a.c.rows_p * dv,
                       static_cast<uint64_t>(a.c.rows_p) * dv);
     AscendC::LocalTensor<QT> pl = p_l1_.template Get<QT>();
-    AscendC::LocalTensor<QT> kv = kv_l1_.template Get<QT>()[(t % kSlots) * a.c.kv_parts * part_elems];
+    AscendC::LocalTensor<QT> kv = kv_l1_.template Get<QT>()[(t % kSlots) * tile_elems];
     AscendC::LocalTensor<QT> l0a = l0a_.template Get<QT>();
     AscendC::LocalTensor<QT> l0b = l0b_.template Get<QT>();
     AscendC::LocalTensor<float> l0c = l0c_.template Get<float>();
-    // P hi / lo of the whole tile -> L1 NZ (columns past the valid keys are exact zeros).
+    // P of the whole tile -> L1 NZ (columns past the valid keys are exact zeros).
     PipeSync<AscendC::HardEvent::MTE1_MTE2>(tp_);
-    for (int32_t part = 0; part < a.c.p_parts; ++part) {
-      AscendC::DataCopy(pl[part * p_l1], p[part * p_part], AscendC::Nd2NzParams(1, mr, n, 0, n, mrp, 1, 0));
-    }
+    AscendC::DataCopy(pl, p, AscendC::Nd2NzParams(1, mr, n, 0, n, mrp, 1, 0));
     PipeSync<AscendC::HardEvent::MTE2_MTE1>(tp_);
     const int32_t nv = ps.TileKeys(n, t);
-    // (P_hi, V_hi), then (P_lo, V_hi) when P has two halves, then (P_hi, V_lo) when V has two.
-    const int32_t passes = a.c.p_parts + a.c.kv_parts - 1;
     for (int32_t d0 = 0; d0 < dv; d0 += a.c.nc2) {
       const int32_t ncw = MinI(a.c.nc2, dv - d0), nb = ncw / 16;
       PipeSync<AscendC::HardEvent::FIX_M>(tp_);   // the previous Fixpipe has read L0C
       for (int32_t k0 = 0; k0 < nv; k0 += a.c.kc2) {
         const int32_t kcw = RoundUp(MinI(a.c.kc2, nv - k0), 16), kb = kcw / 16;
-        for (int32_t pass = 0; pass < passes; ++pass) {
-          const int32_t pp = pass == 1 && a.c.p_parts == kParts ? 1 : 0;
-          const int32_t vp = pass == a.c.p_parts ? 1 : 0;
-          PipeSync<AscendC::HardEvent::M_MTE1>(tp_);
-          for (int32_t i = 0; i < mb; ++i) {
-            AscendC::LoadData(l0a[i * kb * 256], pl[pp * p_l1],
-                              AscendC::LoadData2DParams((k0 / 16) * mb + i, kb, mb, 0, 0, false, 0));
-          }
-          for (int32_t j = 0; j < kb; ++j) {   // V's NZ fractals (rows = keys) transposed into ZN
-            AscendC::LoadData(l0b[j * nb * 256], kv[vp * part_elems],
-                              AscendC::LoadData2DParams((d0 / 16) * nbt + k0 / 16 + j, nb, nbt, 0, 0, true, 0));
-          }
-          PipeSync<AscendC::HardEvent::MTE1_M>(tp_);
-          AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, ncw, kcw, 0, false, k0 == 0 && pass == 0));
+        PipeSync<AscendC::HardEvent::M_MTE1>(tp_);
+        for (int32_t i = 0; i < mb; ++i) {
+          AscendC::LoadData(l0a[i * kb * 256], pl, AscendC::LoadData2DParams((k0 / 16) * mb + i, kb, mb, 0, 0, false, 0));
         }
+        for (int32_t j = 0; j < kb; ++j) {   // V's NZ fractals (rows = keys) transposed into ZN
+          AscendC::LoadData(l0b[j * nb * 256], kv,
+                            AscendC::LoadData2DParams((d0 / 16) * nbt + k0 / 16 + j, nb, nbt, 0, 0, true, 0));
+        }
+        PipeSync<AscendC::HardEvent::MTE1_M>(tp_);
+        AscendC::Mmad(l0c, l0a, l0b, AscendC::MmadParams(mr, ncw, kcw, 0, false, k0 == 0));
       }
       PipeSync<AscendC::HardEvent::M_FIX>(tp_);
       AscendC::Fixpipe<float, float, AscendC::CFG_ROW_MAJOR>(o[d0], l0c, AscendC::FixpipeParamsV220(ncw, mr, mrp, dv, false));

@@ -1,6 +1,6 @@
 // Vector-core dequantization of FP8 latent caches for MLA decode (the A2 cube has no FP8): the
-// keys of a tile become q-dtype rows in the GM workspace, as hi = round(x) and lo = round(x - hi)
-// halves the cube multiplies in separate passes (fp32-level accuracy whatever q's dtype).
+// keys of a tile are dequantized in fp32 and rounded once to q's dtype into the GM workspace,
+// where the cube reads them as K and V (docs/parity.md counts that rounding).
 //   fp8_v32    (656 B/token): 512 e4m3 x 4 fp32 scales (one per 128) | 64 bf16 RoPE
 //   fp8_model1 (584 B/token, per page block: tokens' [448 e4m3 | 64 bf16 RoPE], then 8 B of
 //              scales per token: 7 e8m0 (one per 64) + pad)
@@ -8,7 +8,7 @@
 // exact in fp16; 0x7F / 0xFF are NaN). Rows of invalid keys are written as zeros, so the cube
 // copies whole tiles and nothing unused is read. The two vector cores split the tile's rows.
 #pragma once
-#include "ascend/incre_flash_attention/ifa_convert.h"   // ifa::E4m3ToHalfBits
+#include "ascend/common/fp8.h"
 #include "ascend/mla_decode/mla_common.h"
 
 namespace dualops {
@@ -39,11 +39,9 @@ class MlaDequant {
     pipe.InitBuffer(h16_, kConvRows * pitch_ * sizeof(half));
     pipe.InitBuffer(idx_, kConvRows * pitch_ * sizeof(int32_t));
     pipe.InitBuffer(f32_, kConvRows * d * sizeof(float));
-    pipe.InitBuffer(hi32_, kConvRows * d * sizeof(float));
-    pipe.InitBuffer(out_, kParts * kConvRows * d * sizeof(QT));
-    pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
-    AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-    for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ifa::E4m3ToHalfBits(b));
+    pipe.InitBuffer(out_, kConvRows * d * sizeof(QT));
+    pipe.InitBuffer(lut_, ascend::kE4m3TableBytes);
+    ascend::FillE4m3Table(lut_.Get<uint16_t>());
     PipeSync<AscendC::HardEvent::S_V>(tp_);
   }
 
@@ -124,7 +122,7 @@ class MlaDequant {
     }
   }
 
-  // Tile rows [c, c + cn): load the valid ones' bytes, decode, scale, split hi / lo, store.
+  // Tile rows [c, c + cn): load the valid ones' bytes, decode, scale, round to q's dtype, store.
   __aicore__ inline void ConvertRows(const Pass& ps, const KeyMap& km, int32_t t, int32_t c, int32_t cn, int32_t nv) {
     const Args& a = *a_;
     const int32_t d = a.h.d_qk;
@@ -132,23 +130,13 @@ class MlaDequant {
     DecodeRows(ps, km, t, c, cn, nv);
     AscendC::PipeBarrier<PIPE_V>();
     const uint32_t count = static_cast<uint32_t>(cn * d);
-    AscendC::LocalTensor<QT> hi = out_.Get<QT>();
-    AscendC::LocalTensor<QT> lo = hi[kConvRows * d];
-    AscendC::LocalTensor<float> hi32 = hi32_.Get<float>();
-    AscendC::Cast(hi, f, AscendC::RoundMode::CAST_RINT, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Cast(hi32, hi, AscendC::RoundMode::CAST_NONE, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Sub(f, f, hi32, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Cast(lo, f, AscendC::RoundMode::CAST_RINT, count);
+    AscendC::LocalTensor<QT> k16 = out_.Get<QT>();
+    AscendC::Cast(k16, f, AscendC::RoundMode::CAST_RINT, count);
     PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
-    const uint64_t part = static_cast<uint64_t>(a.h.kv_tile) * d;
+    const uint64_t tile = static_cast<uint64_t>(a.h.kv_tile) * d;
     AscendC::GlobalTensor<QT> w;
-    w.SetGlobalBuffer(a.Ws<QT>(a.ws.k), kSlots * kParts * part);
-    const uint64_t base = static_cast<uint64_t>(t % kSlots) * kParts * part + static_cast<uint64_t>(c) * d;
-    AscendC::DataCopy(w[base], hi, count);
-    AscendC::DataCopy(w[base + part], lo, count);
+    w.SetGlobalBuffer(a.Ws<QT>(a.ws.k), kSlots * tile);
+    AscendC::DataCopy(w[static_cast<uint64_t>(t % kSlots) * tile + static_cast<uint64_t>(c) * d], k16, count);
     PipeSync<AscendC::HardEvent::MTE3_V>(tp_);
     PipeSync<AscendC::HardEvent::MTE3_MTE2>(tp_);
     PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
@@ -191,7 +179,7 @@ class MlaDequant {
   AscendC::TPipe* tp_ = nullptr;
   bool v32_ = true;
   int32_t nope_ = kV32Nope, pitch_ = 544;
-  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, aux_, h16_, idx_, f32_, hi32_, out_, lut_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, aux_, h16_, idx_, f32_, out_, lut_;
 };
 
 }  // namespace mla

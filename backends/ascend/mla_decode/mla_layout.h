@@ -46,8 +46,7 @@ struct LaunchHeader {
   int32_t topk_cols;        // indices.shape[-1] (sparse), else 0
   int32_t extra_topk_cols;  // extra_indices.shape[-1], else 0
   int32_t plan_ints;        // int32s of the MLA plan that follows
-  int32_t p_parts;          // 2: P goes to the cube as hi + lo halves (fp32-level accuracy); 1: once, in q's dtype
-  int32_t reserved;
+  int32_t reserved[2];
 };
 constexpr int32_t kLaunchInts = 16;
 constexpr int32_t kLaunchVersion = 1;
@@ -77,7 +76,6 @@ constexpr int32_t kRope = 64;
 
 // Hardware capacities the kernel sizes its buffers for (Atlas A2 AI core).
 constexpr int32_t kSlots = 2;        // kv tiles in flight between the cube and the vector cores
-constexpr int32_t kParts = 2;        // hi / lo halves of operands handed to the cube in q's dtype
 constexpr int32_t kOutChunkRows = 8; // mm2-result rows per vector step
 constexpr int32_t kConvRows = 4;     // cache rows per dequant step
 
@@ -87,8 +85,6 @@ constexpr int32_t kConvRows = 4;     // cache rows per dequant step
 struct Chunks {
   int32_t rows_p;   // m_rows padded to 16
   int32_t kc1, kc2, nc2;
-  int32_t kv_parts; // 1 (cache read directly) or kParts (dequantized hi / lo)
-  int32_t p_parts;  // 1 or kParts (P as hi / lo)
 };
 
 __aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
@@ -97,21 +93,19 @@ __aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
   c.kc1 = MinI(h.d_qk, MinI(Floor16(kL0bBytes / (2 * h.kv_tile)), Floor16(kL0aBytes / (2 * c.rows_p))));
   c.nc2 = MinI(h.d_v, Floor16(kL0cBytes / (4 * c.rows_p)));
   c.kc2 = MinI(h.kv_tile, MinI(Floor16(kL0aBytes / (2 * c.rows_p)), Floor16(kL0bBytes / (2 * c.nc2))));
-  c.kv_parts = h.convert ? kParts : 1;
-  c.p_parts = h.p_parts == 1 ? 1 : kParts;
   return c;
 }
 
-// L1 bytes of the cube side: q tile, kSlots latent tiles (hi / lo when dequantized), P hi / lo.
+// L1 bytes of the cube side: q tile, kSlots latent tiles, the P tile (all in q's dtype).
 __aicore__ inline uint64_t L1Bytes(const LaunchHeader& h, const Chunks& c) {
-  return 2ull * c.rows_p * h.d_qk + 2ull * kSlots * c.kv_parts * h.kv_tile * h.d_qk + 2ull * kParts * c.rows_p * h.kv_tile;
+  return 2ull * c.rows_p * h.d_qk + 2ull * kSlots * h.kv_tile * h.d_qk + 2ull * c.rows_p * h.kv_tile;
 }
 
 // Per-core GM workspace, byte offsets inside one AI core's slice (all 512-B aligned):
 //   S [kSlots][rows_p][kv_tile] fp32         mm1 scores (cube -> vector)
-//   P [kSlots][kParts][rows_p][kv_tile] q    softmax numerator hi / lo (vector -> cube)
+//   P [kSlots][rows_p][kv_tile] q            softmax numerator, rounded once (vector -> cube)
 //   O [kSlots][rows_p][d_v] fp32             mm2 result (cube -> vector)
-//   K [kSlots][kParts][kv_tile][d_qk] q      dequantized latent tile hi / lo (vector -> cube)
+//   K [kSlots][kv_tile][d_qk] q              dequantized latent tile, rounded once (vector -> cube)
 struct Workspace {
   uint64_t s, p, o, k, per_core;
 };
@@ -126,11 +120,11 @@ __aicore__ inline Workspace MakeWorkspace(const LaunchHeader& h) {
   w.s = off;
   off = Align512(off + kSlots * rows * n * 4);
   w.p = off;
-  off = Align512(off + kSlots * kParts * rows * n * 2);
+  off = Align512(off + kSlots * rows * n * 2);
   w.o = off;
   off = Align512(off + kSlots * rows * static_cast<uint64_t>(h.d_v) * 4);
   w.k = off;
-  off = Align512(off + (h.convert ? kSlots * kParts * n * static_cast<uint64_t>(h.d_qk) * 2 : 0));
+  off = Align512(off + (h.convert ? kSlots * n * static_cast<uint64_t>(h.d_qk) * 2 : 0));
   w.per_core = off;
   return w;
 }
@@ -159,7 +153,6 @@ __aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeade
   if (h.page_block_size < 1 || h.page_block_size != t.page_block_size) return "page_block_size differs from the plan's";
   if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format > 2) return "kv_format differs from the plan's";
   if (h.q_dtype != kF16 && h.q_dtype != kBF16) return "q must be fp16 or bf16";
-  if (h.p_parts != 1 && h.p_parts != kParts) return "p_parts must be 1 or 2";
   if (h.kv_format != kFmtBf16 && !h.convert) return "FP8 caches are dequantized on the vector cores (convert = 1)";
   if (t.sparse && (h.topk_cols != t.topk || h.extra_topk_cols != t.extra_topk)) return "index widths differ from the plan's topk";
   if (t.sparse && h.extra_topk_cols > 0 && h.extra_page_block_size < 1) return "extra_page_block_size must be >= 1";

@@ -1,6 +1,6 @@
 // The vector-core (AIV) side of MLA decode. The two vector cores of an AI core split each pass's
 // q rows. Per kv tile: scores from the S slot -> scale, invalid / causal keys -> -inf, online
-// softmax (running max m and sum l per row) -> P as hi + lo halves in q's dtype into the P slot;
+// softmax (running max m and sum l per row) -> P, rounded once to q's dtype, into the P slot;
 // when the cube has P . V: acc = acc * exp(m_old - m_new) + O, acc resident in UB. After the last
 // tile out = acc / l, lse = m + ln l (with the attention sink), or the split's fp32 partials.
 // FP8 caches: the tile's keys are dequantized into the workspace first (mla_dequant.h).
@@ -23,7 +23,7 @@ class MlaVector {
     const int32_t n = a.h.kv_tile, dv = a.h.d_v;
     pipe_.InitBuffer(s_, kMaxRows * n * sizeof(float));
     pipe_.InitBuffer(res_, kMaxRows * n * sizeof(float));
-    pipe_.InitBuffer(p_, kParts * kMaxRows * n * sizeof(QT));
+    pipe_.InitBuffer(p_, kMaxRows * n * sizeof(QT));
     pipe_.InitBuffer(acc_, kMaxRows * dv * sizeof(float));
     pipe_.InitBuffer(o_, kOutChunkRows * dv * sizeof(float));
     pipe_.InitBuffer(col_, n * sizeof(float));
@@ -98,7 +98,8 @@ class MlaVector {
   }
 
  private:
-  // Scores of tile t for rows [rs, re): scale, mask, online softmax, P hi / lo to the workspace.
+  // Scores of tile t for rows [rs, re): scale, mask, online softmax, P to the workspace. The row
+  // sums l add the fp32 P; the cube gets P rounded once to q's dtype (docs/parity.md).
   __aicore__ inline void Softmax(int32_t t) {
     const Args& a = *a_;
     const int32_t n = a.h.kv_tile, cn = re_ - rs_;
@@ -109,11 +110,9 @@ class MlaVector {
     sg.SetGlobalBuffer(a.Ws<float>(a.ws.s) + slot * a.c.rows_p * n, static_cast<uint64_t>(a.c.rows_p) * n);
     const uint64_t p_part = static_cast<uint64_t>(a.c.rows_p) * n;
     AscendC::GlobalTensor<QT> pg;
-    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * kParts * p_part, kParts * p_part);
+    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * p_part, p_part);
     AscendC::LocalTensor<float> sb = s_.Get<float>();
-    AscendC::LocalTensor<float> res = res_.Get<float>();
-    AscendC::LocalTensor<QT> p_hi = p_.Get<QT>();
-    AscendC::LocalTensor<QT> p_lo = p_hi[kMaxRows * n];
+    AscendC::LocalTensor<QT> p16 = p_.Get<QT>();
     const int32_t count = cn * n;
     AscendC::DataCopy(sb, sg[static_cast<uint64_t>(rs_) * n], count);
     if (a.t.sparse) BuildKeyMask(nv, t0);
@@ -141,18 +140,9 @@ class MlaVector {
     }
     AscendC::PipeBarrier<PIPE_V>();
     OnlineSoftmax(sb, cn, static_cast<int32_t>(slot));
-    AscendC::Cast(p_hi, sb, AscendC::RoundMode::CAST_RINT, count);
-    if (a.c.p_parts == kParts) {
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Cast(res, p_hi, AscendC::RoundMode::CAST_NONE, count);
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Sub(sb, sb, res, count);
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Cast(p_lo, sb, AscendC::RoundMode::CAST_RINT, count);
-    }
+    AscendC::Cast(p16, sb, AscendC::RoundMode::CAST_RINT, count);
     PipeSync<AscendC::HardEvent::V_MTE3>(tp_);
-    AscendC::DataCopy(pg[static_cast<uint64_t>(rs_) * n], p_hi, count);
-    if (a.c.p_parts == kParts) AscendC::DataCopy(pg[p_part + static_cast<uint64_t>(rs_) * n], p_lo, count);
+    AscendC::DataCopy(pg[static_cast<uint64_t>(rs_) * n], p16, count);
     PipeSync<AscendC::HardEvent::MTE3_V>(tp_);
     PipeSync<AscendC::HardEvent::MTE3_MTE2>(tp_);
   }
@@ -263,26 +253,19 @@ class MlaVector {
     while (ra < re_ - rs_ && RowLimit(ra) - t0 < nv) ++ra;
     const uint64_t slot = static_cast<uint64_t>(t % kSlots), p_part = static_cast<uint64_t>(a.c.rows_p) * n;
     AscendC::GlobalTensor<QT> pg;
-    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * kParts * p_part, kParts * p_part);
+    pg.SetGlobalBuffer(a.Ws<QT>(a.ws.p) + slot * p_part, p_part);
     AscendC::GlobalTensor<float> og;
     og.SetGlobalBuffer(a.Ws<float>(a.ws.o) + slot * a.c.rows_p * dv, static_cast<uint64_t>(a.c.rows_p) * dv);
-    AscendC::LocalTensor<QT> p_hi = p_.Get<QT>();
-    AscendC::LocalTensor<QT> p_lo = p_hi[kMaxRows * n];
+    AscendC::LocalTensor<QT> p16 = p_.Get<QT>();
     AscendC::LocalTensor<float> p = res_.Get<float>();
     AscendC::LocalTensor<float> v = s_.Get<float>();
     AscendC::LocalTensor<float> w = v[2 * dv];
     AscendC::LocalTensor<float> ob = o_.Get<float>();
     const int32_t count = ra * n;
     PipeSync<AscendC::HardEvent::V_MTE2>(tp_);
-    AscendC::DataCopy(p_hi, pg[static_cast<uint64_t>(rs_) * n], count);
-    if (a.c.p_parts == kParts) AscendC::DataCopy(p_lo, pg[p_part + static_cast<uint64_t>(rs_) * n], count);
+    AscendC::DataCopy(p16, pg[static_cast<uint64_t>(rs_) * n], count);
     PipeSync<AscendC::HardEvent::MTE2_V>(tp_);
-    AscendC::Cast(p, p_hi, AscendC::RoundMode::CAST_NONE, count);
-    if (a.c.p_parts == kParts) {
-      AscendC::Cast(v, p_lo, AscendC::RoundMode::CAST_NONE, count);
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Add(p, p, v, count);
-    }
+    AscendC::Cast(p, p16, AscendC::RoundMode::CAST_NONE, count);
     PipeSync<AscendC::HardEvent::V_S>(tp_);   // p is read by the scalar unit
     for (int32_t c = 0; c < ra; c += kOutChunkRows) {
       const int32_t k = MinI(kOutChunkRows, ra - c);

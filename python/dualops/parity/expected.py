@@ -3,7 +3,7 @@
 dequant code is not trusted blindly either: the dequantization here is written independently.
 
 Also the per-op plumbing the runner needs: how to call the public op, what its outputs are
-named and which tolerance budget each output gets."""
+named, which tolerances each output gets and the rounding budget the reference computes for it."""
 from __future__ import annotations
 
 import torch
@@ -60,17 +60,30 @@ def _dequant_gg(a: dict):
 
 def expected(op: str, inputs: dict) -> dict[str, torch.Tensor]:
     """Reference outputs (fp32, CPU) of the call, by output name."""
+    return expected_with_budget(op, inputs)[0]
+
+
+def expected_with_budget(op: str, inputs: dict) -> tuple[dict, dict]:
+    """(reference outputs, their rounding budgets), each by output name (fp32, CPU): the budgets
+    of docs/parity.md for kernels that round their matrix-unit operands once to q's 16-bit
+    type (attention: P, and the dequantized cache), computed on the dequantized inputs. Grouped
+    GEMM operands are 16-bit or 8-bit values, exact as MMA operands: its budget is 0."""
     a = dequantized(op, {k: v for k, v in inputs.items() if k != "plan"})
     fn = getattr(reference, op)
     if op == "grouped_gemm":
-        return {"y": fn(**a, compute_dtype=torch.float32)}
-    out, lse = fn(**a, compute_dtype=torch.float32)
-    return {"out": out, "lse": lse}
+        y = fn(**a, compute_dtype=torch.float32)
+        if inputs.get("scale_mode", "none") != "none":
+            return {"y": y}, {"y": torch.zeros_like(y)}
+        y, budget = fn(**a, compute_dtype=torch.float32, return_budget=True)
+        return {"y": y}, {"y": budget}
+    out, lse, budget = fn(**a, compute_dtype=torch.float32, return_budget=True,
+                          rounding_dtype=inputs["q"].dtype)
+    return {"out": out, "lse": lse}, {"out": budget.out, "lse": budget.lse}
 
 
 def tolerance(op: str, output: str, inputs: dict) -> tuple[float, float, float]:
-    """(atol, rtol, cos_eps) for one output: lse gets LSE_TOLERANCE; attention outputs the budget
-    of q's dtype; grouped GEMM the looser of the output dtype's budget and the inputs' (an fp32
+    """(atol, rtol, cos_eps) for one output: lse gets LSE_TOLERANCE; attention outputs the tolerances
+    of q's dtype; grouped GEMM the looser of the output dtype's tolerances and the inputs' (an fp32
     output of fp16 products still carries fp16-product accumulation error; fp8 / int8 inputs
     count as bf16)."""
     if output == "lse":

@@ -68,9 +68,10 @@ def markdown(run: ParityRun) -> str:
                      f"(made {run.against.get('created')} on {am.get('host', '?')}, torch {am.get('torch', '?')})")
     for line in _unavailable(run):
         lines.append(f"- not run here: {line}")
-    lines += ["", "Method (docs/parity.md): per element pass if |a−b| ≤ atol or |a−b| ≤ rtol·|b|; "
-              "cosine difference ≤ ε; inf/NaN positions must match. Expected values are the fp32 "
-              "reference on the dequantized inputs; `vs` names what a backend is compared with "
+    lines += ["", "Method (docs/parity.md): per element pass if |a−b| ≤ atol + rtol·|b| + c·budget, the "
+              "budget being the rounding term the reference computes on the same inputs (two "
+              "backends: the sum of their bounds); cosine difference ≤ ε; inf/NaN positions must "
+              "match. Expected values are the fp32 reference on the dequantized inputs; `vs` names what a backend is compared with "
               "(`reference`, another backend, or `saved:<backend>` outputs of a saved set). "
               "`n/a` = the schema says the backend does not support the variant."]
     for op, rows in _by_op(run).items():

@@ -107,12 +107,14 @@ def repro_command(op, case, backends, seed, against_dir=None) -> str:
     return cmd + f" --seed {seed}"
 
 
-def _comparisons(op, got: dict, want: dict, inputs: dict) -> dict:
+def _comparisons(op, got: dict, want: dict, inputs: dict, budgets: dict, pair=False) -> dict:
+    """The contract per output; ``pair``: ``want`` is another backend's output (the sum of two
+    backends' bounds)."""
     out = {}
     for name in expected.OUTPUTS[op]:
         atol, rtol, cos_eps = expected.tolerance(op, name, inputs)
-        c = compare(got[name], want[name], atol=atol, rtol=rtol, cos_eps=cos_eps)
-        out[name] = {**asdict(c), "atol": atol, "rtol": rtol, "cos_eps": cos_eps}
+        c = compare(got[name], want[name], atol=atol, rtol=rtol, cos_eps=cos_eps, budget=budgets[name], pair=pair)
+        out[name] = {**asdict(c), "atol": atol, "rtol": rtol, "cos_eps": cos_eps, "pair": pair}
     return out
 
 
@@ -140,7 +142,7 @@ def check_case(op: str, name: str, inputs: dict, strided, backends, *, seed, exe
                saved_outputs=None, against_dir=None):
     """All rows of one case. Returns (results, outputs by backend)."""
     features = schema.validate(op, dict(inputs)).features
-    want = expected.expected(op, inputs)
+    want, budgets = expected.expected_with_budget(op, inputs)
     rows, outs = [], {}
     base = dict(op=op, case=name, exercises=tuple(exercises), features=features)
     for b in backends:
@@ -157,18 +159,18 @@ def check_case(op: str, name: str, inputs: dict, strided, backends, *, seed, exe
                                repro=repro, **base))
             continue
         outs[b] = got
-        comps = _comparisons(op, got, want, inputs)
+        comps = _comparisons(op, got, want, inputs, budgets)
         status, why = _status(comps)
         rows.append(Result(backend=b, against="reference", status=status, outputs=comps, reason=why,
                            seconds=secs, repro=repro if status != "pass" else "", **base))
         for other, stored in (saved_outputs or {}).items():
-            comps = _comparisons(op, got, stored, inputs)
+            comps = _comparisons(op, got, stored, inputs, budgets, pair=True)
             status, why = _status(comps)
             rows.append(Result(backend=b, against=f"saved:{other}", status=status, outputs=comps,
                                reason=why, repro=repro if status != "pass" else "", **base))
     kernels = [b for b in backends if b in outs and b != "reference"]
     for a, b in itertools.combinations(kernels, 2):
-        comps = _comparisons(op, outs[a], outs[b], inputs)
+        comps = _comparisons(op, outs[a], outs[b], inputs, budgets, pair=True)
         status, why = _status(comps)
         rows.append(Result(backend=a, against=b, status=status, outputs=comps, reason=why,
                            repro=repro_command(op, name, [a, b], seed, against_dir) if status != "pass" else "",

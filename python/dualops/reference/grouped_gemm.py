@@ -17,6 +17,8 @@ int8 products are accumulated exactly (fp64 holds any int8 dot product of realis
 
 import torch
 
+from ._common import inexact, rounding_type, unit_roundoff
+
 BLOCK = 128  # blockwise scale granularity along N and K
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _DTYPES = {"none": _FLOAT, "per_tensor": (torch.float8_e4m3fn,),
@@ -71,12 +73,19 @@ def _blockwise(xg, wg, xs, ws, cd):
 
 
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None,
-                 w_scale=None, out_dtype=torch.bfloat16, compute_dtype=torch.float32):
+                 w_scale=None, out_dtype=torch.bfloat16, compute_dtype=torch.float32, return_budget=False,
+                 rounding_dtype=None):
     """Ground-truth grouped GEMM.
 
     Returns y [M, N] (contiguous layout) or [G, M_max, N] (masked layout) in ``compute_dtype``
     (fp32 or fp64).  ``out_dtype`` is what the kernels return; the reference does not cast
     to it so that comparisons see the unrounded values — cast with ``y.to(out_dtype)``.
+
+    ``return_budget=True`` returns (y, budget): budget shaped like y, the rounding term of
+    docs/parity.md for a kernel that rounds its operands once to ``rounding_dtype`` (default:
+    x's dtype if 16-bit, else bf16) and sums fp32 products: u * sum_k |x_k| |w_k| over the
+    products with an operand that the rounding changes. 8-bit operands are exact in a 16-bit
+    type and the recipes' scales act on the fp32 products, so their budget is 0.
     """
     if compute_dtype not in (torch.float32, torch.float64):
         raise ValueError(f"compute_dtype must be torch.float32 or torch.float64, got {compute_dtype}")
@@ -117,8 +126,12 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     xs_rows = x_scale.reshape(-1, kb) if scale_mode == "blockwise" else (
         x_scale.reshape(-1) if scale_mode == "rowwise" else None)
     y = torch.zeros(x_rows.shape[0], N, dtype=cd, device=x.device)
+    budget = torch.zeros_like(y)
+    rounding = rounding_type(rounding_dtype or x.dtype)
     for g, rows in groups:
         xg, wg = x_rows[rows], w[g]
+        if return_budget and scale_mode == "none":
+            budget[rows] = _operand_rounding(xg.to(cd), wg.to(cd), rounding)
         if scale_mode == "blockwise":
             y[rows] = _blockwise(xg, wg, xs_rows[rows], w_scale[g], cd)
             continue
@@ -133,4 +146,12 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
         elif scale_mode == "rowwise":
             acc = acc * xs_rows[rows].to(cd).unsqueeze(1) * w_scale[g].to(cd).unsqueeze(0)
         y[rows] = acc
-    return y.view(*lead, N) if masked else y
+    if masked:
+        y, budget = y.view(*lead, N), budget.view(*lead, N)
+    return (y, budget) if return_budget else y
+
+
+def _operand_rounding(xg, wg, rounding):
+    """u sum_k |x_k||w_k| ([x_k inexact] + [w_k inexact]): x(1+a) w(1+b) - x w, |a|, |b| <= u."""
+    xa, wa = xg.abs(), wg.abs()
+    return unit_roundoff(rounding) * ((xa * inexact(xg, rounding)) @ wa.t() + xa @ (wa * inexact(wg, rounding)).t())

@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..quant import dequantize_kv
-from ._common import weighted_values
+from ._common import AttentionBudget, attention_budget, rounding_type, weighted_values
 
 _QUANT_DTYPES = (torch.int8, torch.float8_e4m3fn)
 
@@ -51,7 +51,8 @@ def _broadcast_bias(t, name, shape, dtype_check):
 
 def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None, softmax_scale=None,
                           causal=False, atten_mask=None, pse_shift=None, k_scale=None, v_scale=None,
-                          k_offset=None, v_offset=None, compute_dtype=torch.float32):
+                          k_offset=None, v_offset=None, compute_dtype=torch.float32, return_budget=False,
+                          rounding_dtype=None):
     """Ground-truth decode attention.
 
     q [B, S_q, H_q, D]; k_cache/v_cache contiguous [B, S_max, H_kv, D] or, with an int32
@@ -60,7 +61,10 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     float8_e4m3fn caches as x * scale, with per-channel [H_kv, D] scale/offset.
 
     Returns (out [B, S_q, H_q, D], lse [B, H_q, S_q]), both in ``compute_dtype`` (fp32 or
-    fp64) on q's device; the caller casts out to q.dtype.
+    fp64) on q's device; the caller casts out to q.dtype. ``return_budget=True`` adds a third
+    result, an ``AttentionBudget(out, lse)`` of the same shapes: the rounding terms of
+    docs/parity.md for a kernel whose matrix-unit operands (P, and a dequantized cache) are
+    rounded once to ``rounding_dtype`` (default: q's dtype).
     """
     _check_compute_dtype(compute_dtype)
     if q.dim() != 4:
@@ -108,6 +112,8 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
 
     out = torch.zeros(B, S_q, H_q, D, dtype=compute_dtype, device=q.device)
     lse = torch.full((B, H_q, S_q), math.inf, dtype=compute_dtype, device=q.device)
+    budget = AttentionBudget(torch.zeros_like(out), torch.zeros_like(lse))
+    rounding = rounding_type(rounding_dtype or q.dtype)
     for b, L in enumerate(lens):
         if L == 0:
             continue
@@ -138,8 +144,21 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
         p = torch.exp(s - torch.where(seen, row_lse, torch.zeros_like(row_lse)).unsqueeze(-1))
         p = p.masked_fill(~seen.unsqueeze(-1), 0.0)
         # [H_kv, group * S_q, L] @ [H_kv, L, D]; hidden keys add nothing, whatever their value
-        o = weighted_values(p.reshape(H_kv, group * S_q, L), v.permute(1, 0, 2),
-                            hidden.reshape(H_kv, group * S_q, L))
-        out[b] = o.view(H_kv, group, S_q, D).permute(2, 0, 1, 3).reshape(S_q, H_q, D)
+        rows = (H_kv, group * S_q, L)
+        vk = v.permute(1, 0, 2)
+        o = weighted_values(p.reshape(rows), vk, hidden.reshape(rows))
+        out[b] = _heads_last(o, group, S_q)
         lse[b] = torch.where(seen, row_lse, torch.full_like(row_lse, math.inf))
-    return out, lse
+        if return_budget:
+            q_rows = qb.permute(1, 2, 0, 3).reshape(H_kv, group * S_q, D)  # row g * S_q + i
+            o_b, l_b = attention_budget(q_rows, k.permute(1, 0, 2), vk, p.reshape(rows), hidden.reshape(rows),
+                                        scale, o, rounding)
+            budget.out[b] = _heads_last(o_b, group, S_q)
+            budget.lse[b] = l_b.reshape(H_q, S_q)
+    return (out, lse, budget) if return_budget else (out, lse)
+
+
+def _heads_last(o, group, S_q):
+    """[H_kv, group * S_q, D] (row g * S_q + i of KV head kvh) -> [S_q, H_q, D]."""
+    H_kv, _, D = o.shape
+    return o.view(H_kv, group, S_q, D).permute(2, 0, 1, 3).reshape(S_q, H_kv * group, D)

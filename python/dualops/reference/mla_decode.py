@@ -20,7 +20,7 @@ import math
 import torch
 
 from ..quant import gather_mla_kv, mla_cache_d_qk
-from ._common import weighted_values
+from ._common import AttentionBudget, attention_budget, rounding_type, weighted_values
 
 
 def _check_int(t, name, shape):
@@ -31,8 +31,10 @@ def _check_int(t, name, shape):
         raise ValueError(f"{name} must be {want}, got {tuple(t.shape)}")
 
 
-def _attend(q, keys, head_dim_v, scale, hidden=None):
-    """q [S, H, d], keys [L, d], hidden bool [S, 1, L] or None -> (out [S, H, dv], lse [S, H]).
+def _attend(q, keys, head_dim_v, scale, hidden=None, rounding=None):
+    """q [S, H, d], keys [L, d], hidden bool [S, 1, L] or None -> (out [S, H, dv], lse [S, H],
+    budget (out, lse) or None). With ``rounding`` (a 16-bit dtype), the rounding terms of
+    ``attention_budget`` too.
 
     lse is -inf for rows that see nothing (their out is 0)."""
     s = torch.einsum("shd,ld->shl", q, keys) * scale
@@ -42,7 +44,10 @@ def _attend(q, keys, head_dim_v, scale, hidden=None):
     seen = lse != -math.inf
     p = torch.exp(s - torch.where(seen, lse, torch.zeros_like(lse)).unsqueeze(-1))
     p = p.masked_fill(~seen.unsqueeze(-1), 0.0)
-    return weighted_values(p, keys[:, :head_dim_v], hidden), lse
+    o = weighted_values(p, keys[:, :head_dim_v], hidden)
+    if rounding is None:
+        return o, lse, None
+    return o, lse, attention_budget(q, keys, keys[:, :head_dim_v], p, hidden, scale, o, rounding)
 
 
 def _sparse_keys(cache, kv_format, idx, length, compute_dtype):
@@ -56,12 +61,16 @@ def _sparse_keys(cache, kv_format, idx, length, compute_dtype):
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softmax_scale=None,
                causal=False, kv_format="bf16", indices=None, topk_length=None, attn_sink=None,
                extra_kv_cache=None, extra_indices=None, extra_topk_length=None,
-               compute_dtype=torch.float32):
+               compute_dtype=torch.float32, return_budget=False, rounding_dtype=None):
     """Ground-truth MLA decode.
 
     q [B, S_q, H_q, d_qk]; kv_cache bf16/fp16 [num_blocks, page_block_size, 1, d_qk] or uint8
     "fp8_v32" / "fp8_model1" (see dualops.quant).  Returns (out [B, S_q, H_q, head_dim_v],
     lse [B, H_q, S_q]) in ``compute_dtype`` (fp32 or fp64) on q's device.
+
+    ``return_budget=True`` adds a third result, an ``AttentionBudget(out, lse)`` of the same
+    shapes: the rounding terms of docs/parity.md for a kernel whose matrix-unit operands (P, and
+    the dequantized cache) are rounded once to ``rounding_dtype`` (default: q's dtype).
     """
     if compute_dtype not in (torch.float32, torch.float64):
         raise ValueError(f"compute_dtype must be torch.float32 or torch.float64, got {compute_dtype}")
@@ -83,6 +92,8 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softm
     out = torch.zeros(B, S_q, H_q, head_dim_v, dtype=compute_dtype, device=q.device)
     lse = torch.full((B, S_q, H_q), -math.inf, dtype=compute_dtype, device=q.device)
     qc = q.to(compute_dtype)
+    rounding = rounding_type(rounding_dtype or q.dtype) if return_budget else None
+    out_b, lse_b = torch.zeros_like(out), torch.zeros_like(lse)
 
     if sparse:
         if causal:
@@ -106,8 +117,10 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softm
                 if extra:
                     more = _sparse_keys(extra_kv_cache, kv_format, extra_indices[b, i], extra_lens[b], compute_dtype)
                     keys = torch.cat([keys, more])
-                o, l = _attend(qc[b, i:i + 1], keys.to(q.device), head_dim_v, scale)
+                o, l, bud = _attend(qc[b, i:i + 1], keys.to(q.device), head_dim_v, scale, rounding=rounding)
                 out[b, i], lse[b, i] = o[0], l[0]
+                if bud is not None:
+                    out_b[b, i], lse_b[b, i] = bud[0][0], bud[1][0]
     else:
         sparse_only = {"topk_length": topk_length, "extra_kv_cache": extra_kv_cache,
                        "extra_indices": extra_indices, "extra_topk_length": extra_topk_length}
@@ -133,14 +146,21 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softm
             if causal:
                 limit = L - S_q + 1 + torch.arange(S_q, device=q.device)  # query i sees keys < limit[i]
                 hidden = torch.arange(L, device=q.device).view(1, 1, L) >= limit.view(S_q, 1, 1)
-            out[b], lse[b] = _attend(qc[b], keys, head_dim_v, scale, hidden)
+            out[b], lse[b], bud = _attend(qc[b], keys, head_dim_v, scale, hidden, rounding)
+            if bud is not None:
+                out_b[b], lse_b[b] = bud
 
     seen = lse != -math.inf
     if attn_sink is not None:
         sink = attn_sink.to(device=q.device, dtype=compute_dtype).view(1, 1, H_q)
         factor = torch.sigmoid(lse - sink)  # = exp(lse) / (exp(lse) + exp(sink))
-        out = out * torch.where(seen, factor, torch.ones_like(factor)).unsqueeze(-1)
+        factor = torch.where(seen, factor, torch.ones_like(factor)).unsqueeze(-1)
+        out = out * factor
+        # d(out * f(lse)) = f d(out) + out f (1 - f) d(lse)
+        out_b = out_b * factor + out.abs() * (1 - factor) * lse_b.unsqueeze(-1)
     lse = torch.where(seen, lse, torch.full_like(lse, math.inf))
+    if return_budget:
+        return out, lse.transpose(1, 2).contiguous(), AttentionBudget(out_b, lse_b.transpose(1, 2).contiguous())
     return out, lse.transpose(1, 2).contiguous()
 
 

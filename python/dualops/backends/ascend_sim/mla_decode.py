@@ -16,21 +16,19 @@ from ._common import SIM, Regions, check_block_ids, ptr
 _OP = "mla_decode"
 KERNEL = "mla_decode"
 LAUNCH_VERSION = 1
-KV_TILE_DIRECT = 128   # keys per tile when the cube reads a 16-bit cache directly (2 L1 slots)
-KV_TILE_DEQUANT = 64   # keys per tile when the vector cores dequantize (hi / lo halves in L1)
-P_PARTS = 2            # P to the cube as hi + lo halves (1: once in q's dtype, as FlashMLA does)
+KV_TILE = 128   # keys per tile (two L1 slots of 128 x d_qk in q's dtype, 16-bit or dequantized caches alike)
 
 
 def launch_header(plan: MlaPlan, *, num_cores: int, d_qk: int, q_dtype: torch.dtype, page_block_size: int,
                   extra_page_block_size: int = 0, topk_cols: int = 0, extra_topk_cols: int = 0,
-                  kv_tile: int | None = None, p_parts: int = 2) -> list[int]:
+                  kv_tile: int | None = None) -> list[int]:
     """The 16 int32 of the Ascend launch header (backends/ascend/mla_decode/mla_layout.h)."""
     convert = int(plan.kv_format != KV_FORMATS["bf16"])
-    tile = kv_tile or (KV_TILE_DEQUANT if convert else KV_TILE_DIRECT)
+    tile = kv_tile or KV_TILE
     cores = max(1, min(num_cores, plan.num_sm_parts * plan.num_m_blocks))
     plan_ints = int(plan.pack().numel())
     return [LAUNCH_VERSION, cores, d_qk, 512, tile, MLA_Q_BLOCK_ROWS, page_block_size, extra_page_block_size,
-            plan.kv_format, schema.dtype_code(q_dtype), convert, topk_cols, extra_topk_cols, plan_ints, p_parts, 0]
+            plan.kv_format, schema.dtype_code(q_dtype), convert, topk_cols, extra_topk_cols, plan_ints, 0, 0]
 
 
 def tiling_bytes(header: list[int], plan: MlaPlan) -> bytes:
@@ -57,7 +55,7 @@ def _check_plan(plan: MlaPlan, *, B, S_q, H_q, kv_format, pbs, topk, extra_topk,
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, softmax_scale, causal, kv_format,
                indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length,
-               _host_checks=True, _kv_tile=None, _p_parts=None, _target=SIM):
+               _host_checks=True, _kv_tile=None, _target=SIM):
     """docs/internals.md "Backend module interface". Returns (out, lse).
     (_host_checks / _kv_tile exist for the planted-fault tests only; _target: where the kernel
     runs, the simulator or an NPU, backends/npu.)"""
@@ -96,8 +94,7 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
 
     header = launch_header(plan, num_cores=prof.num_cores, d_qk=d_qk, q_dtype=q.dtype, page_block_size=pbs,
                            extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0,
-                           topk_cols=topk or 0, extra_topk_cols=extra_topk or 0, kv_tile=_kv_tile,
-                           p_parts=_p_parts or P_PARTS)
+                           topk_cols=topk or 0, extra_topk_cols=extra_topk or 0, kv_tile=_kv_tile)
     tiling = tiling_bytes(header, plan)
     if _host_checks:
         why = C.ascend_mla_check_tiling(tiling)
