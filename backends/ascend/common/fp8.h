@@ -2,6 +2,7 @@
 //   E4m3ToHalfBits(byte)  fp16 bit pattern of an e4m3fn byte (every e4m3 value is exact in fp16;
 //                         0x7F / 0xFF are NaN). Kernels build a 256-entry fp16 table in UB with it
 //                         (scalar SetValue, then SetFlag/WaitFlag<S_V>) and decode with Gather.
+//   E4m3ToHalf(...)       that decode of `count` bytes on the vector unit.
 #pragma once
 #include "kernel_operator.h"
 
@@ -25,6 +26,20 @@ __aicore__ inline uint16_t E4m3ToHalfBits(uint32_t byte) {
     return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp + 2) << 10) | ((m & 0x3u) << 8));
   }
   return static_cast<uint16_t>(sign | ((e + 8) << 10) | (m << 7));
+}
+
+// `count` e4m3 bytes of raw -> fp16 in dst through the 256-entry fp16 table lut: byte -> its value
+// in fp16 (in tmp) -> int32 (in idx) -> byte offset into the table -> Gather. dst may be tmp.
+__aicore__ inline void E4m3ToHalf(const AscendC::LocalTensor<half>& dst, const AscendC::LocalTensor<uint8_t>& raw,
+                                  const AscendC::LocalTensor<half>& tmp, const AscendC::LocalTensor<int32_t>& idx,
+                                  const AscendC::LocalTensor<uint16_t>& lut, uint32_t count) {
+  AscendC::Cast(tmp, raw, AscendC::RoundMode::CAST_NONE, count);
+  AscendC::PipeBarrier<PIPE_V>();
+  AscendC::Cast(idx, tmp, AscendC::RoundMode::CAST_RINT, count);
+  AscendC::PipeBarrier<PIPE_V>();
+  AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(count));
+  AscendC::PipeBarrier<PIPE_V>();
+  AscendC::Gather(dst, lut.template ReinterpretCast<half>(), idx.template ReinterpretCast<uint32_t>(), 0, count);
 }
 
 }  // namespace ascend

@@ -11,7 +11,7 @@
 // times the fp32 scale, as the reference dequantizes. Rows of invalid keys are written as zeros, so the cube
 // copies whole tiles and nothing unused is read. The two vector cores split the tile's rows.
 #pragma once
-#include "ascend/incre_flash_attention/ifa_convert.h"   // ifa::E4m3ToHalfBits
+#include "ascend/incre_flash_attention/ifa_convert.h"   // ifa::E4m3ToHalfBits, ascend::E4m3ToHalf
 #include "ascend/mla_decode/mla_common.h"
 
 namespace dualops {
@@ -98,19 +98,11 @@ class MlaDequant {
     AscendC::LocalTensor<int32_t> idx = idx_.Get<int32_t>();
     AscendC::LocalTensor<float> f = f32_.Get<float>();
     const uint32_t bytes = static_cast<uint32_t>(cn * pitch_);
+    // The value bytes -> fp16 (the scale and RoPE bytes decode to values nothing reads).
     if (int8_) {
-      // int8 -> fp16 (exact); the scale and RoPE bytes decode to unused values.
-      AscendC::Cast(h, raw.template ReinterpretCast<int8_t>(), AscendC::RoundMode::CAST_NONE, bytes);
+      AscendC::Cast(h, raw.template ReinterpretCast<int8_t>(), AscendC::RoundMode::CAST_NONE, bytes);   // exact
     } else {
-      // byte -> its value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
-      AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, bytes);
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, bytes);
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(bytes));
-      AscendC::PipeBarrier<PIPE_V>();
-      AscendC::Gather(h, lut_.Get<uint16_t>().template ReinterpretCast<half>(), idx.template ReinterpretCast<uint32_t>(),
-                      0, bytes);
+      ascend::E4m3ToHalf(h, raw, h, idx, lut_.Get<uint16_t>(), bytes);
     }
     AscendC::PipeBarrier<PIPE_V>();
     const int32_t seg = v32_ ? 128 : 64;
