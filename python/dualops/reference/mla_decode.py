@@ -1,8 +1,8 @@
 """Reference MLA decode (FlashMLA semantics), plain torch.
 
 One latent KV head: K is the whole d_qk vector of a token, V its first head_dim_v dims.
-Quantized caches (FP8, int8) are dequantized token by token with ``quant.gather_mla_kv`` (only the tokens
-attended are read), then attended exactly like a bf16 cache.
+Quantized caches (FP8, int8) are dequantized token by token with ``quant.gather_mla_kv``
+(only the tokens attended are read), then attended exactly like a bf16 cache.
 
 * Dense mode: request b attends tokens 0..cache_seqlens[b]-1 through block_table; with
   causal and S_q > 1, query i sees keys < cache_seqlens[b] - S_q + i + 1.
