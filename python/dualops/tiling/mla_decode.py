@@ -55,7 +55,7 @@ MLA_FIXED_OVERHEAD = 5      # blocks of per-request cost (prologue, q load, epil
 MLA_CUDA_FIXED_OVERHEAD_FEW_ROWS = 2  # the same on CUDA for calls of at most MLA_CUDA_WGMMA_T_ROWS q rows
 MLA_Q_BLOCK_ROWS = 64       # q rows of one CTA / AI core pass (FlashMLA's block M)
 PART_STRIDE = 8
-KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2}
+KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2, "int8_v32": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,13 +165,16 @@ MLA_CUDA_SEESAW_SMEM_BYTES = 230536  # the same with 4 more mbarriers and the TM
 # dequantizes each tile in warpgroup 1 while the tensor cores run P V, the mma.sync kernel
 # between its MMAs (the wgmma kernel is 8-35 % faster from h_q 16 to 128).
 MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
+# int8_v32 has fp8_v32's token layout and dequant path (int8 in place of e4m3): it takes
+# fp8_v32's kernel choices in the tables here (not measured on their own).
+MLA_CUDA_WGMMA_MIN_Q_ROWS["int8_v32"] = MLA_CUDA_WGMMA_MIN_Q_ROWS["fp8_v32"]
 # Per cache format, the most q rows for which the wgmma_t kernel is planned (b64 s_k4096, two tile
 # chains per CTA). H200: h_q 8 / 16 bf16 1.15 / 1.11x as fast as mma.sync, FP8 h_q 16 1.46-1.53x
 # as fast as wgmma; at 32 q rows bf16 1.09x as fast as mma.sync (h_q 32, and h_q 16 s_q 2),
 # fp8_v32 1.11x as fast as wgmma. H100, 2026-11-26, `benchmarks/cuda/mla_kernel_ab.py`, two
 # rounds: fp8_model1 h_q 32 130.5-131.5 us against wgmma's 167-168 us and mma.sync's 193-197 us;
 # fp8_v32 h_q 32 / h_q 24 / h_q 16 s_q 2 156-158 us against wgmma's 175-177 us.
-MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32}
+MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32, "int8_v32": 32}
 # Sparse decode: per cache format, the heads from which the list kernel sorts each query token's
 # main-pool keys by token id (None: never), and the most entries a list may have to be sorted (one
 # CTA sorts a list in shared memory). H100, 2026-11-26, `python -m dualops bench --sweep
@@ -181,7 +184,7 @@ MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32}
 # against 85.3-85.5 us (the sort costs more than it saves); FP8 caches 1.5-3.5 % slower at h_q 64
 # and 128 (b64), 2 % faster for b128 h_q128 s_q2 (726-731 against 745-749 us), 5-13 % slower at
 # h_q 16 (wgmma_t).
-MLA_CUDA_SORT_MIN_HEADS = {"bf16": 65, "fp8_v32": None, "fp8_model1": None}
+MLA_CUDA_SORT_MIN_HEADS = {"bf16": 65, "fp8_v32": None, "fp8_model1": None, "int8_v32": None}
 MLA_CUDA_SORT_MAX_KEYS = 4096
 
 
