@@ -158,7 +158,8 @@ def _parity(args) -> int:
     from . import parity
 
     return parity.main(ops=args.op, backends=_backend_list(args.backend), full=args.full, seed=args.seed,
-                       case_names=args.case, out=args.out, save=args.save, against=args.against)
+                       case_names=args.case, out=args.out, save=args.save, against=args.against,
+                       command=args.command_line)
 
 
 def _bench(args) -> int:
@@ -172,22 +173,27 @@ def _bench(args) -> int:
                       budget_s=args.budget, probe=not args.no_probe, peers=not args.no_peers,
                       cpu_limit=args.cpu_limit, sim_profile=args.sim_profile, seed=args.seed, out=args.out,
                       compare=args.compare, threshold=args.threshold,
-                      fail_on_regression=args.fail_on_regression, plots=not args.no_plots)
+                      fail_on_regression=args.fail_on_regression, plots=not args.no_plots,
+                      command=args.command_line)
 
 
 def _main_job(args) -> int:
     from . import bench, parity
 
     print("dualops main job: quick parity + quick bench on the backends of this machine")
-    rc_parity = parity.main(out=args.out)
-    rc_bench = bench.main(sweep_names=["quick"], out=args.out)
-    print(f"\nreports in {args.out}/: open {args.out}/index.html (machine, parity matrix, bench tables "
-          f"with peer ratios, plots, commands); parity {'FAILED' if rc_parity else 'passed'}")
+    rc_parity = parity.main(out=args.out, command=args.command_line)
+    rc_bench = bench.main(sweep_names=["quick"], out=args.out, command=args.command_line)
+    print(f"\nreports in {args.out}/: open {args.out}/index.html (every run so far, and the newest: machine, "
+          f"parity matrix, bench tables with spreads and peer ratios, peers, plots, commands); "
+          f"parity {'FAILED' if rc_parity else 'passed'}")
     return rc_parity or rc_bench
 
 
 def main(argv=None) -> int:
+    from .report_runs import command_line
+
     args = _parser().parse_args(argv)
+    args.command_line = command_line(argv)
     run = {"info": _info, "parity": _parity, "bench": _bench, None: _main_job}[args.command]
     try:
         _check_out(getattr(args, "out", None))

@@ -1,0 +1,87 @@
+"""The run folders of a report directory: each ``python -m dualops parity|bench`` run keeps its
+own results in ``<out>/runs/<UTC time>-<kind>/`` with a ``run.json`` (kind, time, machine,
+command, result in one line), and the newest run of each kind is also copied to the top of
+``<out>`` (``parity.json``, ``bench.json``, ``bench_*.png``, ...), where ``index.html`` shows it
+and lists every run. Nothing is removed: an older run stays in its folder."""
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+RUNS = "runs"
+RUN_JSON = "run.json"
+# The files of each kind that the top of the report directory holds for the newest run.
+LATEST = {"parity": ("parity.json", "parity.md"), "bench": ("bench.json", "bench.md")}
+
+
+def command_line(argv=None) -> str:
+    """The command a run was started with, as a user would type it."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python -m dualops"] + [shlex.quote(str(a)) for a in args])
+
+
+def new_run(out_dir, kind: str) -> Path:
+    """A fresh, empty run folder under ``out_dir/runs`` named after the time and ``kind``."""
+    if kind not in LATEST:
+        raise ValueError(f"kind must be one of {', '.join(LATEST)}, got {kind!r}")
+    base = Path(out_dir) / RUNS
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        path = base / (f"{stamp}-{kind}" + (f"-{n}" if n > 1 else ""))
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"{base}: cannot make a new run folder (999 runs of {kind} started at {stamp})")
+
+
+def finish(run_dir, *, kind: str, created: str, machine: dict, command: str, result: str) -> Path:
+    """Write the run's ``run.json``."""
+    from .bench.environment import describe_machine
+    from .parity.store import write_atomic
+
+    info = {"format": "dualops-run", "version": 1, "kind": kind, "id": Path(run_dir).name,
+            "created": created, "machine": describe_machine(machine), "host": machine.get("host"),
+            "command": command, "result": result}
+    return write_atomic(Path(run_dir) / RUN_JSON, json.dumps(info, indent=2))
+
+
+def publish(out_dir, run_dir, kind: str) -> None:
+    """Copy the run's files of ``kind`` to the top of ``out_dir`` (the newest run of that kind);
+    bench plots of the previous newest bench run are replaced (they stay in its run folder)."""
+    out, src = Path(out_dir), Path(run_dir)
+    if kind == "bench":
+        for old in out.glob("bench_*.png"):
+            old.unlink()
+        names = list(LATEST[kind]) + sorted(p.name for p in src.glob("bench_*.png"))
+    else:
+        names = list(LATEST[kind])
+    for name in names:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+            (out / name).chmod(0o644)
+
+
+def list_runs(out_dir) -> list[dict]:
+    """Every run folder's ``run.json`` (with ``dir``: its folder name), newest first; a folder
+    whose run.json is missing or damaged is listed with what is wrong."""
+    base = Path(out_dir) / RUNS
+    if not base.is_dir():
+        return []
+    out = []
+    for d in sorted((p for p in base.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True):
+        try:
+            info = json.loads((d / RUN_JSON).read_text())
+            if not isinstance(info, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            info = {"kind": "?", "result": f"no readable run.json ({type(e).__name__}): interrupted?"}
+        info["dir"] = d.name
+        out.append(info)
+    return out
