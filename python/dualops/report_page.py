@@ -250,7 +250,8 @@ def _runs_section(runs, shown) -> str:
     rows, classes = [], {}
     for i, r in enumerate(runs):
         here = r.get("dir") in shown
-        rows.append([_e(r.get("created")), _e(r.get("kind")) + (" (shown below)" if here else ""),
+        when = str(r.get("created") or "").replace("T", " ").removesuffix("+00:00")
+        rows.append([_e(when), _e(r.get("kind")) + (" (shown below)" if here else ""),
                      f"<code>{_e(r.get('command'))}</code>", _e(r.get("machine")), _e(r.get("result")),
                      f"<a href=\"runs/{_e(r['dir'])}/index.html\">{_e(r['dir'])}</a>"])
         if here:

@@ -156,6 +156,8 @@ def write_all(run: BenchRun, out_dir) -> tuple[list[Path], str]:
                 a.grid(True, alpha=0.3)
                 a.legend(fontsize=7)
             ax_t.set_yscale("log")
+            times = [r.time_s * 1e3 for r in mine]
+            ax_t.set_ylim(min(times) / 10, max(times) * 3)   # bars of similar times look similar
         path = Path(out_dir) / f"bench_{name}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=100)

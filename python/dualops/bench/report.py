@@ -50,7 +50,7 @@ def noise_warning(run: BenchRun) -> str:
     worst = max(bad, key=lambda r: r.spread)
     return (f"WARNING: {len(bad)} of {timed} timings are NOISY (spread over {NOISY_SPREAD:.0%} of the median; "
             f"worst {worst.spread:.0%}: {worst.op} {worst.label} {worst.impl}): their times and ratios say "
-            f"little. The machine was busy; rerun when it is quiet, or with --rounds 3.")
+            f"little (was the machine busy?); rerun when it is quiet, or with --rounds 3.")
 
 
 def _notes(run: BenchRun) -> list[str]:
