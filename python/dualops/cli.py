@@ -180,12 +180,22 @@ def _bench(args) -> int:
 def _main_job(args) -> int:
     from . import bench, parity
 
-    print("dualops main job: quick parity + quick bench on the backends of this machine")
+    import time
+
+    import dualops
+
+    here = ", ".join(b for b, st in dualops.backends().items() if st["available"])
+    print(f"dualops main job: quick parity + quick bench on the backends of this machine ({here})")
+    start = time.monotonic()
+    print("\n[1/2] parity: the quick cases of every op on each backend against the fp32 reference "
+          "(usually under a minute on a 2-core CPU)", flush=True)
     rc_parity = parity.main(out=args.out, command=args.command_line)
+    print(f"\n[2/2] bench: the quick sweeps (IFA, MLA decode, grouped GEMM) on each backend and the peers here, "
+          f"Ascend simulator rows as 910B cost-model estimates (usually 1-2 min on a 2-core CPU)", flush=True)
     rc_bench = bench.main(sweep_names=["quick"], out=args.out, command=args.command_line)
     print(f"\nreports in {args.out}/: open {args.out}/index.html (every run so far, and the newest: machine, "
           f"parity matrix, bench tables with spreads and peer ratios, peers, plots, commands); "
-          f"parity {'FAILED' if rc_parity else 'passed'}")
+          f"parity {'FAILED' if rc_parity else 'passed'}; main job took {time.monotonic() - start:.0f} s")
     return rc_parity or rc_bench
 
 
