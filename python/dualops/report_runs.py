@@ -62,10 +62,12 @@ def publish(out_dir, run_dir, kind: str) -> None:
         names = list(LATEST[kind]) + sorted(p.name for p in src.glob("bench_*.png"))
     else:
         names = list(LATEST[kind])
+    from .parity.store import _umask
+
     for name in names:
         if (src / name).is_file():
             shutil.copyfile(src / name, out / name)
-            (out / name).chmod(0o644)
+            (out / name).chmod(0o666 & ~_umask())   # as a new file would be, whatever the old one was
 
 
 def list_runs(out_dir) -> list[dict]:
