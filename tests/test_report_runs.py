@@ -168,3 +168,22 @@ def test_backend_checks_name_the_op():
     for mode in (True, "full"):
         with pytest.raises(ValueError, match=r"^incre_flash_attention: kv_lens"):
             dualops.incre_flash_attention(q, k, k.clone(), kv_lens=lens, backend="reference", validate=mode)
+
+
+def test_reports_from_before_run_folders_are_kept(capsys, tmp_path):
+    """A report folder written before runs were kept: its parity report gets a run folder of its
+    own when the next parity run is published, instead of being replaced unseen."""
+    (tmp_path / "parity.json").write_text(json.dumps({"created": "2026-11-01T10:00:00+00:00", "seed": 7,
+                                                      "summary": {"pass": 48}}))
+    (tmp_path / "parity.md").write_text("# old\n")
+    assert cli.main(["parity", "--op", "grouped_gemm", "--case", "masked_bf16_g3", "--backend", "reference",
+                     "--seed", "1", "--out", str(tmp_path)]) == 0
+    runs = report_runs.list_runs(tmp_path)
+    assert [r["dir"] for r in runs][1] == "20261101-100000-parity-earlier"
+    kept = tmp_path / "runs" / "20261101-100000-parity-earlier"
+    assert json.loads((kept / "parity.json").read_text())["seed"] == 7 and (kept / "index.html").is_file()
+    assert runs[1]["result"] == "kept from before this folder kept its runs"
+    assert json.loads((tmp_path / "parity.json").read_text())["seed"] == 1
+    assert cli.main(["parity", "--op", "grouped_gemm", "--case", "masked_bf16_g3", "--backend", "reference",
+                     "--seed", "2", "--out", str(tmp_path)]) == 0
+    assert len(report_runs.list_runs(tmp_path)) == 3               # adopted once, not again

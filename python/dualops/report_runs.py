@@ -47,15 +47,44 @@ def finish(run_dir, *, kind: str, created: str, machine: dict, command: str, res
     from .parity.store import write_atomic
 
     info = {"format": "dualops-run", "version": 1, "kind": kind, "id": Path(run_dir).name,
-            "created": created, "machine": describe_machine(machine), "host": machine.get("host"),
+            "created": created, "machine": describe_machine(machine) if machine.get("host") else "(not recorded)",
+            "host": machine.get("host"),
             "command": command, "result": result}
     return write_atomic(Path(run_dir) / RUN_JSON, json.dumps(info, indent=2))
+
+
+def _adopt_earlier(out: Path, src: Path, kind: str) -> None:
+    """Reports of ``kind`` at the top of ``out`` from before it kept run folders get a run folder
+    of their own (named after the time they were made), so that publishing a new run does not
+    replace them unseen."""
+    top = out / LATEST[kind][0]
+    if not top.is_file() or any(r.get("kind") == kind and r["dir"] != src.name for r in list_runs(out)):
+        return
+    try:
+        data = json.loads(top.read_text())
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    stamp = str(data.get("created") or "")[:19].replace("-", "").replace(":", "").replace("T", "-")
+    folder = out / RUNS / f"{stamp or 'undated'}-{kind}-earlier"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(LATEST[kind]) + (sorted(p.name for p in out.glob("bench_*.png")) if kind == "bench" else [])
+    for name in names:
+        if (out / name).is_file():
+            shutil.copyfile(out / name, folder / name)
+    command = (data.get("settings") or {}).get("command") if kind == "bench" else None
+    finish(folder, kind=kind, created=data.get("created") or "", machine=data.get("machine") or {},
+           command=command or "(not recorded)", result="kept from before this folder kept its runs")
+    from . import report_page
+
+    report_page.write(folder)
 
 
 def publish(out_dir, run_dir, kind: str) -> None:
     """Copy the run's files of ``kind`` to the top of ``out_dir`` (the newest run of that kind);
     bench plots of the previous newest bench run are replaced (they stay in its run folder)."""
     out, src = Path(out_dir), Path(run_dir)
+    _adopt_earlier(out, src, kind)
     if kind == "bench":
         for old in out.glob("bench_*.png"):
             old.unlink()
