@@ -209,6 +209,11 @@ def main(argv=None) -> int:
         _check_out(getattr(args, "out", None))
         _check_out(getattr(args, "save", None), "--save")
         return run(args)
+    except BrokenPipeError:  # the output went into a program that stopped reading (| head)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"python -m dualops: error: {e}", file=sys.stderr)
         return 2
