@@ -48,13 +48,17 @@ def _bars(ax, rows: list[Row], metric: str, scale: float = 1.0):
     impls = list(dict.fromkeys(_impl_name(r) for r in rows))
     width = 0.8 / max(len(impls), 1)
     for j, impl in enumerate(impls):
-        xs, ys = [], []
+        xs, ys, lo, hi = [], [], [], []
         for i, lab in enumerate(labels):
             r = next((r for r in rows if r.label == lab and _impl_name(r) == impl), None)
             if r is not None and getattr(r, metric) is not None:
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(getattr(r, metric) * scale)
-        ax.bar(xs, ys, width=width, label=impl)
+                # times: a whisker from the 10th to the 90th percentile of the runs (the spread)
+                spread = metric == "time_s" and r.p10_s is not None and r.p90_s is not None
+                lo.append(max(ys[-1] - r.p10_s * scale, 0.0) if spread else 0.0)
+                hi.append(max(r.p90_s * scale - ys[-1], 0.0) if spread else 0.0)
+        ax.bar(xs, ys, width=width, label=impl, yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=3)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=15, ha="right", fontsize=7)
 
@@ -156,8 +160,11 @@ def write_all(run: BenchRun, out_dir) -> tuple[list[Path], str]:
                 a.grid(True, alpha=0.3)
                 a.legend(fontsize=7)
             ax_t.set_yscale("log")
-            times = [r.time_s * 1e3 for r in mine]
+            times = [r.time_s * 1e3 for r in mine] + [r.p90_s * 1e3 for r in mine if r.p90_s]
             ax_t.set_ylim(min(times) / 10, max(times) * 3)   # bars of similar times look similar
+            if not x_key and any(r.p90_s for r in mine):
+                ax_t.set_title(ax_t.get_title().replace("time per call", "time per call (whiskers: 10th-90th "
+                                                                            "percentile of the runs)", 1), fontsize=9)
         path = Path(out_dir) / f"bench_{name}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=100)
