@@ -163,6 +163,7 @@ if [ "$cuda_decision" = yes ]; then
   what="compiling the C++ module and $ncu CUDA files for sm_90a"
   how=$(cuda_minutes)
 else
+  say "CUDA kernels: not compiled - $cuda_note"
   what="compiling the C++ module and the Ascend C kernels for the CPU simulator (no CUDA)"
   how="about $(( 60 / cores + 5 )) s on $cores cores"
 fi
