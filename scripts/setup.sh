@@ -77,7 +77,7 @@ cuda_files() {
 cuda_minutes() {
   local cores=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} m
   m=$(( ($(cuda_files) * 32 + cores * 30 + 30) / (cores * 60) ))
-  echo "about $(( m > 0 ? m : 1 )) min on $cores cores"
+  echo "about $(( m > 0 ? m : 1 )) min on $cores idle cores"
 }
 # decide_cuda MODE: "yes" or "no: why" for building the CUDA kernels.
 decide_cuda() {
@@ -165,7 +165,7 @@ if [ "$cuda_decision" = yes ]; then
 else
   say "CUDA kernels: not compiled - $cuda_note"
   what="compiling the C++ module and the Ascend C kernels for the CPU simulator (no CUDA)"
-  how="about $(( 60 / cores + 5 )) s on $cores cores"
+  how="about $(( 60 / cores + 5 )) s on $cores idle cores"
 fi
 run_long "building dualops: $what" "$how" "${PIP[@]}" --no-build-isolation --no-deps ${DUALOPS_EDITABLE:+-e} .
 built=$(cd /tmp && "$PY" -c "

@@ -51,7 +51,7 @@ def test_auto_without_a_gpu_does_not_compile(tmp_path):
         out = _decide(tmp_path / str(hash(smi) & 0xFFFF), None, nvcc=True, smi=smi)
         assert out.startswith("no: nvcc is here but no NVIDIA GPU is visible"), out
         assert "DUALOPS_CUDA=on compiles them anyway" in out
-        assert re.search(r"about \d+ min on 2 cores", out), out
+        assert re.search(r"about \d+ min on 2 idle cores", out), out
 
 
 def test_auto_with_a_gpu_compiles(tmp_path):
