@@ -1,24 +1,15 @@
 #!/usr/bin/env bash
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
-# tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck target.
+# tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck passes.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [profile] [shapes] [layouts] [small] [splits] [durations] [ablate] [trace] [floor] [placement] [kvgap] [host]
-#   suite: the whole test suite (CUDA, simulator, everything); parity: `python -m dualops parity
-#   --full` on every backend here, cuda vs ascend_sim pairs included
-#   small: latency of small calls (in-kernel split merge vs the combine kernel, split kernel with
-#   and without PDL, other split counts, SDPA; SMALL_ONLY_AUTO=1: the default build only);
-#   splits: split counts around the plan's; durations: Nsight Compute kernel durations;
-#   ablate: the split kernel with parts of its per-chunk math compiled out (ABLATE_SET)
-#   floor: the least time a split-KV call can take for the latency-bound rows' bytes (no math)
-#   trace: where a call's time goes, phase by phase, in the split and combine kernels (DUALOPS_IFA_TRACE
-#   build of the ablation driver; TRACE_SHAPES picks shapes); placement: the same calls on the
-#   sweep's tensors, fresh clones and paged copies (benchmarks/cuda/ifa_placement.py); kvgap:
-#   the same calls with K and V at several distances in one allocation (ifa_kv_gap.py); host:
-#   host time of eager calls (host_overhead.py), and again with the package copy at
-#   benchmarks/cuda/old_python/python when one was carried (an A/B of the Python glue)
-#   shapes, small, durations, splits, layouts and profile run benchmarks/cuda/ifa_probes.py
-#   (PROBE_QUICK=1: the first configuration of each list only)
-#   (default: build test bench sanitize; SANITIZE_TOOLS="memcheck racecheck" by default)
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [host]
+#   test: the CUDA tests of every op; suite: the whole test suite (CUDA, simulator, everything);
+#   parity: `python -m dualops parity --full` on every backend here, cuda vs ascend_sim pairs
+#   included; bench / quickbench: the IFA benchmark sweep; sanitize: compute-sanitizer over a
+#   selection of the CUDA tests (SANITIZE_TOOLS="memcheck racecheck" by default); host: host time
+#   of eager calls (benchmarks/cuda/host_overhead.py; HOST_BASELINE=DIR, the python/ folder of
+#   another copy of the package, alternates that copy and this one)
+#   (default: build test bench sanitize)
 #
 # Logs and JSON go to $OUT (default ./gpu_out). Extra pytest arguments: $PYTEST_ARGS.
 set -uo pipefail
@@ -153,114 +144,21 @@ if has sanitize; then
     OUT="$OUT" bash benchmarks/cuda/run_racecheck_barriers.sh || status=1
   fi
 fi
-if has ablate; then
-  # The real split kernel with parts of its per-chunk math removed (benchmarks/cuda, BENCHMARKS.md
-  # v9): ABLATE_SET picks the DUALOPS_IFA_ABLATE builds.
-  echo "== ablate"
-  OUT="$OUT" bash benchmarks/cuda/run_kernel_ablate.sh ${ABLATE_SET:-0 7 0} 2>&1 | grep -E "ablate=[0-9]+ " | sort -s -k1,3
-fi
-
-if has trace; then
-  echo "== trace"
-  ABLATE_SHAPES="${TRACE_SHAPES:-b1 s16,h8/1 b1 s1k,h8/1 b1 s8k,h8/1 b1 s128k,h32/8 b16 s1k}" OUT="$OUT" \
-    bash benchmarks/cuda/run_kernel_ablate.sh 0+t 2>&1 | grep -v "^ptxas" | tee "$OUT/trace.txt" | tail -80
-fi
-if has floor; then
-  # The least time a split-KV call can take for a row's bytes: read, partials, merge, no math
-  # (benchmarks/cuda/ifa_read_floor.cu, BENCHMARKS.md item 43)
-  echo "== read-and-merge floor"
-  OUT="$OUT" bash benchmarks/cuda/run_read_floor.sh 2>&1 | grep -E "floor|=="
-fi
 if has host; then
   echo "== host overhead of eager calls"
-  for round in 1 2 3; do  # old and new alternately: the host's speed drifts between processes
-    if [ -d benchmarks/cuda/old_python/python/dualops ]; then
-      cp -f python/dualops/_C*.so benchmarks/cuda/old_python/python/dualops/ 2>/dev/null
-      echo "-- round $round, old package (benchmarks/cuda/old_python)"
-      PYTHONPATH=$PWD/benchmarks/cuda/old_python/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
-        $PY benchmarks/cuda/host_overhead.py --json "$OUT/host_old_$round.json" 2>&1 | tee -a "$OUT/host_old.log"
+  base=${HOST_BASELINE:-}
+  for round in 1 2 3; do  # with a baseline, both alternately: the host's speed drifts between processes
+    if [ -n "$base" ]; then
+      cp -f python/dualops/_C*.so "$base/dualops/" 2>/dev/null
+      echo "-- round $round, baseline ($base)"
+      PYTHONPATH=$base${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
+        $PY benchmarks/cuda/host_overhead.py --json "$OUT/host_base_$round.json" 2>&1 | tee -a "$OUT/host_base.log"
       echo "-- round $round, this package"
     fi
     prof=""; [ $round -eq 1 ] && prof="--profile"
     PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
       $PY benchmarks/cuda/host_overhead.py $prof --json "$OUT/host_$round.json" 2>&1 | tee -a "$OUT/host.log"
-    [ -d benchmarks/cuda/old_python/python/dualops ] || break
+    [ -n "$base" ] || break
   done
-fi
-
-if has kvgap; then
-  echo "== kvgap"
-  timeout 400 $PY benchmarks/cuda/ifa_kv_gap.py 2>&1 | tee "$OUT/kvgap.log"
-fi
-if has placement; then
-  echo "== placement"
-  timeout 400 $PY benchmarks/cuda/ifa_placement.py 2>&1 | tee "$OUT/placement.log"
-fi
-
-if has shapes; then
-  # CTA-shape experiment: the same calls under each CTA shape (tuning ifa_cta_shape),
-  # plus the name of the kernel torch's SDPA runs.
-  echo "== shapes"
-  for sh in ${SHAPES:-auto narrow wide}; do
-    PROBE_TUNE=$([ $sh = auto ] || echo "ifa_cta_shape=$sh") timeout 120 $PY benchmarks/cuda/ifa_probes.py shapes 2>&1 | grep -v Warning
-  done | tee "$OUT/shapes.log"
-fi
-
-if has small; then
-  # Small / latency-bound calls (BENCHMARKS.md log v6): the in-kernel split merge against the
-  # combine kernel (tuning ifa_merge=kernel), the split kernel with and without programmatic
-  # dependent launch (ifa_pdl=false), other split counts, and SDPA on the same data.
-  echo "== small"
-  {
-    timeout 150 $PY benchmarks/cuda/ifa_probes.py small auto
-    [ -n "${SMALL_ONLY_AUTO:-}" ] && exit 0
-    PROBE_TUNE=ifa_merge=kernel timeout 100 $PY benchmarks/cuda/ifa_probes.py small combkern
-    PROBE_TUNE=ifa_pdl=false timeout 100 $PY benchmarks/cuda/ifa_probes.py small nopdl
-  } 2>&1 | grep -v Warning | tee "$OUT/small.log"
-fi
-
-if has durations; then
-  # Kernel durations (Nsight Compute) of small calls, ours and SDPA's: how much of a call's time
-  # is inside the kernels and how much between them.
-  echo "== durations"
-  timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size \
-    $PY benchmarks/cuda/ifa_probes.py durations > "$OUT/durations.log" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|grid_size" "$OUT/durations.log" | cut -c1-110 | tail -60
-fi
-
-if has splits; then
-  # Split counts around the planner's choice on single-wave calls, per cache dtype
-  # (SPLITS_KV="bf16 int8 fp8" by default; SPLITS_FROM=N skips the first N configurations):
-  # "ns<N>=<us>", the plan's count first.
-  echo "== splits"
-  for kv in ${SPLITS_KV:-bf16 int8 fp8}; do
-    timeout 200 $PY benchmarks/cuda/ifa_probes.py splits $kv 2>&1 | grep -v Warning
-  done | tee "$OUT/splits.log"
-fi
-
-if has layouts; then
-  # Does the placement of V relative to K change the bandwidth? (BENCHMARKS.md notes)
-  echo "== layouts"
-  timeout 200 $PY benchmarks/cuda/ifa_probes.py layouts 2>&1 | tee "$OUT/layouts.log"
-fi
-
-if has profile; then
-  # Nsight Compute on a few configurations (stall reasons, bandwidth) and the SASS opcode mix of
-  # the main kernels; all into profile.log.
-  echo "== profile"
-  {
-    for cfg in "32 8 16 4096 bf16" "128 128 1 32768 int8" "32 8 128 1024 bf16"; do
-      echo "### ncu $cfg"
-      timeout 120 ncu --clock-control none -k regex:ifa_split_kernel --launch-skip 3 --launch-count 1 \
-        --section SpeedOfLight --section SchedulerStats \
-        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,sm__warps_launched.sum,smsp__inst_executed_pipe_lsu.sum,dram__bytes_read.sum" \
-        $PY benchmarks/cuda/ifa_probes.py prof $cfg 2>&1 | grep -vE "^==PROF==|^\s*$|^\s+(OPT|WRN|INF)|^\s{10}" | head -90
-    done
-    echo "### SASS opcode mix"
-    so=$(ls python/dualops/_C*.so | head -1)
-    cuobjdump -sass "$so" > /tmp/all.sass 2>/dev/null
-    $PY benchmarks/cuda/ifa_probes.py sassmix /tmp/all.sass
-  } > "$OUT/profile.log" 2>&1
-  tail -c 6000 "$OUT/profile.log"
 fi
 exit $status

@@ -22,5 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "  not installed here: ${missing[*]} (as root: apt-get install ${missing[*]}); the tests that need them will be skipped"
   fi
 fi
+# An outside tool some tests run when a setting points at it (the test is skipped otherwise).
+[ -n "${DUALOPS_ASCENDC_CONFORMANCE:-}" ] || echo "  DUALOPS_ASCENDC_CONFORMANCE is not set:" \
+  "tests/test_ascend_conformance.py (the AscendC API conformance check) will be skipped"
 python3 -m dualops.codegen --check
 python3 -m pytest -q tests "$@"

@@ -49,8 +49,8 @@ def test_flash_mla_shim_matches_native(gen):
     kv = torch.randn(NB, PBS, 1, 576, generator=gen).to(bf16)
     bt = torch.randperm(NB, generator=gen).to(torch.int32).view(B, NB // B)
     lens = torch.tensor([60, 3], dtype=torch.int32)
-    meta, splits = flash_mla.get_mla_metadata(lens, H, 1)
-    assert splits.shape == (B + 1,) and splits.dtype == torch.int32
+    meta, splits = flash_mla.get_mla_metadata()
+    assert isinstance(meta, flash_mla.FlashMLASchedMeta) and splits is None
     out, lse = flash_mla.flash_mla_with_kvcache(q, kv, bt, lens, 512, meta, splits)
     want_out, want_lse = dualops.mla_decode(q, kv, bt, lens)
     assert torch.equal(out, want_out) and torch.equal(lse, want_lse)

@@ -1,6 +1,6 @@
 """A plan given to mla_decode is checked against the call (its shape-level fields on every call,
-its schedule against the request lengths with validate="full"); validate=False, meta tensors and
-get_mla_metadata's device= give clear answers."""
+its schedule against the request lengths with validate="full"); another op's plan, validate=False,
+meta tensors and get_mla_metadata's device= give clear answers."""
 import pytest
 import torch
 
@@ -94,6 +94,21 @@ def test_plan_device_profile_name():
         dualops.get_mla_metadata(lens, 16, device="h300")
     with pytest.raises(TypeError, match="device must be"):
         dualops.get_mla_metadata(lens, 16, device=3.5)
+    for bogus in ("bogus", "bogus:1", "gpu"):
+        with pytest.raises(ValueError, match=f"device must be .*got '{bogus}'"):
+            dualops.get_mla_metadata(lens, 16, device=bogus)
+        with pytest.raises(ValueError, match=f"device must be .*got '{bogus}'"):
+            dualops.devices.detect(bogus)
+    assert dualops.devices.detect("npu:1").name == dualops.devices.DEFAULT_NPU_PROFILE   # no torch_npu needed
+
+
+@pytest.mark.parametrize("backend", ["reference", None])
+def test_another_ops_plan_is_refused(gen, backend):
+    args, kw = _call(gen)
+    ifa_plan = dualops.tiling.plan_incre_flash_attention(batch=B, s_q=1, h_q=H_Q, h_kv=1, head_dim=128,
+                                                         max_kv_len=256, device=dualops.devices.profile("h100"))
+    with pytest.raises(TypeError, match="plan must come from dualops.get_mla_metadata, got IfaPlan"):
+        dualops.mla_decode(*args, plan=ifa_plan, backend=backend, **kw)
 
 
 def test_validate_false_is_the_cheapest_mode(gen):

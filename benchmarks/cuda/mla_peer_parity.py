@@ -4,7 +4,7 @@ each checked against dualops.reference.mla_decode (fp32) by the library's parity
 the cosine difference). FlashMLA rounds the softmax weights P to bf16 once before P V; this
 library multiplies V by P's hi and lo bf16 parts. The script shows what that costs in accuracy.
 
-Run on a GPU machine with the peers kit set up (../shared/peers, `source /tmp/peers/env.sh`):
+Run on a GPU machine with the GPU peers kit on PYTHONPATH (its environment script run):
     python3 benchmarks/cuda/mla_peer_parity.py [--seeds N]
 Prints, per input set and implementation, the calls that fail the check, the failing elements,
 the largest absolute error of out and the largest cosine difference."""
@@ -56,7 +56,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
-    import peer_flashmla as pf  # (the peers kit: on PYTHONPATH after `source /tmp/peers/env.sh`)
+    import peer_flashmla as pf  # (the GPU peers kit, on PYTHONPATH)
 
     sets = [(128, 128, "equal4096"), (128, 128, "varlen"), (64, 128, "1-64"), (64, 16, "1-64"),
             (64, 128, "2-8"), (64, 16, "4096-4096")]

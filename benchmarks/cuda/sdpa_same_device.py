@@ -1,9 +1,9 @@
-"""Times torch SDPA on the same K/V shapes as ifa_stream_read.cu, in the same lease, so the
-stream-read table can be compared with cuDNN's read rate on the same H200 (BENCHMARKS.md, IFA
-CUDA section, "K/V load strategies"). Same method as dualops.bench: BSHD view of a contiguous
-[B, S, H_kv, 128] bf16 cache, enable_gqa, sets rotated so a run streams >= 3x L2, CUDA events,
-median of 25 runs after warm-up; each run starts behind a ~100 us GPU sleep so the host's
-launch latency (cuDNN's eager SDPA call costs the host ~20 us) is not counted. Prints the kernel names SDPA ran for the first shape."""
+"""Times torch SDPA (cuDNN) on long-context K/V shapes, for comparing the IFA kernels with
+cuDNN's read rate on the same GPU (BENCHMARKS.md, IFA CUDA section). Same method as
+dualops.bench: BSHD view of a contiguous [B, S, H_kv, 128] bf16 cache, enable_gqa, sets rotated
+so a run streams >= 3x L2, CUDA events, median of 25 runs after warm-up; each run starts behind
+a ~100 us GPU sleep so the host's launch latency (cuDNN's eager SDPA call costs the host ~20 us)
+is not counted. Prints the kernel names SDPA ran for the first shape."""
 import statistics
 
 import torch

@@ -137,13 +137,24 @@ def _plan_profile(device, cache_seqlens):
     raise TypeError(f"get_mla_metadata: device must be {allowed}; got {type(device).__name__}")
 
 
+def _is_mla_plan(plan) -> bool:
+    """A host MLA plan or one made on the GPU (not, say, another op's plan)."""
+    from .tiling.mla_decode import MlaPlan
+
+    if isinstance(plan, MlaPlan):
+        return True
+    from .backends.cuda.mla_decode import MlaDevicePlan
+
+    return isinstance(plan, MlaDevicePlan)
+
+
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=None,
                softmax_scale=None, causal=False, kv_format="bf16", indices=None, topk_length=None,
                attn_sink=None, extra_kv_cache=None, extra_indices=None, extra_topk_length=None,
                backend=None, validate=True):
     """MLA decode with FlashMLA semantics. Returns (out [B, S_q, H_q, 512], lse [B, H_q, S_q] fp32).
     See ``ops/mla_decode.yaml``."""
-    if plan is not None and not hasattr(plan, "pack") and not isinstance(plan, torch.Tensor):
+    if plan is not None and not isinstance(plan, torch.Tensor) and not _is_mla_plan(plan):
         raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
     return _call("mla_decode", dict(
         q=q, kv_cache=kv_cache, block_table=block_table, cache_seqlens=cache_seqlens, head_dim_v=head_dim_v,

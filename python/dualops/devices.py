@@ -280,8 +280,10 @@ def detect(device=None) -> DeviceProfile:
         try:
             device = torch.device(key)
         except RuntimeError:
-            # Unknown device kind: the plan still needs a machine; take the NPU default.
-            return profile(DEFAULT_NPU_PROFILE)
+            if key.split(":")[0] == "npu":   # "npu" without torch_npu installed: the NPU default
+                return profile(DEFAULT_NPU_PROFILE)
+            raise ValueError(f"detect: device must be a profile name ({', '.join(PROFILES)}), 'ascend_sim', "
+                             f"or a torch device string such as 'cuda:0', 'cpu', 'npu'; got {device!r}") from None
     if not isinstance(device, torch.device):
         raise TypeError(f"detect: device must be a torch.device, str, tensor or DeviceProfile, "
                         f"got {type(device).__name__}")

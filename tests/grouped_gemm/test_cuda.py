@@ -170,12 +170,15 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="exceeds"):
         dualops.grouped_gemm(**{**inp, "group_offsets": torch.tensor([0, 4, 9], dtype=torch.int32, device="cuda")},
                              backend="cuda", validate="full")
-    # the same bad values without the full check: the kernel clamps them (no fault, finite out)
-    for offs in ([0, 6, 3], [-5, 100, 2], [0, 1 << 30, -7]):
+    # the same bad values under the default validation (no device read): the kernel clamps them
+    # (no fault, finite out); offsets past x's 8 rows compute the rows inside x
+    for offs in ([0, 6, 3], [-5, 100, 2], [0, 1 << 30, -7], [0, 4, 9], [0, 4, 1 << 30]):
         y = dualops.grouped_gemm(**{**inp, "group_offsets": torch.tensor(offs, dtype=torch.int32, device="cuda")},
                                  backend="cuda")
         torch.cuda.synchronize()
         assert torch.isfinite(y.float()).all()
+        if offs[:2] == [0, 4]:
+            torch.testing.assert_close(y, dualops.grouped_gemm(**inp, backend="cuda"))
     m = _cuda(_inputs("fp8_rowwise", masked_m=[3, 4], m_max=8, n=64, k=128))
     with pytest.raises(ValueError, match="masked_m"):
         dualops.grouped_gemm(**{**m, "masked_m": torch.tensor([3, 9], dtype=torch.int32, device="cuda")},

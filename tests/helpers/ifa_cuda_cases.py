@@ -1,5 +1,6 @@
 """Shared pieces of the CUDA incremental flash attention tests (tests/incre_flash_attention/test_cuda*.py):
-the case builder, the reference check, the forced launches every module runs its tests under,
+their inputs (dualops.parity.ifa_inputs, the one IFA input builder), the reference check, the forced
+launches every module runs its tests under,
 and the split-KV, graph, multi-wave and poisoning helpers."""
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import pytest
 import torch
 
 import dualops
-from dualops import quant, tuning
+from dualops import tuning
 from dualops.backends.cuda import incre_flash_attention as cuda_backend
 from dualops.reference import incre_flash_attention as ref_ifa
-from dualops.parity import builders
-from dualops.parity.builders import nan_tail
+from dualops.parity.ifa_inputs import ifa_inputs
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 
 HAS_CUDA = torch.cuda.is_available() and cuda_backend.status()[0]
@@ -86,83 +86,18 @@ def _forced_launch_override(forced_launch):
         yield
 
 
-# ----------------------------------------------------------------------------- case builder
+# ----------------------------------------------------------------------------- inputs
 
 
-def make_case(*, B=3, S_q=1, h_q=8, h_kv=2, D=128, dtype=BF16, kv="same", page=0, lens=None, s_max=None,
-              causal=False, mask=None, pse=None, q_layout="contiguous", fused_kv=False, int8_offset=True,
-              softmax_scale=None, k_trend=0.0, k_jumps=0, q_bias=0.0, seed=0, device="cuda"):
-    """Keyword arguments of dualops.incre_flash_attention for one variant (fresh random data).
-    k_trend > 0: scores climb along the keys (q gets a bias of +-0.5 by channel parity, key j gains
-    k_trend * j times the same signs); k_jumps: that many keys, at random, jump 6 above their
-    neighbours (the signs keep q's channel sum unbiased). q_bias: added to every channel of q (a
-    one-signed bias: a large channel sum)."""
-    gen = torch.Generator().manual_seed(seed)
-    dev = torch.device(device)
-    if lens is None:
-        s_max = s_max or 96
-        lens = [0, 1, s_max] + [int(x) for x in torch.randint(0, s_max + 1, (max(B - 3, 0),), generator=gen)]
-        lens = lens[:B]
-    s_max = s_max or max(max(lens), 1)
-    if page:
-        s_max = (math.ceil(max(max(lens), 1) / page) + 1) * page  # one spare table column
-    # q: contiguous, a slice of a wider tensor, or a transposed BHSD tensor.
-    # (made on the device first: .to(device) of a strided CPU view would make it contiguous)
-    if q_layout == "slice":
-        q = torch.randn(B, S_q, h_q, 2 * D, generator=gen).to(dtype).to(dev)[..., D // 2:D // 2 + D]
-    elif q_layout == "bhsd":
-        q = torch.randn(B, h_q, S_q, D, generator=gen).to(dtype).to(dev).transpose(1, 2)
-    else:
-        q = torch.randn(B, S_q, h_q, D, generator=gen).to(dtype).to(dev)
-    if fused_kv:  # k and v interleaved in one tensor: head rows strided by 2 * D
-        kvf = torch.randn(B, s_max, h_kv, 2, D, generator=gen).to(dev)
-        k, v = kvf[..., 0, :], kvf[..., 1, :]
-    else:
-        k = torch.randn(B, s_max, h_kv, D, generator=gen).to(dev)
-        v = torch.randn(B, s_max, h_kv, D, generator=gen).to(dev)
-    if q_bias:
-        q = (q.float() + q_bias).to(dtype)
-    if k_trend or k_jumps:
-        sign = (1 - 2 * (torch.arange(D) % 2)).float().to(dev)
-        q = (q.float() + 0.5 * sign).to(dtype)
-        bump = k_trend * torch.arange(s_max, dtype=torch.float32)
-        bump[torch.randint(0, s_max, (k_jumps,), generator=gen)] += 6.0
-        k = k + bump.to(dev)[None, :, None, None] * sign
-    extra = {}
-    if kv == "same":
-        k, v = k.to(dtype), v.to(dtype)
-    elif kv == "int8":
-        kq, ks, ko = quant.quantize_kv_int8(k, symmetric=not int8_offset)
-        vq, vs, vo = quant.quantize_kv_int8(v, symmetric=not int8_offset)
-        k, v = kq, vq
-        extra = dict(k_scale=ks, v_scale=vs, k_offset=ko, v_offset=vo)
-    elif kv == "fp8":
-        kq, ks = quant.quantize_kv_fp8(k)
-        vq, vs = quant.quantize_kv_fp8(v)
-        k, v = kq, vq
-        extra = dict(k_scale=ks, v_scale=vs)
-    else:
-        raise ValueError(kv)
-    k, v = nan_tail(k, lens), nan_tail(v, lens)
-    if fused_kv and kv == "same":
-        both = torch.stack([k, v], dim=3)  # keep the strided layout after the NaN fill
-        k, v = both[..., 0, :], both[..., 1, :]
-    kw = dict(kv_lens=torch.tensor(lens, dtype=torch.int32, device=dev), causal=causal, **extra)
-    if page:
-        # unused table entries -1: a kernel that reads one reads out of bounds (the sanitizer says)
-        (k, v), table = builders.page((k, v), lens, page, gen, spare_blocks=3, unused_id=-1)
-        kw["block_table"] = table
-    s_kv = s_max
-    if mask is not None:
-        shape = {"full": (B, h_q, S_q, s_kv), "per_batch": (B, 1, 1, s_kv), "per_head_q": (1, h_q, S_q, s_kv)}[mask]
-        kw["atten_mask"] = (torch.rand(shape, generator=gen) < 0.3).to(dev)
-    if pse is not None:
-        shape, pdt = {"full": ((B, h_q, S_q, s_kv), torch.float32), "per_head": ((1, h_q, 1, s_kv), torch.float32),
-                      "fp16": ((B, 1, S_q, s_kv), torch.float16)}[pse]
-        kw["pse_shift"] = torch.randn(shape, generator=gen).to(pdt).to(dev)
-    if softmax_scale is not None:
-        kw["softmax_scale"] = softmax_scale
-    return q, k, v, kw
+def make_case(*, D=128, S_q=1, page=0, int8_offset=True, seed=0, device="cuda", **kw):
+    """(q, k, v, the other keyword arguments) of one dualops.incre_flash_attention call, from the
+    one IFA input builder (dualops.parity.ifa_inputs: every other keyword is its own). D, S_q,
+    page (block size, 0: contiguous) and int8_offset (both caches with offsets, else both
+    symmetric) keep the names these tests' ids use. Paged caches get a spare table column and
+    unused table entries -1: a kernel that reads one reads out of bounds (the sanitizer says)."""
+    a = ifa_inputs(seed, d=D, s_q=S_q, block_size=page, int8_offsets="kv" if int8_offset else "",
+                   spare_blocks=3, unused_id=-1, spare_table_cols=1, device=device, **kw)
+    return a.pop("q"), a.pop("k_cache"), a.pop("v_cache"), a
 
 
 def check(q, k, v, kw, *, name=""):

@@ -1,6 +1,6 @@
 """Cases of the Ascend C incremental flash attention kernel on the simulator (tests/incre_flash_attention/
-test_ascend_sim*.py): the case builder (NaN-poisoned unused slots, permuted block tables), the
-simulator call and its check against the reference, and forced plans."""
+test_ascend_sim*.py): their inputs (dualops.parity.ifa_inputs, the one IFA input builder, with
+these tests' defaults), the simulator call and its check against the reference, and forced plans."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,69 +8,30 @@ import dataclasses
 import torch
 
 import dualops
-from dualops import devices, quant, schema
+from dualops import devices, schema
 from dualops import ops as dualops_ops
 from dualops.backends import ascend_sim
 from dualops.backends.ascend_sim import incre_flash_attention as ascend_sim_ifa
 from dualops.reference import incre_flash_attention as ref_ifa
-from dualops.parity import builders
+from dualops.parity.ifa_inputs import ifa_inputs
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 from dualops.tiling import plan_incre_flash_attention
 
 FP16, BF16 = torch.float16, torch.bfloat16
 
 
-# ----------------------------------------------------------------------------- case builder
+# ----------------------------------------------------------------------------- inputs
 
 
-def make_case(gen, *, B=2, S_q=1, H_q=8, H_kv=2, D=64, lens=(37, 0), S_max=None, dtype=FP16,
-              kv_dtype=None, int8_offset=True, block_size=0, causal=False, mask=None, pse=None,
-              noncontig_q=False, q_bias=0.0):
-    """Inputs of one call (public-API keyword arguments) with unused cache slots poisoned.
-    mask / pse: None, "full" ([B,H_q,S_q,S_kv]), "bcast" (broadcast dims), "row" (key dim 1).
-    q_bias: added to every channel of q (a one-signed bias)."""
-    lens = list(lens)
-    assert len(lens) == B
-    S = S_max or max(max(lens), 1)
-    if block_size:
-        S = -(-S // block_size) * block_size
-    kv_dtype = kv_dtype or dtype
-    if noncontig_q:
-        q = torch.randn(B, H_q, S_q, D, generator=gen).to(dtype).transpose(1, 2)
-    else:
-        q = torch.randn(B, S_q, H_q, D, generator=gen).to(dtype)
-    if q_bias:
-        q = (q.float() + q_bias).to(dtype)
-    k = torch.randn(B, S, H_kv, D, generator=gen)
-    v = torch.randn(B, S, H_kv, D, generator=gen)
-    kw = {}
-    if kv_dtype == torch.int8:
-        k, ks, ko = quant.quantize_kv_int8(k, symmetric=not int8_offset)
-        v, vs, vo = quant.quantize_kv_int8(v, symmetric=not int8_offset)
-        kw.update(k_scale=ks, v_scale=vs)
-        if int8_offset:
-            kw.update(k_offset=ko, v_offset=vo)
-    elif kv_dtype == torch.float8_e4m3fn:
-        k, ks = quant.quantize_kv_fp8(k)
-        v, vs = quant.quantize_kv_fp8(v)
-        kw.update(k_scale=ks, v_scale=vs)
-    else:
-        k, v = k.to(kv_dtype), v.to(kv_dtype)
-    kv_lens = torch.tensor(lens, dtype=torch.int32)
-    if block_size:
-        (k, v), table = builders.page((k, v), lens, block_size, gen, spare_blocks=3, unused_id=-1)
-        kw.update(block_table=table)
-        S_kv = table.shape[1] * block_size
-    else:
-        k, v = builders.nan_tail(k, lens), builders.nan_tail(v, lens)
-        S_kv = S
-    shapes = {"full": (B, H_q, S_q, S_kv), "bcast": (B, 1, 1, S_kv), "row": (B, H_q, S_q, 1),
-              "heads": (1, H_q, 1, S_kv)}
-    if mask is not None:
-        kw["atten_mask"] = torch.rand(shapes[mask], generator=gen) < 0.3
-    if pse is not None:
-        kw["pse_shift"] = torch.randn(shapes[pse], generator=gen)
-    return dict(q=q, k_cache=k, v_cache=v, kv_lens=kv_lens, causal=causal, **kw)
+# These tests' defaults: two requests of 37 and 0 keys, D 64, fp16.
+DEFAULTS = dict(B=2, lens=(37, 0), d=64, dtype=FP16)
+
+
+def make_case(gen, **kw):
+    """Inputs of one call (public-API keyword arguments) from the one IFA input builder
+    (dualops.parity.ifa_inputs, its keywords), with DEFAULTS; paged caches get unused table
+    entries -1 (a kernel that reads one faults on the simulator's GM bounds)."""
+    return ifa_inputs(gen, **{**DEFAULTS, **kw}, spare_blocks=3, unused_id=-1)
 
 
 def run_sim(case, cores=2, profile="ascend910b2"):

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim 
 
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_gqa_contiguous_varlen_with_empty_and_single_token(gen, dtype):
-    case = make_case(gen, B=4, H_q=8, H_kv=2, lens=(77, 0, 1, 130), dtype=dtype)
+    case = make_case(gen, B=4, h_q=8, h_kv=2, lens=(77, 0, 1, 130), dtype=dtype)
     out, lse = run_and_check(case)
     assert torch.isinf(lse[1]).all() and (lse[1] > 0).all(), "a request with no keys has lse +inf"
     assert (out[1] == 0).all(), "a request with no keys outputs 0"
@@ -31,16 +31,16 @@ def test_gqa_contiguous_varlen_with_empty_and_single_token(gen, dtype):
 
 @pytest.mark.parametrize("H_q,H_kv", [(4, 4), (16, 1), (6, 3)], ids=["mha", "mqa", "odd_heads"])
 def test_head_layouts(gen, H_q, H_kv):
-    run_and_check(make_case(gen, B=2, H_q=H_q, H_kv=H_kv, lens=(50, 91), dtype=BF16))
+    run_and_check(make_case(gen, B=2, h_q=H_q, h_kv=H_kv, lens=(50, 91), dtype=BF16))
 
 
 @pytest.mark.parametrize("D", [128, 256])
 def test_head_dims(gen, D):
-    run_and_check(make_case(gen, B=2, H_q=4, H_kv=2, D=D, lens=(33, 70)))
+    run_and_check(make_case(gen, B=2, h_q=4, h_kv=2, d=D, lens=(33, 70)))
 
 
 def test_noncontiguous_q(gen):
-    case = make_case(gen, B=2, S_q=2, H_q=8, H_kv=2, lens=(40, 17), noncontig_q=True, causal=True)
+    case = make_case(gen, B=2, s_q=2, h_q=8, h_kv=2, lens=(40, 17), q_layout="bhsd", causal=True)
     assert not case["q"].is_contiguous()
     run_and_check(case)
 
@@ -48,7 +48,7 @@ def test_noncontiguous_q(gen):
 @pytest.mark.parametrize("S_q", [2, 3, 4])
 def test_causal_mtp(gen, S_q):
     # kv_len 2 < S_q: the first queries see no key at all.
-    case = make_case(gen, B=3, S_q=S_q, H_q=4, H_kv=1, lens=(2, 45, 1), causal=True, dtype=BF16)
+    case = make_case(gen, B=3, s_q=S_q, h_q=4, h_kv=1, lens=(2, 45, 1), causal=True, dtype=BF16)
     out, lse = run_and_check(case)
     if S_q > 2:
         assert torch.isinf(lse[0, :, 0]).all()
@@ -59,7 +59,7 @@ def test_causal_mtp(gen, S_q):
 
 @pytest.mark.parametrize("block_size", [16, 64, 128])
 def test_paged_permuted_blocks(gen, block_size):
-    case = make_case(gen, B=3, H_q=8, H_kv=2, lens=(150, 1, 0), block_size=block_size, dtype=BF16)
+    case = make_case(gen, B=3, h_q=8, h_kv=2, lens=(150, 1, 0), block_size=block_size, dtype=BF16)
     run_and_check(case)
 
 
@@ -76,18 +76,18 @@ def test_paged_block_ids_out_of_range_are_rejected(gen):
 @pytest.mark.parametrize("mask,pse", [("full", None), ("bcast", None), (None, "full"), (None, "heads"),
                                       (None, "row"), ("full", "full")])
 def test_mask_and_pse(gen, mask, pse):
-    case = make_case(gen, B=2, S_q=2, H_q=4, H_kv=2, lens=(60, 9), mask=mask, pse=pse)
+    case = make_case(gen, B=2, s_q=2, h_q=4, h_kv=2, lens=(60, 9), mask=mask, pse=pse)
     run_and_check(case)
 
 
 def test_mask_row_flag_and_causal_paged(gen):
-    case = make_case(gen, B=2, S_q=3, H_q=4, H_kv=1, lens=(70, 30), mask="row", pse="full",
+    case = make_case(gen, B=2, s_q=3, h_q=4, h_kv=1, lens=(70, 30), mask="row", pse="full",
                      causal=True, block_size=32, dtype=BF16)
     run_and_check(case)
 
 
 def test_fully_masked_rows_give_zero_and_inf_lse(gen):
-    case = make_case(gen, B=1, S_q=1, H_q=4, H_kv=2, lens=(25,))
+    case = make_case(gen, B=1, s_q=1, h_q=4, h_kv=2, lens=(25,))
     case["atten_mask"] = torch.zeros(1, 4, 1, 25, dtype=torch.bool)
     case["atten_mask"][0, 1] = True
     out, lse = run_and_check(case)
@@ -100,14 +100,14 @@ def test_fully_masked_rows_give_zero_and_inf_lse(gen):
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 @pytest.mark.parametrize("int8_offset", [True, False], ids=["asym", "sym"])
 def test_int8_cache(gen, dtype, int8_offset):
-    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(90, 1), dtype=dtype, kv_dtype=torch.int8,
-                     int8_offset=int8_offset)
+    case = make_case(gen, B=2, h_q=8, h_kv=2, lens=(90, 1), dtype=dtype, kv=torch.int8,
+                     int8_offsets="kv" if int8_offset else "")
     run_and_check(case)
 
 
 @pytest.mark.parametrize("dtype", [FP16, BF16])
 def test_fp8_cache(gen, dtype):
-    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(0, 120), dtype=dtype, kv_dtype=torch.float8_e4m3fn)
+    case = make_case(gen, B=2, h_q=8, h_kv=2, lens=(0, 120), dtype=dtype, kv=torch.float8_e4m3fn)
     run_and_check(case)
 
 
@@ -117,16 +117,16 @@ def test_biased_q_short_requests(gen, kv):
     is little more than the scores: the same cases as the CUDA kernels' (tests/incre_flash_attention/test_cuda.py,
     exact int8 keys)."""
     kv_dtype = {"int8_asym": torch.int8, "int8_sym": torch.int8, "fp8": torch.float8_e4m3fn, "same": None}[kv]
-    case = make_case(gen, B=2, H_q=8, H_kv=2, D=128, lens=(1, 17), dtype=BF16, kv_dtype=kv_dtype,
-                     int8_offset=kv != "int8_sym", q_bias=2.0)
+    case = make_case(gen, B=2, h_q=8, h_kv=2, d=128, lens=(1, 17), dtype=BF16, kv=kv_dtype,
+                     int8_offsets="kv" if kv else "" != "int8_sym", q_bias=2.0)
     run_and_check(case)
 
 
 def test_quantized_paged_causal(gen):
-    case = make_case(gen, B=2, S_q=2, H_q=4, H_kv=2, lens=(100, 3), kv_dtype=torch.float8_e4m3fn,
+    case = make_case(gen, B=2, s_q=2, h_q=4, h_kv=2, lens=(100, 3), kv=torch.float8_e4m3fn,
                      block_size=64, causal=True, dtype=BF16)
     run_and_check(case)
-    case = make_case(gen, B=2, S_q=2, H_q=4, H_kv=2, lens=(100, 3), kv_dtype=torch.int8,
+    case = make_case(gen, B=2, s_q=2, h_q=4, h_kv=2, lens=(100, 3), kv=torch.int8,
                      block_size=32, causal=True, mask="bcast")
     run_and_check(case)
 
@@ -154,7 +154,7 @@ def test_e4m3_decode_table_is_exact():
 # ----------------------------------------------------------------------------- split-KV and plans
 
 def test_planner_split_kv_long_request(gen):
-    case = make_case(gen, B=1, H_q=4, H_kv=1, lens=(3000,), dtype=BF16)
+    case = make_case(gen, B=1, h_q=4, h_kv=1, lens=(3000,), dtype=BF16)
     out, lse = run_and_check(case, cores=4)
     plan = ascend_sim.last_counters()["plan"]
     assert plan.num_splits > 1, plan.describe()
@@ -165,7 +165,7 @@ def test_planner_split_kv_long_request(gen):
 def test_forced_plans_multi_tile_split_and_q_passes(gen, kv_tile, num_splits, split_len, q_tile_rows):
     # Several kv tiles per unit (online softmax across tiles, both workspace slots), empty splits
     # for the short requests, several q passes per unit.
-    case = make_case(gen, B=3, S_q=2, H_q=6, H_kv=2, lens=(150, 1, 0), S_max=160, causal=True,
+    case = make_case(gen, B=3, s_q=2, h_q=6, h_kv=2, lens=(150, 1, 0), s_max=160, causal=True,
                      mask="full", pse="heads", dtype=BF16)
     plan = _forced_plan(case, kv_tile=kv_tile, num_splits=num_splits, split_len=split_len,
                         q_tile_rows=q_tile_rows)
@@ -174,10 +174,10 @@ def test_forced_plans_multi_tile_split_and_q_passes(gen, kv_tile, num_splits, sp
 
 
 def test_forced_split_paged_quantized(gen):
-    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(200, 65), block_size=32, kv_dtype=torch.int8)
+    case = make_case(gen, B=2, h_q=8, h_kv=2, lens=(200, 65), block_size=32, kv=torch.int8)
     plan = _forced_plan(case, kv_tile=64, num_splits=2, split_len=128)
     check(case, *_backend_call(case, plan))
-    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(200, 65), block_size=64, kv_dtype=torch.float8_e4m3fn)
+    case = make_case(gen, B=2, h_q=8, h_kv=2, lens=(200, 65), block_size=64, kv=torch.float8_e4m3fn)
     plan = _forced_plan(case, kv_tile=32, num_splits=3, split_len=96)
     check(case, *_backend_call(case, plan))
 
@@ -186,10 +186,10 @@ def test_forced_split_paged_quantized(gen):
 def test_forced_plans_whole_groups_then_splits(gen, whole_groups):
     # The plan's first groups run whole (out / lse written by their unit), the rest split and
     # merged by the combine pass over the split groups only; empty and 1-key requests in both.
-    case = make_case(gen, B=3, S_q=2, H_q=4, H_kv=2, lens=(150, 0, 1), S_max=160, causal=True, dtype=BF16)
+    case = make_case(gen, B=3, s_q=2, h_q=4, h_kv=2, lens=(150, 0, 1), s_max=160, causal=True, dtype=BF16)
     plan = _forced_plan(case, kv_tile=32, num_splits=3, split_len=64, whole_groups=whole_groups)
     check(case, *_backend_call(case, plan))
-    case = make_case(gen, B=3, H_q=4, H_kv=2, lens=(1, 200, 65), block_size=32, kv_dtype=torch.int8)
+    case = make_case(gen, B=3, h_q=4, h_kv=2, lens=(1, 200, 65), block_size=32, kv=torch.int8)
     plan = _forced_plan(case, kv_tile=64, num_splits=2, split_len=128, whole_groups=whole_groups)
     check(case, *_backend_call(case, plan))
 
@@ -207,7 +207,7 @@ def test_plan_for_other_shapes_is_rejected(gen):
 
 @pytest.mark.parametrize("profile,cores", [("ascend910b2", 24), ("ascend910b3", 20)])
 def test_full_core_count(gen, profile, cores):
-    case = make_case(gen, B=3, H_q=16, H_kv=8, lens=(19, 0, 33), dtype=BF16)
+    case = make_case(gen, B=3, h_q=16, h_kv=8, lens=(19, 0, 33), dtype=BF16)
     out, lse = run_and_check(case, cores=cores, profile=profile)
     rep = ascend_sim.last_counters()["report"]
     assert rep["num_blocks"] == cores and len(rep["cores"]) == 3 * cores
@@ -217,7 +217,7 @@ def test_full_core_count(gen, profile, cores):
 
 
 def test_counters_and_estimate(gen):
-    case = make_case(gen, B=2, H_q=8, H_kv=2, D=128, lens=(256, 100), dtype=BF16)
+    case = make_case(gen, B=2, h_q=8, h_kv=2, d=128, lens=(256, 100), dtype=BF16)
     run_and_check(case, cores=2)
     last = ascend_sim.last_counters()
     rep = last["report"]
@@ -238,7 +238,7 @@ def test_counters_and_estimate(gen):
 
 
 def test_estimate_entry_point_for_bench(gen):
-    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(64, 64))
+    case = make_case(gen, B=2, h_q=8, h_kv=2, lens=(64, 64))
     res = ascend_sim.estimate("incre_flash_attention", case, profile="ascend910b4")
     assert res["seconds"] > 0 and res["profile"] == "ascend910b4"
     with pytest.raises(NotImplementedError):
@@ -264,7 +264,7 @@ def test_kernel_fault_surfaces_as_runtime_error(gen):
     from dualops import native
 
     C = native.require()
-    case = make_case(gen, B=1, H_q=2, H_kv=1, lens=(20,))
+    case = make_case(gen, B=1, h_q=2, h_kv=1, lens=(20,))
     plan = _forced_plan(case, kv_tile=32, num_splits=1, split_len=32, cores=1)
     k, v = case["k_cache"], case["v_cache"]
     out = torch.zeros(1, 1, 2, 64, dtype=FP16)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim 
 # NaN out; a split that holds NaN poisons the merged row; +-inf in V gives +-inf where p . v does.
 
 def _nan_inf_case(gen, what, dtype):
-    case = make_case(gen, B=2, H_q=4, H_kv=2, lens=(70, 0), pse="full" if what.startswith("pse") else None,
+    case = make_case(gen, B=2, h_q=4, h_kv=2, lens=(70, 0), pse="full" if what.startswith("pse") else None,
                      dtype=dtype, mask="full" if what == "pse_inf" else None)
     q, k, v = case["q"], case["k_cache"], case["v_cache"]
     if what == "q_nan":
@@ -56,7 +56,7 @@ def test_nan_and_inf_follow_the_reference(gen, what, dtype):
 def test_inf_in_a_converted_cache(gen):
     # A bf16 cache under fp16 q goes to the cube as hi + lo parts: +-inf stays +-inf (lo 0), not
     # inf + NaN, in keys (scores +-inf) and values.
-    case = make_case(gen, B=2, H_q=4, H_kv=2, lens=(50, 9), dtype=FP16, kv_dtype=BF16)
+    case = make_case(gen, B=2, h_q=4, h_kv=2, lens=(50, 9), dtype=FP16, kv=BF16)
     case["v_cache"][0, 10, 0, 3] = float("inf")
     case["v_cache"][1, 2, 1, 4] = -float("inf")
     case["k_cache"][0, 11, 1, 5] = float("inf")
@@ -79,10 +79,10 @@ def _never_attended_case(gen, hide, kv):
     dtype, kv_dtype = {"same": (BF16, None), "other16": (FP16, BF16), "fp8": (BF16, torch.float8_e4m3fn)}[kv]
     L = (200, 41)
     if hide == "causal":
-        case = make_case(gen, B=2, S_q=3, H_q=8, H_kv=1, lens=L, causal=True, dtype=dtype, kv_dtype=kv_dtype,
+        case = make_case(gen, B=2, s_q=3, h_q=8, h_kv=1, lens=L, causal=True, dtype=dtype, kv=kv_dtype,
                          block_size=32 if kv == "same" else 0)
     else:
-        case = make_case(gen, B=2, S_q=2, H_q=8, H_kv=2, lens=L, dtype=dtype, kv_dtype=kv_dtype, mask="full",
+        case = make_case(gen, B=2, s_q=2, h_q=8, h_kv=2, lens=L, dtype=dtype, kv=kv_dtype, mask="full",
                          pse="full", block_size=32 if kv != "same" else 0)
     k, v = case["k_cache"], case["v_cache"]
     table = case.get("block_table")
@@ -123,7 +123,7 @@ def test_never_attended_keys_have_no_effect(gen, hide, kv):
 
 def test_plan_with_more_blocks_than_ai_cores_is_rejected(gen):
     # A plan made for a 24-core 910B2 run on a 20-core 910B3: SyncAll needs every block resident.
-    case = make_case(gen, B=8, H_q=8, H_kv=4, lens=(300,) * 8, dtype=BF16)
+    case = make_case(gen, B=8, h_q=8, h_kv=4, lens=(300,) * 8, dtype=BF16)
     plan = _forced_plan(case, kv_tile=64, num_splits=2, split_len=192, cores=24)
     assert plan.num_cores == 24
     values = dict(case)
@@ -138,7 +138,7 @@ def test_parity_with_hardware_like_vector_numerics(gen, monkeypatch, kv):
     # Exp / Ln / Div off by up to 4 ulp (deterministically, simulator profile vec_ulp) instead of
     # fp32 libm: the kernel still meets the budgets, split-KV merge included.
     monkeypatch.setenv("DUALOPS_ASCEND_SIM_VEC_ULP", "4")
-    case = make_case(gen, B=2, H_q=8, H_kv=2, lens=(200, 65), block_size=32, dtype=BF16,
-                     kv_dtype=torch.int8 if kv == "int8_asym" else None, mask="full", pse="heads")
+    case = make_case(gen, B=2, h_q=8, h_kv=2, lens=(200, 65), block_size=32, dtype=BF16,
+                     kv=torch.int8 if kv == "int8_asym" else None, mask="full", pse="heads")
     run_and_check(case)
     check(case, *_backend_call(case, _forced_plan(case, kv_tile=32, num_splits=3, split_len=96)))

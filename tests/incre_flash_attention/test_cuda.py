@@ -104,9 +104,10 @@ def test_multi_token_queries(case, page):
     check(q, k, v, kw, name=_id(case))
 
 
-MASKS = [dict(mask=m, pse=p, S_q=s, causal=c)
+# (pse "bqk" in fp16: [B, 1, S_q, S_kv])
+MASKS = [dict(mask=m, pse=p, S_q=s, causal=c, **({"pse_dtype": FP16} if p == "bqk" else {}))
          for (m, p, s, c) in [("full", None, 1, False), ("per_batch", None, 2, True), (None, "full", 1, False),
-                              (None, "per_head", 3, True), ("per_head_q", "fp16", 4, False),
+                              (None, "per_head", 3, True), ("per_head_q", "bqk", 4, False),
                               ("full", "full", 2, False)]]
 
 

@@ -284,7 +284,8 @@ def test_cuda_graph_decode_step(page):
 # their tensors' addresses, allocate the outputs and launch.
 REUSE = [dict(kv="same", page=0, h_q=8, h_kv=1, s_max=3000),                 # split + combine kernel
          dict(kv="int8", page=64, h_q=16, h_kv=2, s_max=700),               # paged, scales, offsets
-         dict(kv="fp8", page=0, h_q=8, h_kv=2, S_q=3, causal=True, mask="per_batch", pse="fp16", s_max=200)]
+         dict(kv="fp8", page=0, h_q=8, h_kv=2, S_q=3, causal=True, mask="per_batch", pse="bqk", pse_dtype=FP16,
+              s_max=200)]
 
 
 @needs_cuda

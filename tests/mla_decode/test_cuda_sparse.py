@@ -259,10 +259,11 @@ def test_compat_flash_mla_sparse_runs_the_cuda_kernels():
     g = bld.generator(11, "mla_decode", "cuda/sparse-compat")
     d = to_cuda(sparse_inputs(g, B=2, h_q=64, topk=256, topk_lens=(256, 9), kv_format="fp8_v32"))
     meta, num_splits = flash_mla.get_mla_metadata(d["cache_seqlens"], 64, 1, is_fp8_kvcache=True, topk=256)
-    assert meta.is_cuda
+    assert isinstance(meta, flash_mla.FlashMLASchedMeta) and num_splits is None
     out, lse = flash_mla.flash_mla_with_kvcache(d["q"], d["kv_cache"], d["block_table"], d["cache_seqlens"], 512,
                                                 meta, num_splits, is_fp8_kvcache=True, indices=d["indices"],
                                                 topk_length=d["topk_length"])
+    assert meta.tile_scheduler_metadata.is_cuda
     ref_out, ref_lse = dualops.mla_decode(**d)
     torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
     torch.testing.assert_close(lse, ref_lse, atol=0, rtol=0)

@@ -1,7 +1,9 @@
 // FP8 decoding for Atlas A2, whose vector unit has no fp8 type, shared by the Ascend C kernels:
 //   E4m3ToHalfBits(byte)  fp16 bit pattern of an e4m3fn byte (every e4m3 value is exact in fp16;
-//                         0x7F / 0xFF are NaN). Kernels build a 256-entry fp16 table in UB with it
-//                         (scalar SetValue, then SetFlag/WaitFlag<S_V>) and decode with Gather.
+//                         0x7F / 0xFF are NaN).
+//   FillE4m3Table(lut)    that pattern of every byte into a 256-entry fp16 table in UB
+//                         (kE4m3TableBytes): kernels decode e4m3 with Gather from it, after
+//                         an S -> V sync (the table is written by the scalar unit).
 #pragma once
 #include "kernel_operator.h"
 
@@ -25,6 +27,12 @@ __aicore__ inline uint16_t E4m3ToHalfBits(uint32_t byte) {
     return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp + 2) << 10) | ((m & 0x3u) << 8));
   }
   return static_cast<uint16_t>(sign | ((e + 8) << 10) | (m << 7));
+}
+
+constexpr uint32_t kE4m3TableBytes = 256 * sizeof(uint16_t);
+
+__aicore__ inline void FillE4m3Table(const AscendC::LocalTensor<uint16_t>& lut) {
+  for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, E4m3ToHalfBits(b));
 }
 
 }  // namespace ascend

@@ -73,6 +73,14 @@ struct Args {
   __aicore__ inline uint64_t CubeW() const { return Fp8() ? ws_addr + ws.w16 : p.addr_w; }
 };
 
+__aicore__ inline int64_t Clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// Rows a contiguous call may touch: those of x, and at most the plan's (the fp8 decode of x in the
+// workspace holds the plan's rows).
+__aicore__ inline int64_t ContiguousRows(const Args& a) {
+  return a.p.m < a.t.m_total ? a.p.m : static_cast<int64_t>(a.t.m_total);
+}
+
 // The output tile of one work item, from the plan item and the device's group sizes: rows
 // [row0, row0 + mr) of the flattened x / y rows, columns [n0, n0 + nc). A tile whose first
 // row is at or past its group's rows (shape-only masked plans) is empty (mr = 0).
@@ -96,8 +104,11 @@ struct TileOf {
     } else {
       AscendC::GlobalTensor<int32_t> off;
       off.SetGlobalBuffer(GmPtr<int32_t>(a.p.addr_offsets), a.t.num_groups + 1);
-      base = off.GetValue(g);
-      rows = off.GetValue(g + 1) - off.GetValue(g);
+      // Clamped to [0, ContiguousRows()] and non-decreasing: offsets past x (or the plan's rows)
+      // never send a copy outside x, x_scale, y or the fp8 decode of x.
+      const int64_t m = ContiguousRows(a);
+      base = Clamp64(off.GetValue(g), 0, m);
+      rows = static_cast<int32_t>(Clamp64(off.GetValue(g + 1), base, m) - base);
     }
     const int32_t r0 = mt * a.t.tile_m;
     mr = rows > r0 ? MinI(a.t.tile_m, rows - r0) : 0;

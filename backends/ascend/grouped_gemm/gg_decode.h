@@ -2,11 +2,11 @@
 // decode x and the weights of every non-empty group into fp16 copies in the workspace (every
 // e4m3 value is exact in fp16, so no scale is applied here; the recipe's scales act on the fp32
 // products in the epilogue). The bytes are decoded in software with a 256-entry fp16 table in UB
-// and Gather, as the IFA kernel decodes fp8 caches (E4m3ToHalfBits from ifa_convert.h). Work is
+// and Gather, as the IFA kernel decodes fp8 caches (common/fp8.h). Work is
 // dealt in chunks of rows over all vector cores; a SyncAll then hands the copies to the cubes.
 #pragma once
 #include "ascend/grouped_gemm/gg_common.h"
-#include "ascend/incre_flash_attention/ifa_convert.h"
+#include "ascend/common/fp8.h"
 
 namespace dualops {
 namespace gg {
@@ -25,9 +25,8 @@ class GgDecode {
     pipe_.InitBuffer(h16_, elems * sizeof(half));
     pipe_.InitBuffer(idx_, elems * sizeof(int32_t));
     pipe_.InitBuffer(out_, elems * sizeof(half));
-    pipe_.InitBuffer(lut_, 256 * sizeof(uint16_t));
-    AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-    for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ifa::E4m3ToHalfBits(b));
+    pipe_.InitBuffer(lut_, ascend::kE4m3TableBytes);
+    ascend::FillE4m3Table(lut_.Get<uint16_t>());
     const AscendC::TEventID id = pipe_.FetchEventID(AscendC::HardEvent::S_V);
     AscendC::SetFlag<AscendC::HardEvent::S_V>(id);
     AscendC::WaitFlag<AscendC::HardEvent::S_V>(id);
@@ -48,7 +47,7 @@ class GgDecode {
         Span(a.p.addr_x, x16, static_cast<int64_t>(g) * a.t.m_max, MinI(MaxI(mm.GetValue(g), 0), a.t.m_max));
       }
     } else {
-      Span(a.p.addr_x, x16, 0, a.t.m_total);
+      Span(a.p.addr_x, x16, 0, static_cast<int32_t>(ContiguousRows(a)));
     }
     for (int32_t g = 0; g < a.t.num_groups; ++g) {
       const int32_t rows = a.t.layout == kLayoutMasked ? mm.GetValue(g) : off.GetValue(g + 1) - off.GetValue(g);

@@ -14,9 +14,6 @@
 namespace dualops {
 namespace ifa {
 
-// The e4m3 decode lives in backends/ascend/common/fp8.h; the old name stays for kernels using it.
-using ascend::E4m3ToHalfBits;
-
 template <typename QT, typename KT>
 class IfaConvert {
  public:
@@ -45,9 +42,8 @@ class IfaConvert {
     if (!k16) pipe.InitBuffer(h16_, elems * sizeof(half));
     if (kFp8) {
       pipe.InitBuffer(idx_, elems * sizeof(int32_t));
-      pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
-      AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-      for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ascend::E4m3ToHalfBits(b));
+      pipe.InitBuffer(lut_, ascend::kE4m3TableBytes);
+      ascend::FillE4m3Table(lut_.Get<uint16_t>());
       PipeSync<AscendC::HardEvent::S_V>();   // Gather reads the table
     }
     if (!k16) pipe.InitBuffer(vec_, 4 * d * sizeof(float));   // k scale, k offset, v scale, v offset

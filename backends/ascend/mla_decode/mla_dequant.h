@@ -8,7 +8,7 @@
 // exact in fp16; 0x7F / 0xFF are NaN). Rows of invalid keys are written as zeros, so the cube
 // copies whole tiles and nothing unused is read. The two vector cores split the tile's rows.
 #pragma once
-#include "ascend/incre_flash_attention/ifa_convert.h"   // ifa::E4m3ToHalfBits
+#include "ascend/common/fp8.h"
 #include "ascend/mla_decode/mla_common.h"
 
 namespace dualops {
@@ -41,9 +41,8 @@ class MlaDequant {
     pipe.InitBuffer(f32_, kConvRows * d * sizeof(float));
     pipe.InitBuffer(hi32_, kConvRows * d * sizeof(float));
     pipe.InitBuffer(out_, kParts * kConvRows * d * sizeof(QT));
-    pipe.InitBuffer(lut_, 256 * sizeof(uint16_t));
-    AscendC::LocalTensor<uint16_t> lut = lut_.Get<uint16_t>();
-    for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, ifa::E4m3ToHalfBits(b));
+    pipe.InitBuffer(lut_, ascend::kE4m3TableBytes);
+    ascend::FillE4m3Table(lut_.Get<uint16_t>());
     PipeSync<AscendC::HardEvent::S_V>(tp_);
   }
 

@@ -40,10 +40,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   // call's split kernel) be scheduled now, so its CTAs start on the SMs the split kernel frees
   // and do their set-up while this kernel runs; then wait until the partials are complete and
   // visible (a no-op when launched the ordinary way).
-  DUALOPS_IFA_CTRACE_BEGIN(p.out);
   pdl_launch_dependents();
   pdl_wait();
-  DUALOPS_IFA_CTRACE(kCtWaited);
   PartialMerge st;
   st.add_splits<8>(grp, ns, GROUPS, [&](int s, float& lse, float4& o) {
     lse = __ldcg(la + static_cast<int64_t>(s) * q_rows);
@@ -53,11 +51,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   __syncthreads();
   if (grp != 0) return;
   st.merge_all<GROUPS - 1>([&](int k) -> const PartialMerge& { return part[k + 1][tid]; });
-  DUALOPS_IFA_DEP(st.l);
-  DUALOPS_IFA_CTRACE(kCtMerged);
   st.store<QT>(static_cast<QT*>(p.out) + b * p.out_stride_b + i * p.out_stride_s + h * p.out_stride_h, c);
   if (tid == 0 && blockIdx.y == 0) static_cast<float*>(p.lse)[(static_cast<int64_t>(b) * t.h_q + h) * t.s_q + i] = st.lse();
-  DUALOPS_IFA_CTRACE(kCtExit);
 }
 
 }  // namespace dualops::cuda::ifa

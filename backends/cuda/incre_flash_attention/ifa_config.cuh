@@ -18,8 +18,6 @@
 
 #include <type_traits>
 
-#include "ifa_measure.cuh"
-
 namespace dualops::cuda::ifa {
 
 // Online softmax (ifa_split_kernel.cuh): a row's reference max moves only when a score passes it
@@ -108,7 +106,7 @@ struct Cfg {
   static constexpr int kVW = (D / 8) < 16 ? (D / 8) : 16;
   // p.v takes p as hi + lo parts when the operand type is bf16 (8 mantissa bits are not enough
   // for the parity budget); fp16 p is exact to 11 bits and goes in one part.
-  static constexpr int kPParts = (std::is_same_v<MT, __nv_bfloat16> && !(kAblate & 8)) ? 2 : 1;
+  static constexpr int kPParts = std::is_same_v<MT, __nv_bfloat16> ? 2 : 1;
 
   // Head-dim position of k-index k (0..15) of q.k^T k-step ks. 16-bit caches: natural order
   // (ldmatrix). 8-bit: a lane reads 16 consecutive bytes of its key row, bytes 4s..4s+3 feed
@@ -135,7 +133,7 @@ struct Cfg {
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 struct SmemLayout {
   using C = Cfg<QT, KVT, D, SHAPE>;
-  static constexpr int kQParts = (C::kQuant && !(kAblate & 256)) ? 2 : 1;
+  static constexpr int kQParts = C::kQuant ? 2 : 1;
   static constexpr int kKv = C::kWarps * C::kStages * C::kStageBytes;
   static constexpr int kQfrag = (M_TILE / 16) * C::kKSteps * kQParts * 32 * 16;
   static constexpr int kVScales = C::kVScalesInSmem ? 2 * D * 4 : 0;  // the head's value scales, offsets

@@ -1,7 +1,6 @@
 // The CUDA building blocks the IFA kernels use: the shared ones of backends/cuda/common (cp.async,
 // ldmatrix / mma, PTX helpers, PDL, paged addresses, 16-bit conversions, the log-sum-exp partial
-// merge) made visible in this namespace, and the measurement hooks (ifa_measure.cuh: the K/V copy
-// and the mma with their ablation bits).
+// merge) made visible in this namespace.
 #pragma once
 #include "../common/convert.cuh"
 #include "../common/cp_async.cuh"
@@ -10,8 +9,7 @@
 #include "../common/paged.cuh"
 #include "../common/pdl.cuh"
 #include "../common/ptx.cuh"
-#include "ifa_measure.cuh"
 
 namespace dualops::cuda::ifa {
-using namespace ::dualops::cuda::common;  // (ifa::cp_async_16 and ifa::mma_16816 hide common's)
+using namespace ::dualops::cuda::common;
 }  // namespace dualops::cuda::ifa

@@ -11,14 +11,12 @@
 //   main-loop step                          ifa_stage_mainloop.cuh (copies, q.k^T, softmax, p.v)
 //   warp merge, epilogue, split merge       ifa_stage_epilogue.cuh, ifa_split_merge.cuh
 //   rows whose output is inf / NaN          ifa_stage_exact.cuh (exact p . v)
-// Tracing and ablation hooks: ifa_measure.cuh (nothing in library builds).
 #pragma once
 #include <dualops/params.h>
 
 #include <cstdint>
 
 #include "ifa_config.cuh"
-#include "ifa_measure.cuh"
 #include "ifa_prefetch.cuh"
 #include "ifa_primitives.cuh"
 #include "ifa_split_merge.cuh"
@@ -40,7 +38,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   using C = typename K::C;
   constexpr int NW = K::NW, STAGES = K::STAGES, NT = K::NT, SUB = K::SUB;
 
-  DUALOPS_IFA_TRACE_BEGIN(p.out);
   extern __shared__ __align__(128) uint8_t smem[];
   const SmemRegions sm = smem_regions<K>(smem);
   const int tid = K::tid(), lane = K::lane(), warp = K::warp();
@@ -66,16 +63,8 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   // visible).
   // Let the next kernel (the combine, or the next call's split kernel) be scheduled now: it
   // waits for this grid's completion before touching global memory.
-#if DUALOPS_IFA_TRACE >= 2 && defined(DUALOPS_IFA_TRACE_WARM)
-  // (does a probe run before the stream keep its lines until the probe after it?)
-  if (tid == 0) {
-    uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
-    DUALOPS_IFA_DEP(x);
-  }
-#endif
   pdl_launch_dependents();
   pdl_wait();
-  DUALOPS_IFA_MARK(kTrWaited);
   // A multi-wave grid of narrow CTAs (launcher: stagger_ns > 0): the first stagger_ctas CTAs --
   // the first wave -- start their work spread evenly over stagger_ns. Released by one wait, a
   // wave of equal units otherwise starts, streams and ends in step, so its CTAs' prologues and
@@ -92,10 +81,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     if (first_wave && second_fill_keys > 0 && u.span >= max(second_fill_keys, 2 * C::kPrefetchKeys))
       prefetch_fill<C>(p, t, u.b, u.kvh, u.k_begin + C::kPrefetchKeys, u.k_cap, u.span, 2);
   }
-  if constexpr ((kAblate & 1024) != 0) {  // measurement build: launch and wait only
-    DUALOPS_IFA_MARK_EXIT();
-    return;
-  }
   // Loads of what earlier kernels write are plain loads from here on: an __ldg (ld.global.nc)
   // counts as invariant, and the compiler was seen hoisting one above the wait.
   const int kv_len_raw = *kv.kv_len_ptr;
@@ -106,13 +91,6 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   }
   QRaw<K> qr;
   load_q_raw<K>(qr, qs, u);
-#if DUALOPS_IFA_TRACE
-  {
-    int x = kv_len_raw;
-    DUALOPS_IFA_DEP(x);
-    DUALOPS_IFA_MARK(kTrKvLen);
-  }
-#endif
   // int8 (Cfg::kVScalesInSmem): the head's value scales and offsets into shared memory, in each
   // thread's first commit group (landed before its first chunk, so before the epilogue reads
   // them), instead of per-column loads in the epilogue -- a global round trip at the end of
@@ -143,20 +121,11 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     if (j < my_issued && (j < SUB || !K::kLockstep)) issue(j);
     cp_async_commit();
   }
-  DUALOPS_IFA_MARK(kTrIssued);
-#if DUALOPS_IFA_TRACE
-  {
-    uint32_t x = qr.qraw[K::QIT - 1];
-    DUALOPS_IFA_DEP(x);
-    DUALOPS_IFA_MARK(kTrQRaw);
-  }
-#endif
 
   // ---- q tile -> A fragments in shared memory, per-row score terms --------------------------
   const float score_mul = q_fragments<K>(p, u, sm, qs, qr);
   RowLimits<K> rl;
   row_limits<K>(rl, p, u, sm, kv_len, k_end);
-  DUALOPS_IFA_MARK_BAR(kTrQReady, sm.row_add);
 
   // ---- main loop --------------------------------------------------------------------------
   RowState<K> rs;
@@ -164,22 +133,16 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   const uint8_t* mask = static_cast<const uint8_t*>(p.atten_mask);
   const float* pse = static_cast<const float*>(p.pse_shift);
   const ScoreBias bias{mask, pse, mask != nullptr || pse != nullptr};
-  uint4 qreg[K::kQRegs > 0 ? K::kQRegs : 1];
-#pragma unroll
-  for (int i = 0; i < K::kQRegs; ++i) qreg[i] = sm.qfrag[i * 32 + lane];
 
   int stage = 0;  // stage of this step's first chunk
   for (int st = 0; st < my_steps; ++st) {
     const int j0 = st * SUB;
     bool blk_ok[SUB];
     step_copies<K>(blk_ok, bad_blocks, st, my_issued, lock_steps, lockstep_burst, issue);
-#if DUALOPS_IFA_TRACE
-    if (st == 0) DUALOPS_IFA_MARK(kTrFirstChunk);
-#endif
     StepChunks<K> ch;
     step_chunks<K>(ch, kv, j0, stage);
     float s[K::MTILES][2 * SUB][4];
-    step_scores<K>(s, ch, u, sm.qfrag, qreg);
+    step_scores<K>(s, ch, u, sm.qfrag);
     uint32_t pa[K::MTILES][K::PP][SUB][4];
     step_softmax<K>(pa, s, rs, ch, blk_ok, rl, bias, score_mul, p, sm, u);
     step_pv<K>(rs.acc, pa, ch, u);
@@ -187,22 +150,18 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
     stage = stage + SUB < STAGES ? stage + SUB : stage + SUB - STAGES;
   }
   cp_async_wait<0>();
-  DUALOPS_IFA_MARK(kTrLoopDone);
 
   // ---- warp merge: the warps' partial softmax states into the rows', then write ------------
   float vsc[K::kSlotRounds][4];
   v_scales_early<K>(vsc, p, u);
   warp_stats<K>(rs, sm, u);
   __syncthreads();  // every warp is done with its K/V stages (ebuf reuses them)
-  DUALOPS_IFA_MARK_BAR(kTrAllDone, sm.warp_m);
   const int n_active = min(n_chunks, NW);  // warps that saw a key
-  row_stats<K>(sm, n_active DUALOPS_IFA_TRACE_ARG);
+  row_stats<K>(sm, n_active);
   __syncthreads();
-  DUALOPS_IFA_MARK_BAR(kTrStats, sm.fin_m);
   const bool half_rows = K::MTILES == 1 && u.q_rows - K::row0() <= 8;
   stash_fragments<K>(rs, sm, u, n_active, half_rows);
   __syncthreads();
-  DUALOPS_IFA_MARK_BAR(kTrEbuf, sm.fin_m);
 
   // ---- epilogue -----------------------------------------------------------------------------
   const bool nonfinite = write_rows<K>(p, u, sm, vsc, n_active, half_rows, merge_mode);
@@ -210,29 +169,20 @@ __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, K
   if (__syncthreads_or(nonfinite)) exact_rows<K>(p, t, smem, merge_mode);
   write_staged_rows<K>(p, u, sm, merge_mode);
   write_lse<K>(p, u, sm, merge_mode);
-  DUALOPS_IFA_MARK(kTrStored);
 
   // ---- split merge --------------------------------------------------------------------------
   if constexpr (K::kClusterMerge) {
     if (u.ns > 1 && merge_mode == kMergeCluster) {
       cluster_merge<K>(p, t, u, sm);
-      DUALOPS_IFA_MARK(kTrMerged);
-      DUALOPS_IFA_MARK_EXIT();
       return;
     }
   }
   if (u.ns > 1 && merge_mode == kMergeCounter) {
     int* ctr;
-    if (!counter_arrive<K>(p, t, u, sm, ctr)) {
-      DUALOPS_IFA_MARK_EXIT();
-      return;
-    }
-    DUALOPS_IFA_MARK(kTrCounted);
+    if (!counter_arrive<K>(p, t, u, sm, ctr)) return;
     if (tid == 0) *ctr = 0;  // every CTA of the group has counted: ready for the next call
     merge_splits<QT, D, M_TILE, NW>(p, t, u.b, u.kvh, u.part - u.split, K::row0());
-    DUALOPS_IFA_MARK(kTrMerged);
   }
-  DUALOPS_IFA_MARK_EXIT();
 }
 
 }  // namespace dualops::cuda::ifa

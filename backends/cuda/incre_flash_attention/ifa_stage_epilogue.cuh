@@ -71,27 +71,14 @@ __device__ __forceinline__ void warp_stats(RowState<K>& rs, const SmemRegions& s
 // A thread per row: the row's max over the warps' references and its weight sum (fin_m, fin_l).
 // Warps past the unit's chunk count (n_active) saw no key: their states are skipped.
 template <class K>
-__device__ __forceinline__ void row_stats(const SmemRegions& sm, int n_active DUALOPS_IFA_TRACE_PARAM) {
+__device__ __forceinline__ void row_stats(const SmemRegions& sm, int n_active) {
   constexpr int M_TILE = K::M_TILE, NW = K::NW;
   const int tid = threadIdx.x;
-#if DUALOPS_IFA_TRACE >= 2
-  // Probe (trace level 2, trace_probe): straight-line code with no memory access right after
-  // the barrier: what running ~3 KB of code not run before costs.
-  if (tid == 0) {
-    uint32_t x = trace_probe(static_cast<uint32_t>(clock()));
-    DUALOPS_IFA_DEP(x);
-    DUALOPS_IFA_MARK(kTrAluProbe);
-  }
-#endif
   if (tid < M_TILE) {
     float mx = -INFINITY;
 #pragma unroll
     for (int w = 0; w < NW; ++w)
       if (w < n_active) mx = fmax_nan(mx, sm.warp_m[w * M_TILE + tid]);  // (a NaN warp makes the row NaN)
-#if DUALOPS_IFA_TRACE
-    DUALOPS_IFA_DEP(mx);
-    DUALOPS_IFA_MARK(kTrStatsMax);
-#endif
     float l = 0.f;
     if (mx != -INFINITY)
 #pragma unroll
@@ -99,10 +86,6 @@ __device__ __forceinline__ void row_stats(const SmemRegions& sm, int n_active DU
         const float mw = w < n_active ? sm.warp_m[w * M_TILE + tid] : -INFINITY;
         if (mw != -INFINITY) l += sm.warp_l[w * M_TILE + tid] * exp2f(mw - mx);
       }
-#if DUALOPS_IFA_TRACE
-    DUALOPS_IFA_DEP(l);
-    DUALOPS_IFA_MARK(kTrStatsSum);
-#endif
     sm.fin_m[tid] = mx;
     sm.fin_l[tid] = mx == INFINITY ? 1.f : l;  // (+inf score: lse +inf; out NaN through exp2(inf - inf))
   }

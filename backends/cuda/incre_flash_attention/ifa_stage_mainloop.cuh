@@ -92,11 +92,10 @@ __device__ __forceinline__ void step_chunks(StepChunks<K>& ch, const KvSources<K
 // S = q . k^T for SUB x 16 keys: n-tile nt holds keys 8 * (nt % 2) .. + 7 of chunk nt / 2.
 template <class K>
 __device__ __forceinline__ void step_scores(float (&s)[K::MTILES][2 * K::SUB][4], const StepChunks<K>& ch,
-                                            const Unit& u, const uint4* qfrag, const uint4 (&qreg)[K::kQRegs > 0 ? K::kQRegs : 1]) {
+                                            const Unit& u, const uint4* qfrag) {
   using MT = typename K::MT;
   using C = typename K::C;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, KSTEPS = K::KSTEPS, QP = K::QP, D = K::D;
-  constexpr int kQRegs = K::kQRegs;
   const int lane = K::lane(), g = K::g(), tq = K::tq();
 #pragma unroll
   for (int mt = 0; mt < MTILES; ++mt)
@@ -104,9 +103,7 @@ __device__ __forceinline__ void step_scores(float (&s)[K::MTILES][2 * K::SUB][4]
     for (int nt = 0; nt < 2 * SUB; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-  if constexpr ((kAblate & 1) != 0) {
-    // measurement build: no q.k^T
-  } else if constexpr (!C::kQuant) {
+  if constexpr (!C::kQuant) {
     const int mi = lane >> 3, key = ((mi >> 1) << 3) + (lane & 7);
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
@@ -116,8 +113,7 @@ __device__ __forceinline__ void step_scores(float (&s)[K::MTILES][2 * K::SUB][4]
         ldmatrix_x4(smem_addr(ch.sk[t] + C::k_at(key, 2 * ks + (mi & 1))), bk[t][0], bk[t][1], bk[t][2], bk[t][3]);
 #pragma unroll
       for (int mt = 0; mt < MTILES; ++mt) {
-        const uint4 a4 = kQRegs > 0 ? qreg[(mt * KSTEPS + ks) % (kQRegs > 0 ? kQRegs : 1)]
-                                    : qfrag[(mt * KSTEPS + ks) * 32 + lane];
+        const uint4 a4 = qfrag[(mt * KSTEPS + ks) * 32 + lane];
         const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
         for (int t = 0; t < SUB; ++t) {
@@ -149,7 +145,7 @@ __device__ __forceinline__ void step_scores(float (&s)[K::MTILES][2 * K::SUB][4]
 #pragma unroll
           for (int part = 0; part < QP; ++part) {
             const int qi = (mt * KSTEPS + 4 * h + s4) * QP + part;
-            const uint4 a4 = kQRegs > 0 ? qreg[qi % (kQRegs > 0 ? kQRegs : 1)] : qfrag[qi * 32 + lane];
+            const uint4 a4 = qfrag[qi * 32 + lane];
             const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
             for (int nt = 0; nt < 2 * SUB; ++nt) mma_16816<MT>(s[mt][nt], a, bk[nt][0], bk[nt][1]);
@@ -189,7 +185,7 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
   for (int mt = 0; mt < MTILES; ++mt) {
     float lmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int hf = 0; hf < 2 && (kAblate & 2) == 0; ++hf) {
+    for (int hf = 0; hf < 2; ++hf) {
       const int rr = mt * 16 + g + 8 * hf;
 #pragma unroll
       for (int nt = 0; nt < 2 * SUB; ++nt)
@@ -218,7 +214,7 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
     }
     // (-inf + slack is -inf: a row's first key always moves its reference)
     const bool grow = lmax[0] > rs.m_run[mt][0] + kLazySlack || lmax[1] > rs.m_run[mt][1] + kLazySlack;
-    if ((kAblate & 2) == 0 && __any_sync(0xffffffffu, grow)) {
+    if (__any_sync(0xffffffffu, grow)) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         float mx = lmax[hf];
@@ -236,7 +232,7 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
       }
     }
 #pragma unroll
-    for (int hf = 0; hf < 2 && (kAblate & 2) == 0; ++hf) {
+    for (int hf = 0; hf < 2; ++hf) {
       const float m_use = rs.m_run[mt][hf] == -INFINITY ? 0.f : rs.m_run[mt][hf];
       float lsum = 0.f;
 #pragma unroll
@@ -278,9 +274,7 @@ __device__ __forceinline__ void step_pv(float (&acc)[K::MTILES][K::NTILES][4],
   using C = typename K::C;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, NTILES = K::NTILES, PP = K::PP, D = K::D;
   const int lane = K::lane(), g = K::g(), tq = K::tq();
-  if constexpr ((kAblate & 4) != 0) {
-    acc[0][0][0] += __uint_as_float(pa[0][0][0][0] ^ pa[MTILES - 1][PP - 1][SUB - 1][3]);  // measurement build: no p.v
-  } else if constexpr (!C::kQuant) {
+  if constexpr (!C::kQuant) {
     const int mi = lane >> 3, key = ((mi & 1) << 3) + (lane & 7);
 #pragma unroll
     for (int jn = 0; jn < NTILES; jn += 2) {

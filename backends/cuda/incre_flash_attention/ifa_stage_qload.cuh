@@ -108,7 +108,7 @@ __device__ __forceinline__ void load_q_raw(QRaw<K>& qr, const QSources<K>& qs, c
 // 8-bit caches fold the key scale into q (score = sum q_d s_d x_d + sum q_d s_d o_d); the
 // scaled q is kept as hi + lo fp16 parts (two mma) after a power-of-two normalization, so
 // the folding costs no precision whatever the scales' magnitude. One fp16 part is faster on
-// bandwidth-bound calls but puts the lse outside the parity bound (ablation bit 256).
+// bandwidth-bound calls but puts the lse outside the parity bound.
 // Returns the log2-domain score multiplier; ends with the barrier after which the fragments
 // and row_add are visible.
 template <class K>

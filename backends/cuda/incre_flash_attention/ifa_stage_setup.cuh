@@ -78,7 +78,6 @@ struct Kern {
   static constexpr bool kLockstep = C::kLockstep;
   static_assert(!kLockstep || STAGES >= 2 * SUB, "lockstep pipeline: a step's chunks and the next step's");
   static_assert(!kOffsetsInRegs || (MTILES == 1 && NT % 128 == 0), "one q row per thread");
-  static constexpr int kQRegs = ((kAblate & 16) != 0 && MTILES * KSTEPS * QP <= 16) ? MTILES * KSTEPS * QP : 0;
   // Epilogue slots: (m-tile, n-tile, lane) of the output fragments.
   static constexpr int kSlots = MTILES * NTILES * 32;
   static constexpr bool kVScalesEarly = C::kQuant && !C::kVScalesInSmem;

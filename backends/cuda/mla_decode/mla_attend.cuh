@@ -117,16 +117,14 @@ __device__ __forceinline__ void zero_nonfinite_values(unsigned char* kv, int chu
 // O += P V for 16 rows x 256 value columns over the tile's 64 tokens. kFinite: NaN / inf value
 // entries enter the MMA as 0 (their products are added exactly by add_nonfinite_values).
 template <class Tr, bool kFinite>
-__device__ __forceinline__ void pv_tile(RowState& st, uint32_t kv_base, uint32_t p_base, uint32_t lo_base,
-                                        int lo_row_bytes, int a_row, int c) {
+__device__ __forceinline__ void pv_tile(RowState& st, uint32_t kv_base, uint32_t p_base, int a_row, int c) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
   // (the slow kFinite variant keeps its k steps rolled: fewer live registers for the fast one)
 #pragma unroll(kFinite ? 1 : kTile / 16)
   for (int kk = 0; kk < kTile / 16; ++kk) {
-    uint32_t a[4], a_lo[4];
+    uint32_t a[4];
     ldmatrix_x4(p_base + swz(a_row, 2 * kk + (lane >> 4), kPRowBytes), a);
-    ldmatrix_x4(lo_base + swz(a_row, 2 * kk + (lane >> 4), lo_row_bytes), a_lo);
     // chunk c*32 + 2np + (lane >> 4) of token v_tok, swizzled: np = 4m + u gives 8m + ((2u + hi) ^ (v_tok & 7))
     const int v_tok = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     const uint32_t v_row = kv_base + v_tok * Tr::kRowBytes + c * 512;
@@ -140,19 +138,16 @@ __device__ __forceinline__ void pv_tile(RowState& st, uint32_t kv_base, uint32_t
       }
       mma_16816<MT>(st.o[2 * np], a, b[0], b[1]);
       mma_16816<MT>(st.o[2 * np + 1], a, b[2], b[3]);
-      mma_16816<MT>(st.o[2 * np], a_lo, b[0], b[1]);
-      mma_16816<MT>(st.o[2 * np + 1], a_lo, b[2], b[3]);
     }
   }
 }
 
 // The exact part of the slow path: for every tile token a row attends (tok < lim) and every
-// NaN / inf entry of its value, O += p * v in fp32 (p = hi + lo as the MMA saw it). Keys hidden
-// from a row add nothing to it, not even 0 * NaN. kParts 1: P is the sp tile alone.
-template <class Tr, int kParts = 2>
+// NaN / inf entry of its value, O += p * v in fp32 (p as the MMA saw it). Keys hidden from a
+// row add nothing to it, not even 0 * NaN.
+template <class Tr>
 __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigned char* kv, const unsigned char* sp,
-                                                     const unsigned char* sp_lo, int lo_row_bytes, int tile0,
-                                                     const int (&lim)[2], int r0, int c) {
+                                                     int tile0, const int (&lim)[2], int r0, int c) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -163,12 +158,8 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
       const uint32_t w = *reinterpret_cast<const uint32_t*>(kv + Tr::off(k, c * 32 + n) + (lane & 3) * 4);
       if (!(see0 || see1) || !nonfinite2<MT>(w)) continue;
       const int pb = (k & 7) * 2;
-      float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb));
-      float p1 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0 + 8, k >> 3, kPRowBytes) + pb));
-      if constexpr (kParts == 2) {
-        p0 += to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0, k >> 3, lo_row_bytes) + pb));
-        p1 += to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + swz(r0 + 8, k >> 3, lo_row_bytes) + pb));
-      }
+      const float p0 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0, k >> 3, kPRowBytes) + pb));
+      const float p1 = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + swz(r0 + 8, k >> 3, kPRowBytes) + pb));
       const float v[2] = {to_float1<MT>(static_cast<uint16_t>(w & 0xffffu)),
                           to_float1<MT>(static_cast<uint16_t>(w >> 16))};
 #pragma unroll
@@ -232,13 +223,13 @@ __device__ __forceinline__ void softmax_max(RowState& st, float (&s)[NB][4], flo
   }
 }
 
-// Scores of one tile -> probabilities: softmax_max, then P = exp2(s - m) to shared memory as
-// hi + lo 16-bit parts (kParts 2) or one part (kParts 1: sp_lo unused), running sums, O
-// rescaled (alpha: the rescale factors of rows r0, r0 + 8, for a caller sharing them).
-template <class Tr, int NB, bool kPair, int kParts = 2>
-__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], unsigned char* sp, unsigned char* sp_lo,
-                                             int lo_row_bytes, float* red_max, int tile0, const int (&lim)[2],
-                                             float scale_log2, int g, int c, float (&alpha)[2]) {
+// Scores of one tile -> probabilities: softmax_max, then P = exp2(s - m) to shared memory
+// (rounded once to the 16-bit type), running sums, O rescaled (alpha: the rescale factors of rows
+// r0, r0 + 8, for a caller sharing them).
+template <class Tr, int NB, bool kPair>
+__device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], unsigned char* sp, float* red_max,
+                                             int tile0, const int (&lim)[2], float scale_log2, int g, int c,
+                                             float (&alpha)[2]) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
   const int tb = kPair ? c * 32 : 0;
@@ -246,8 +237,7 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], un
   float m_use[2];
   softmax_max<Tr, NB, kPair>(st, s, red_max, tile0, lim, scale_log2, g, c, m_use, alpha);
 
-  // ---- P = exp2(S - m) to shared memory (16-bit hi + lo), running sums, rescale O
-  if constexpr (kPair && Tr::kLoInKv) __syncthreads();  // every warp is done with this tile's RoPE columns
+  // ---- P = exp2(S - m) to shared memory, running sums, rescale O
   float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int n = 0; n < NB; ++n) {
@@ -256,18 +246,8 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], un
     sum[0] += p0 + p1;
     sum[1] += p2 + p3;
     const int chunk = tb / 8 + n, byte = (lane & 3) * 4;
-    uint32_t h01, l01, h23, l23;
-    if constexpr (kParts == 2) {
-      split2<MT>(p0, p1, h01, l01);
-      split2<MT>(p2, p3, h23, l23);
-      *reinterpret_cast<uint32_t*>(sp_lo + swz(r0, chunk, lo_row_bytes) + byte) = l01;
-      *reinterpret_cast<uint32_t*>(sp_lo + swz(r0 + 8, chunk, lo_row_bytes) + byte) = l23;
-    } else {
-      h01 = pack2<MT>(p0, p1);
-      h23 = pack2<MT>(p2, p3);
-    }
-    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = h01;
-    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = h23;
+    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = pack2<MT>(p0, p1);
+    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = pack2<MT>(p2, p3);
   }
 #pragma unroll
   for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
@@ -275,19 +255,16 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[NB][4], un
 }
 
 // lim[j]: tokens visible to row j (r0, r1) are those < lim[j] (range end, causal limit).
-// sp: the P (hi) tile; sp_lo: the P lo tile, rows of lo_row_bytes (the KV tile's RoPE columns
-// for Traits::kLoInKv, whose writes wait for every warp's S).
+// sp: the P tile.
 template <class Tr>
 __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* sq, const unsigned char* kv,
-                                            unsigned char* sp, unsigned char* sp_lo, int lo_row_bytes,
-                                            float* red_max, int tile0, const int (&lim)[2], float scale_log2,
-                                            int rows_valid, bool exact_values) {
+                                            unsigned char* sp, float* red_max, int tile0, const int (&lim)[2],
+                                            float scale_log2, int rows_valid, bool exact_values) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = row_group(), c = warp_half();
   (void)warp;
   const uint32_t q_base = smem_addr(sq), kv_base = smem_addr(kv), p_base = smem_addr(sp);
-  const uint32_t lo_base = smem_addr(sp_lo);
 
   // A row group with no valid q row (small h_q) skips its math; it still passes the CTA barrier
   // and its own two named barriers of the tile, so that every thread passes as many barriers as
@@ -295,7 +272,6 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
   const bool active = g * 16 < rows_valid;
   if (!active) {
     named_barrier(1 + g, 64);
-    if constexpr (Tr::kLoInKv) __syncthreads();
     named_barrier(1 + g, 64);
     return;
   }
@@ -331,7 +307,7 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
   }
 
   float alpha[2];
-  softmax_tile<Tr, 4, true>(st, s, sp, sp_lo, lo_row_bytes, red_max, tile0, lim, scale_log2, g, c, alpha);
+  softmax_tile<Tr, 4, true>(st, s, sp, red_max, tile0, lim, scale_log2, g, c, alpha);
   named_barrier(1 + g, 64);
   const int r0 = g * 16 + (lane >> 2);
 
@@ -339,10 +315,10 @@ __device__ __forceinline__ void attend_tile(RowState& st, const unsigned char* s
   // keys hidden from some rows whose values hold NaN / inf): those entries skip the MMA and are
   // added exactly, only to the rows that attend them.
   if (exact_values) {
-    pv_tile<Tr, true>(st, kv_base, p_base, lo_base, lo_row_bytes, a_row, c);
-    add_nonfinite_values<Tr>(st, kv, sp, sp_lo, lo_row_bytes, tile0, lim, r0, c);
+    pv_tile<Tr, true>(st, kv_base, p_base, a_row, c);
+    add_nonfinite_values<Tr>(st, kv, sp, tile0, lim, r0, c);
   } else {
-    pv_tile<Tr, false>(st, kv_base, p_base, lo_base, lo_row_bytes, a_row, c);
+    pv_tile<Tr, false>(st, kv_base, p_base, a_row, c);
   }
 }
 

@@ -76,27 +76,19 @@ struct Traits {
   static constexpr int kOffStage = kOffKv + kNumKvBufs * kTileBytes;
   static constexpr int kStageBytes = kDirect || kWg ? 0 : kTile * kRawRow;
   static constexpr int kOffP = kOffStage + kStageBytes;
-  // P goes to the MMA as hi + lo 16-bit parts (~16 mantissa bits of the softmax weights). The
-  // lo tile has its own area where shared memory allows; the 576-dim direct variant (two KV
-  // buffers) puts it in the current KV tile's RoPE columns 512..575, dead once S is computed.
-  static constexpr bool kLoInKv = (kDirect || kWg) && D == 576;
-  // Where the lo tile sits in a KV tile (the RoPE columns: block 8 of the wgmma layout) and its row pitch.
-  static constexpr int kLoInKvOff = kWg ? (kDv / 64) * kBlockBytes : kDv * 2;
-  static constexpr int kLoRowBytes = !kLoInKv ? kPRowBytes : kWg ? 128 : kRowBytes;
-  static constexpr int kOffPLo = kOffP + kRows * kPRowBytes;
-  // Parts of P given to the MMA (wgmma kernel): bf16 hi + lo; fp16 alone keeps ~11 mantissa bits,
-  // within the fp16 output tolerance, so fp16 q runs one P V pass.
-  static constexpr int kPParts = std::is_same_v<MT_, __half> ? 1 : 2;
-  // Tile loops of the wgmma kernel: the seesaw loop (wgmma_seesaw, 16-bit caches,
-  // mla_wg_seesaw.cuh: one hi tile, the lo tiles of a pair's two tiles in their KV tiles' RoPE
-  // blocks (d_qk 576) or in two P tiles); else with bf16 q the pipelined loop, for every cache
-  // format (mla_wg_pipe.cuh; with fp16's single P pass the serial loop measured faster): the hi
-  // tiles of two consecutive tiles live at once, in the KV tiles' RoPE blocks (d_qk 576) or in
-  // two P tiles.
+  // P goes to the MMA rounded once to q's 16-bit type, as every production kernel does
+  // (docs/parity.md budgets that rounding). Tile loops of the wgmma kernel: the seesaw loop
+  // (wgmma_seesaw, 16-bit caches, mla_wg_seesaw.cuh: one P tile handed between the warpgroups);
+  // else with bf16 q the pipelined loop, for every cache format (mla_wg_pipe.cuh), whose P tiles
+  // of two consecutive tiles live at once: in the KV tiles' RoPE blocks (d_qk 576: dead once S is
+  // computed) or in two P tiles; fp16 q the serial loop.
   static constexpr bool kWgSeesaw = KIND == kKernelWgmmaSeesaw;
-  static constexpr bool kWgPipe = kWg && !kWgSeesaw && kPParts == 2;
-  static constexpr int kPExtra = (kWgPipe || kWgSeesaw) && !kLoInKv ? kRows * kPRowBytes : 0;
-  static constexpr int kOffRed = kOffPLo + (kLoInKv ? 0 : kRows * kPRowBytes) + kPExtra;
+  static constexpr bool kWgPipe = kWg && !kWgSeesaw && !std::is_same_v<MT_, __half>;
+  static constexpr bool kPInRope = kWgPipe && D == 576;
+  // Where a P tile sits in a KV tile's RoPE columns (block 8 of the wgmma layout).
+  static constexpr int kRopeOff = (kDv / 64) * kBlockBytes;
+  static constexpr int kNumPTiles = !kWgPipe ? 1 : kPInRope ? 0 : 2;
+  static constexpr int kOffRed = kOffP + kNumPTiles * kRows * kPRowBytes;
   // two ints (pipelined loop) or four mbarriers and each warpgroup's TMA box rows of a pair's two
   // tiles (seesaw loop)
   static constexpr int kOffFlags = kOffRed + 4 * kRows * 4;
@@ -122,7 +114,9 @@ struct Traits {
 
 // The planner checks a GPU's opt-in shared memory against these layouts' sizes
 // (tiling/mla_decode.py MLA_CUDA_WGMMA_SMEM_BYTES, MLA_CUDA_SEESAW_SMEM_BYTES).
-static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>::kSmemBytes == 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
+// The largest wgmma layout is fp16 q's serial loop (one P tile beside the KV tiles).
+static_assert(Traits<__half, kFmtBf16, 576, kKernelWgmma>::kSmemBytes == 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
+static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>::kSmemBytes <= 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
 static_assert(Traits<__nv_bfloat16, kFmtV32, 576, kKernelWgmma>::kSmemBytes <= 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
 static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmmaSeesaw>::kSmemBytes == 230536,
               "MLA_CUDA_SEESAW_SMEM_BYTES");

@@ -15,9 +15,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* sq = smem;
   unsigned char* sp = smem + Tr::kOffP;
-  unsigned char* sp_lo = smem + Tr::kOffPLo;  // (kLoInKv: the KV tile's RoPE columns instead)
-  constexpr int lo_rb = Tr::kLoInKv ? Tr::kRowBytes : kPRowBytes;
-  auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + kDv * 2 : sp_lo; };
   unsigned char* stage = smem + Tr::kOffStage;
   float* red_max = reinterpret_cast<float*>(smem + Tr::kOffRed);
   float* red_sum = red_max + 2 * kRows;
@@ -53,8 +50,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           __syncthreads();
           const bool exact = hidden_values_nonfinite<Tr>(kvbuf(n & 1), start + n * kTile, hidden0, end);
-          attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, lo_of(kvbuf(n & 1)), lo_rb, red_max, start + n * kTile, pc.lim,
-                          scale_log2, rows_valid, exact);
+          attend_tile<Tr>(st, sq, kvbuf(n & 1), sp, red_max, start + n * kTile, pc.lim, scale_log2, rows_valid,
+                          exact);
           __syncthreads();
         }
       } else {
@@ -70,8 +67,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             load_kv_tile<Tr>(p, stage, kr, start + (n + 1) * kTile, end);
             cp_async_commit();
           }
-          attend_tile<Tr>(st, sq, kvbuf(0), sp, lo_of(kvbuf(0)), lo_rb, red_max, start + n * kTile, pc.lim, scale_log2,
-                          rows_valid, exact);
+          attend_tile<Tr>(st, sq, kvbuf(0), sp, red_max, start + n * kTile, pc.lim, scale_log2, rows_valid, exact);
           __syncthreads();
         }
       }

@@ -19,7 +19,6 @@ using common::pack2;
 using common::pdl_launch_dependents;
 using common::pdl_wait;
 using common::smem_addr;
-using common::split2;
 
 // 16-byte global -> shared copy; src_bytes 0 reads nothing and zero-fills the destination (slots
 // past a request's length are never read, so NaN-poisoned unused slots cannot reach the math).

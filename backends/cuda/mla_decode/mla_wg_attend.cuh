@@ -1,11 +1,11 @@
 // Tile stages of the wgmma MLA kernel for a CTA's 64 q rows. Warpgroup 0 (threads 0 .. 127)
 // computes S = Q K^T for all 64 tokens (wgmma m64n64k16, d_qk / 16 k-steps, Q and K read from
-// the swizzled shared tiles) and the softmax (P as hi + lo to shared memory, the rows' rescale
+// the swizzled shared tiles) and the softmax (P to shared memory, the rows' rescale
 // factors and maxima for warpgroup 1), while warpgroup 1 loads the next KV tile. Then each
 // warpgroup c adds P V for value columns 256c .. 256c + 255 (wgmma m64n256k16: A = P, B = the
-// same KV tile read as an MN-major operand; hi and lo passes, or one pass for fp16 q). Warp g of
+// same KV tile read as an MN-major operand). Warp g of
 // either warpgroup holds q rows 16g .. 16g + 15 of every fragment. The pipelined form of these
-// stages for 16-bit caches (P of warpgroup 0 from registers) is at the end (mla_wg_pipe.cuh).
+// stages (P of warpgroup 0 from registers) is at the end (mla_wg_pipe.cuh).
 #pragma once
 #include "mla_wgmma_names.cuh"
 #include "mla_attend.cuh"
@@ -76,14 +76,13 @@ __device__ __forceinline__ void wg_take_softmax(RowState& st, const float* red, 
 // Warpgroup 0, after wg_scores_issue: wait for S, then the softmax stage; the rows' rescale
 // factors and running maxima go to red for warpgroup 1.
 template <class Tr>
-__device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsigned char* sp, unsigned char* sp_lo,
-                                           float* red, int tile0, const int (&lim)[2], float scale_log2, int g) {
+__device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsigned char* sp, float* red, int tile0,
+                                           const int (&lim)[2], float scale_log2, int g) {
   float(&sf)[32] = reinterpret_cast<float(&)[32]>(s);
   wgmma_wait<0>();
   wgmma_fence_regs(sf);
   float alpha[2];
-  softmax_tile<Tr, 8, false, Tr::kPParts>(st, s, sp, sp_lo, Tr::kLoRowBytes, nullptr, tile0, lim, scale_log2, g, 0,
-                                          alpha);
+  softmax_tile<Tr, 8, false>(st, s, sp, nullptr, tile0, lim, scale_log2, g, 0, alpha);
   wg_put_softmax(st, alpha, red, g);
 }
 
@@ -103,20 +102,16 @@ __device__ __forceinline__ float scaled_sum(float l, float alpha) { return l != 
 // blocks 4c .. 4c + 3 of the KV tile (MN-major: 64-column blocks 8 KB apart, 8-token groups
 // 1 KB apart). Issued and committed; wg_pv_wait waits for completion.
 template <class Tr>
-__device__ __forceinline__ void wg_pv_issue(RowState& st, uint32_t p_base, uint32_t lo_base, uint32_t kv_base, int c) {
+__device__ __forceinline__ void wg_pv_issue(RowState& st, uint32_t p_base, uint32_t kv_base, int c) {
   using MT = typename Tr::MT;
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   const uint32_t v_base = kv_base + 4 * c * Tr::kBlockBytes;
   wgmma_fence_regs(of);
   wgmma_fence();
 #pragma unroll
-  for (int part = 0; part < Tr::kPParts; ++part) {
-    const uint32_t a_base = part ? lo_base : p_base;
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk)
-      common::wgmma_m64n256k16<MT, 1>(of, kmajor_desc(a_base + kk * 32),
-                                      wgmma_desc_sw128(v_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
-  }
+  for (int kk = 0; kk < kTile / 16; ++kk)
+    common::wgmma_m64n256k16<MT, 1>(of, kmajor_desc(p_base + kk * 32),
+                                    wgmma_desc_sw128(v_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
   wgmma_commit();
   wgmma_fence_regs(of);
 }
@@ -127,12 +122,10 @@ __device__ __forceinline__ void wg_pv_wait(RowState& st) {
   wgmma_fence_regs(of);
 }
 
-// ---- Pipelined stages (mla_wg_pipe.cuh): P of warpgroup 0 kept in registers as the A operand
-// of its own P V (RS form), the hi part also to shared memory for warpgroup 1, the lo part
-// written later (wg_store_p), once warpgroup 1's P V of the previous tile is done.
+// ---- Pipelined and seesaw stages (mla_wg_pipe.cuh, mla_wg_seesaw.cuh): a warpgroup's P kept in
+// registers as the A operand of its own P V (RS form), and to shared memory for the other one.
 struct PFrag {
-  uint32_t hi[8][2];  // [8-token block n][row r0, r0 + 8]: 16-bit pairs of tokens 8n + 2 (lane % 4)
-  uint32_t lo[8][2];
+  uint32_t p[8][2];  // [8-token block n][row r0, r0 + 8]: 16-bit pairs of tokens 8n + 2 (lane % 4)
 };
 
 template <int N>
@@ -156,19 +149,14 @@ __device__ __forceinline__ void wg_softmax_p(RowState& st, float (&s)[8][4], PFr
     const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
     sum[0] += p0 + p1;
     sum[1] += p2 + p3;
-    if constexpr (Tr::kPParts == 2) {
-      split2<MT>(p0, p1, f.hi[n][0], f.lo[n][0]);
-      split2<MT>(p2, p3, f.hi[n][1], f.lo[n][1]);
-    } else {
-      f.hi[n][0] = pack2<MT>(p0, p1);
-      f.hi[n][1] = pack2<MT>(p2, p3);
-    }
+    f.p[n][0] = pack2<MT>(p0, p1);
+    f.p[n][1] = pack2<MT>(p2, p3);
   }
 #pragma unroll
   for (int j = 0; j < 2; ++j) st.l[j] = scaled_sum(st.l[j], alpha[j]) + sum[j];
 }
 
-// One part of f (hi or lo) to a P tile (rows of 128 bytes, 128-byte swizzle).
+// P of f to a P tile (rows of 128 bytes, 128-byte swizzle).
 __device__ __forceinline__ void wg_store_p(const uint32_t (&h)[8][2], unsigned char* sp, int g) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2), byte = (lane & 3) * 4;
 #pragma unroll
@@ -178,14 +166,14 @@ __device__ __forceinline__ void wg_store_p(const uint32_t (&h)[8][2], unsigned c
   }
 }
 
-// Warpgroup 0 of the pipelined loop, S of the tile waited for: wg_softmax_p, the hi part of P to
-// sp_hi, O rescaled (its P V of the previous tile is complete); alpha for warpgroup 1.
+// Warpgroup 0 of the pipelined loop, S of the tile waited for: wg_softmax_p, P to sp, O
+// rescaled (its P V of the previous tile is complete); alpha for warpgroup 1.
 template <class Tr>
-__device__ __forceinline__ void wg_softmax_regs(RowState& st, float (&s)[8][4], PFrag& f, unsigned char* sp_hi,
+__device__ __forceinline__ void wg_softmax_regs(RowState& st, float (&s)[8][4], PFrag& f, unsigned char* sp,
                                                 float (&alpha)[2], int tile0, const int (&lim)[2],
                                                 float scale_log2, int g) {
   wg_softmax_p<Tr>(st, s, f, alpha, tile0, lim, scale_log2, g);
-  wg_store_p(f.hi, sp_hi, g);
+  wg_store_p(f.p, sp, g);
   rescale_o(st, alpha);
 }
 
@@ -196,17 +184,12 @@ __device__ __forceinline__ void wg_pv_issue_rs(RowState& st, PFrag& f, uint32_t 
   using MT = typename Tr::MT;
   float(&of)[128] = reinterpret_cast<float(&)[128]>(st.o);
   wgmma_fence_regs(of);
-  fence_u32(f.hi);
-  if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+  fence_u32(f.p);
   wgmma_fence();
 #pragma unroll
-  for (int part = 0; part < Tr::kPParts; ++part) {
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      const uint32_t(&h)[8][2] = part ? f.lo : f.hi;
-      const uint32_t a[4] = {h[2 * kk][0], h[2 * kk][1], h[2 * kk + 1][0], h[2 * kk + 1][1]};
-      common::wgmma_m64n256k16_rs<MT, 1>(of, a, wgmma_desc_sw128(v_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
-    }
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    const uint32_t a[4] = {f.p[2 * kk][0], f.p[2 * kk][1], f.p[2 * kk + 1][0], f.p[2 * kk + 1][1]};
+    common::wgmma_m64n256k16_rs<MT, 1>(of, a, wgmma_desc_sw128(v_base + kk * 16 * 128, Tr::kBlockBytes, 1024), 1);
   }
   wgmma_commit();
   wgmma_fence_regs(of);

@@ -26,7 +26,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* red = reinterpret_cast<float*>(smem_wg + Tr::kOffRed);  // [alpha | m] (softmax), then row sums
   float* red_sum = red + 2 * kRows;
   auto kvbuf = [&](int i) { return smem_wg + Tr::kOffKv + i * Tr::kTileBytes; };
-  auto lo_of = [&](unsigned char* kv) { return Tr::kLoInKv ? kv + Tr::kLoInKvOff : smem_wg + Tr::kOffPLo; };
 
   pdl_launch_dependents();
   const MlaPart part = mla_part<Tr::kSparse>(p, t);
@@ -87,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             float s[8][4];
             if (c == 0) {
               wg_scores_issue<Tr>(s, q_base, smem_addr(kv));
-              wg_softmax<Tr>(st, s, sp, lo_of(kv), red, tile0, pc.lim, scale_log2, g);
+              wg_softmax<Tr>(st, s, sp, red, tile0, pc.lim, scale_log2, g);
             } else if (n + 1 < ntiles) {  // warpgroup 1 loads the next tile meanwhile
               if constexpr (Tr::kDirect) {
                 load_kv_tile<Tr, kWgLoaders>(p, kvbuf((n + 1) & 1), kr, tile0 + kTile, end, threadIdx.x - kWgLoaders);
@@ -100,13 +99,13 @@ __global__ void __launch_bounds__(kThreads, 1)
             __syncthreads();  // P visible to both warpgroups' wgmma, red to warpgroup 1
             if (c == 1) wg_follow_softmax(st, red, g);
             if (exact) {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
-              add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sp, lo_of(kv), Tr::kLoRowBytes, tile0, pc.lim, g * 16 + (lane >> 2), c);
+              add_nonfinite_values<Tr>(st, kv, sp, tile0, pc.lim, g * 16 + (lane >> 2), c);
               __syncthreads();  // every thread has read the values
               zero_nonfinite_values<Tr>(kv);
               fence_proxy_async_smem();
               __syncthreads();
             }
-            wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(lo_of(kv)), smem_addr(kv), c);
+            wg_pv_issue<Tr>(st, smem_addr(sp), smem_addr(kv), c);
             if constexpr (!Tr::kDirect) {
               // FP8: warpgroup 1 dequantizes the next tile while the tensor cores run P V
               if (c == 1 && n + 1 < ntiles) {

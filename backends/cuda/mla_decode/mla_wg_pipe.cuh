@@ -1,23 +1,23 @@
-// The pipelined tile loop of the wgmma MLA kernel for bf16 q (two P parts), every cache format
+// The pipelined tile loop of the wgmma MLA kernel for bf16 q, every cache format
 // (how a tile arrives: WgArrival below; docs/mla_decode_cuda.md): the warpgroups hand work to each other through named barriers
 // instead of CTA barriers, warpgroup 0 keeps P in registers for its own P V (RS form), and it
 // queues S of the next tile behind that P V, so that the tensor cores go from one to the other
 // without a CTA-wide round trip. Per tile n (KV buffer n % 2):
 //
-//   warpgroup 0: softmax(n) -> P V(n) cols 0..255 -> [sync lo free] lo part of P(n), rescale
+//   warpgroup 0: softmax(n) -> P V(n) cols 0..255 -> [sync red free] rescale
 //                factors -> [arrive P] -> [sync half A] S(n + 1) blocks 0..3 -> [sync tile]
 //                S(n + 1) rest -> P V(n) done: [arrive free] -> S(n + 1) done
 //   warpgroup 1: [sync P] rescale O -> P V(n) cols 256..511 -> tile n + 1 (copied a tile ago)
 //                landed: [arrive half A], hidden-value check, [arrive tile] -> [sync free]
 //                (FP8: [arrive landed] instead of half A, and its value blocks dequantized;
 //                warpgroup 0 dequantizes blocks 0 .. 3 after [sync landed], before S(n + 1))
-//                copy blocks 0..3 of tile n + 2 into buffer n % 2 -> P V(n) done: [arrive lo
+//                copy blocks 0..3 of tile n + 2 into buffer n % 2 -> P V(n) done: [arrive red
 //                free] -> copy the rest of tile n + 2
 //
 // So a tile's copies start as soon as the P V that read its buffer is done (a whole tile ahead
-// of its S, as in the serial loop). Shared P tiles: the hi part of tile n in hi(n % 2) (the KV
-// tile's RoPE block for d_qk 576, dead once S(n) is done; else one of two P tiles), the lo part
-// in one lo tile, written once warpgroup 1's P V of tile n - 1 is done. Named barriers 6..9 and
+// of its S, as in the serial loop). Shared P tiles: P of tile n in p(n % 2) (the KV tile's RoPE
+// block for d_qk 576, dead once S(n) is done; else one of two P tiles); the rescale factors are
+// written once warpgroup 1's P V of tile n - 1 has taken the last ones over. Named barriers 6..9 and
 // 11 pair the two warpgroups (bar.arrive by the producer, bar.sync by the consumer, the same
 // number of each per piece, and each producer waits on its consumer before its next arrival,
 // so no barrier is lapped); 10 and 5 are warpgroup 0's and warpgroup 1's own; FP8 caches: 12
@@ -106,10 +106,9 @@ template <class Tr>
 struct WgPipeSmem {
   unsigned char* base;
   __device__ unsigned char* kv(int i) const { return base + Tr::kOffKv + i * Tr::kTileBytes; }
-  __device__ unsigned char* hi(int i) const {
-    return Tr::kLoInKv ? kv(i) + Tr::kLoInKvOff : base + Tr::kOffP + i * kRows * kPRowBytes;
+  __device__ unsigned char* pt(int i) const {
+    return Tr::kPInRope ? kv(i) + Tr::kRopeOff : base + Tr::kOffP + i * kRows * kPRowBytes;
   }
-  __device__ unsigned char* lo() const { return base + Tr::kOffP + (Tr::kLoInKv ? 0 : 2 * kRows * kPRowBytes); }
   __device__ float* red() const { return reinterpret_cast<float*>(base + Tr::kOffRed); }
   __device__ int* flags() const { return reinterpret_cast<int*>(base + Tr::kOffFlags); }
 };
@@ -131,11 +130,10 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
     const int tile0 = pc.start + n * kTile;
     unsigned char* kv = sm.kv(n & 1);
     float alpha[2];
-    wg_softmax_regs<Tr>(st, s, f, sm.hi(n & 1), alpha, tile0, pc.lim, scale_log2, g);
-    // lo part and rescale factors for warpgroup 1, once its P V of tile n - 1 has read the lo tile
+    wg_softmax_regs<Tr>(st, s, f, sm.pt(n & 1), alpha, tile0, pc.lim, scale_log2, g);
+    // rescale factors for warpgroup 1, once its P V of tile n - 1 is issued (it took the last ones)
     auto publish = [&]() {
       named_barrier(kBarPvDone, kThreads);
-      if constexpr (Tr::kPParts == 2) wg_store_p(f.lo, sm.lo(), g);
       wg_put_softmax(st, alpha, sm.red(), g);
       if (n + 1 == pc.ntiles) wg_put_sums(st, sm.red() + 2 * kRows, g);  // the rows' final sums
       fence_proxy_async_smem();
@@ -148,7 +146,7 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
     } else {  // keys hidden from some rows hold NaN / inf values: exact products, then zeros
       publish();
       named_barrier(kBarWg0, kWgLoaders);  // this warpgroup's P tiles complete
-      add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 0);
+      add_nonfinite_values<Tr>(st, kv, sm.pt(n & 1), tile0, pc.lim, r0, 0);
       named_barrier(kBarWg0, kWgLoaders);
       zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, 0, threadIdx.x);
       fence_proxy_async_smem();
@@ -176,8 +174,7 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
     wgmma_wait<0>();
     wgmma_fence_regs(sf);
     wgmma_fence_regs(of);
-    fence_u32(f.hi);
-    if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+    fence_u32(f.p);
   }
 }
 
@@ -197,7 +194,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     cp_async_commit();
     if (pc.ntiles > 2) in.locate(p, r, pc.start + 2 * kTile + (tid >> 1), pc.end);
   }
-  named_arrive(kBarPvDone, kThreads);  // the lo tile is free
+  named_arrive(kBarPvDone, kThreads);  // red is free
   for (int n = 0; n < pc.ntiles; ++n) {
     const int tile0 = pc.start + n * kTile, next0 = tile0 + kTile;
     unsigned char* kv = sm.kv(n & 1);
@@ -205,13 +202,13 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
     hs.template wait<kHandSoftmax>();
     wg_follow_softmax(st, sm.red(), g);
     if (exact) {
-      add_nonfinite_values<Tr, Tr::kPParts>(st, kv, sm.hi(n & 1), sm.lo(), kPRowBytes, tile0, pc.lim, r0, 1);
+      add_nonfinite_values<Tr>(st, kv, sm.pt(n & 1), tile0, pc.lim, r0, 1);
       named_barrier(kWgLoadBarrier, kWgLoaders);
       zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, kHalf, tid);
       fence_proxy_async_smem();
       named_barrier(kWgLoadBarrier, kWgLoaders);
     }
-    wg_pv_issue<Tr>(st, smem_addr(sm.hi(n & 1)), smem_addr(sm.lo()), smem_addr(kv), 1);
+    wg_pv_issue<Tr>(st, smem_addr(sm.pt(n & 1)), smem_addr(kv), 1);
     if (n + 1 < pc.ntiles) {  // tile n + 1 (copied a tile ago) to warpgroup 0, half by half
       unsigned char* nxt = sm.kv((n + 1) & 1);
       exact = in.land(nxt, tid, max(pc.hidden0 - next0, 0), min(pc.end - next0, kTile), hs);
@@ -227,7 +224,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
       cp_async_commit();
     }
     wg_pv_wait(st);
-    if (n + 1 < pc.ntiles) named_arrive(kBarPvDone, kThreads);  // the lo tile is free for P(n + 1)
+    if (n + 1 < pc.ntiles) named_arrive(kBarPvDone, kThreads);  // red is free for tile n + 1
     if (refill) {
       in.template copy<1>(p, kv, tid);
       cp_async_commit();

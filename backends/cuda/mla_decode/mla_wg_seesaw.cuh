@@ -17,15 +17,15 @@
 // and each softmax overlaps P V work: B's overlaps both P V of A, A's overlaps S of B. The copies
 // of a tile start as soon as the P V that read its blocks is done: warpgroup c copies value half
 // c (blocks 4c .. 4c + 3) and, of the tile whose softmax it does not own, the RoPE block (d_qk
-// 576), where the owner of that tile wrote P's lo part once its S was done, by TMA (boxes of 64
+// 576), by TMA (boxes of 64
 // values x gcd(page, 64) tokens, issued by one thread; a box of tokens past the range or in a
 // block outside the cache arrives as zeros, and the tail of a range that ends inside a tile is
 // zeroed in shared memory before the P V that reads it). Completion goes to one mbarrier per
 // (buffer, warpgroup) (its bytes; tile n completes phase n / 2 of buffer n % 2's). An S waits for both parts of its tile; a P V reads
 // value blocks of the warpgroup's own part only, and waits for that part alone: the other part's
 // mbarrier may already be a phase further (the next tile's copies), which a parity wait cannot
-// tell apart from the phase it waits for. One hi tile holds P_A's hi part, then
-// P_B's (each written after every reader of the other is done). A pair without tile B (odd tile
+// tell apart from the phase it waits for. One P tile holds P_A, then P_B (each written after
+// every reader of the other is done). A pair without tile B (odd tile
 // count) ends after the P V of A; warpgroup 1's softmax then sees a fully masked tile (no
 // change). Two mbarriers (P_A / P_B published, common::MbarHandoffs) pair the warpgroups (every
 // thread of the producer arrives, the consumer waits; each producer waits on its consumer before
@@ -45,11 +45,7 @@ template <class Tr>
 struct SsSmem {
   unsigned char* base;
   __device__ unsigned char* kv(int x) const { return base + Tr::kOffKv + x * Tr::kTileBytes; }
-  __device__ unsigned char* hi() const { return base + Tr::kOffP; }
-  // lo part of the P of tile x: in the RoPE block of its KV tile (d_qk 576), else its own tile
-  __device__ unsigned char* lo(int x) const {
-    return Tr::kLoInKv ? kv(x) + Tr::kLoInKvOff : base + Tr::kOffPLo + x * kRows * kPRowBytes;
-  }
+  __device__ unsigned char* pt() const { return base + Tr::kOffP; }
   __device__ float* red(int x) const { return reinterpret_cast<float*>(base + Tr::kOffRed) + 2 * kRows * x; }
   // mbarrier of (buffer x, warpgroup c): bars() + 16x + 8c
   __device__ uint32_t bars() const { return smem_addr(base + Tr::kOffFlags); }
@@ -130,23 +126,15 @@ __device__ __forceinline__ bool ss_exact(const unsigned char* kv, int tile0, con
 // Warpgroup c's exact path of a tile (O rescaled to the max of P, P in shared memory): the NaN / inf
 // entries of its value half added exactly to the rows that attend them, then set to 0 for its P V.
 template <class Tr>
-__device__ __forceinline__ void ss_exact_apply(RowState& st, unsigned char* kv, const unsigned char* hi,
-                                               const unsigned char* lo, int tile0, const int (&lim)[2], int c,
-                                               int tid) {
+__device__ __forceinline__ void ss_exact_apply(RowState& st, unsigned char* kv, const unsigned char* pt, int tile0,
+                                               const int (&lim)[2], int c, int tid) {
   const int r0 = ((threadIdx.x >> 5) & 3) * 16 + ((threadIdx.x & 31) >> 2);
-  named_barrier(ss_bar(c), kWgLoaders);  // the P tiles complete
-  add_nonfinite_values<Tr, Tr::kPParts>(st, kv, hi, lo, kPRowBytes, tile0, lim, r0, c);
+  named_barrier(ss_bar(c), kWgLoaders);  // the P tile complete
+  add_nonfinite_values<Tr>(st, kv, pt, tile0, lim, r0, c);
   named_barrier(ss_bar(c), kWgLoaders);
   zero_nonfinite_values<Tr, kDv / 16, kWgLoaders>(kv, 32 * c, tid);
   fence_proxy_async_smem();
   named_barrier(ss_bar(c), kWgLoaders);
-}
-
-// P of this thread's rows to the hi tile and lo tile x.
-template <class Tr>
-__device__ __forceinline__ void ss_store(const PFrag& f, const SsSmem<Tr>& sm, int x, int g) {
-  wg_store_p(f.hi, sm.hi(), g);
-  if constexpr (Tr::kPParts == 2) wg_store_p(f.lo, sm.lo(x), g);
 }
 
 // P of a tile stored: the rows' rescale factors and maxima to red, then the other warpgroup may
@@ -198,23 +186,22 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
     PFrag f;
     float alpha[2];
     wg_softmax_p<Tr>(st, s, f, alpha, ta, pc.lim, scale_log2, g);
-    ss_store<Tr>(f, sm, 0, g);
+    wg_store_p(f.p, sm.pt(), g);
     rescale_o(st, alpha);
-    if (exact_a) ss_exact_apply<Tr>(st, sm.kv(0), sm.hi(), sm.lo(0), ta, pc.lim, 0, tid);
+    if (exact_a) ss_exact_apply<Tr>(st, sm.kv(0), sm.pt(), ta, pc.lim, 0, tid);
     ss_publish<kHandSoftmax>(st, alpha, sm.red(0), g, hs);
     wg_pv_issue_rs<Tr>(st, f, kv0);
     wgmma_wait<0>();
     wgmma_fence_regs(of);
-    fence_u32(f.hi);
-    if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+    fence_u32(f.p);
     if (pr.next_a) cp.copy(kv0, 0, 0, bars);
     if (pr.has_b) {
       ss_own_landed(bars, 1, 0, k);  // (its reads of tile B: value blocks 0 .. 3)
       const bool exact_b = ss_exact<Tr>(sm.kv(1), tb, pc, 0, tid);
       ss_take<kHandPB>(st, sm.red(1), g, hs);
       if (pc.end - tb < kTile) ss_zero_tail<Tr>(sm.kv(1), pc.end - tb, 0, tid);
-      if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.hi(), sm.lo(1), tb, pc.lim, 0, tid);
-      wg_pv_issue<Tr>(st, smem_addr(sm.hi()), smem_addr(sm.lo(1)), kv1, 0);
+      if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.pt(), tb, pc.lim, 0, tid);
+      wg_pv_issue<Tr>(st, smem_addr(sm.pt()), kv1, 0);
       wg_pv_wait(st);
       if (pr.next_b) cp.copy(kv1, 1, 0, bars + 16);
       if (pr.far) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
@@ -242,8 +229,8 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
     if (has_b && pc.end - tb < kTile) ss_zero_tail<Tr>(sm.kv(1), pc.end - tb, 1, tid);
     ss_take<kHandSoftmax>(st, sm.red(0), g, hs);
     if (pc.end - ta < kTile) ss_zero_tail<Tr>(sm.kv(0), pc.end - ta, 1, tid);
-    if (exact_a) ss_exact_apply<Tr>(st, sm.kv(0), sm.hi(), sm.lo(0), ta, pc.lim, 1, tid);
-    wg_pv_issue<Tr>(st, smem_addr(sm.hi()), smem_addr(sm.lo(0)), kv0, 1);
+    if (exact_a) ss_exact_apply<Tr>(st, sm.kv(0), sm.pt(), ta, pc.lim, 1, tid);
+    wg_pv_issue<Tr>(st, smem_addr(sm.pt()), kv0, 1);
     // softmax B while P V of A runs (without tile B every token is masked: no change)
     PFrag f;
     float alpha[2];
@@ -251,14 +238,13 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
     wg_pv_wait(st);
     if (pr.next_a) cp.copy(kv0, 0, 1, bars + 8);
     if (has_b) {
-      ss_store<Tr>(f, sm, 1, g);
+      wg_store_p(f.p, sm.pt(), g);
       rescale_o(st, alpha);
-      if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.hi(), sm.lo(1), tb, pc.lim, 1, tid);
+      if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.pt(), tb, pc.lim, 1, tid);
       ss_publish<kHandPB>(st, alpha, sm.red(1), g, hs);
       wg_pv_issue_rs<Tr>(st, f, kv1 + 4 * Tr::kBlockBytes);
       wg_pv_wait(st);
-      fence_u32(f.hi);
-      if constexpr (Tr::kPParts == 2) fence_u32(f.lo);
+      fence_u32(f.p);
       if (pr.next_b) {
         cp.copy(kv1, 1, 1, bars + 24);
         if (pr.far) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2

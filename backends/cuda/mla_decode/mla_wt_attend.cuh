@@ -5,7 +5,7 @@
 //    dims, the k-steps dealt round robin to kSSets independent accumulators (no chain of
 //    dependent MMAs), summed after the wait;
 //  * softmax over the tokens (M: the warpgroup's 4 warps, shuffles + a per-warpgroup exchange):
-//    bf16 q writes P^T as hi + lo parts, fp16 q one fp16 tile;
+//    P^T to shared memory, rounded once to q's 16-bit type;
 //  * O^T += V^T P^T (wgmma m64nNQk16; A = the KV tile read MN-major as V^T, B = P^T K-major):
 //    all 512 value dims (8 fragments).
 // Fragment of an m64nNQ accumulator (thread: warp w of its warpgroup, lane l): d[4j + e] is
@@ -20,7 +20,7 @@ namespace dualops::cuda::mla {
 
 template <class L>
 struct WtState {
-  float o[8][L::kAccO];  // O^T fragments: value dims 64 b ..; q rows as above (kCat: then their lo parts)
+  float o[8][L::kAccO];  // O^T fragments: value dims 64 b ..; q rows as above
   float m[L::kCols];    // running max (log2 domain) of the thread's q rows
   float l[L::kCols];    // this thread's share of their running sums (its tokens)
 };
@@ -102,9 +102,8 @@ __device__ __forceinline__ void wt_scores(float (&s)[L::kAcc], uint32_t q_base, 
 // Softmax of one tile over its tokens for the thread's q rows (lim[k]: keys below it are visible
 // to column k), P^T to shared memory, running sums, O^T rescaled. red: this warpgroup's [4][NQ].
 template <class Tr, class L>
-__device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], unsigned char* sp,
-                                           unsigned char* sp_lo, float* red, int tile0, const int (&lim)[L::kCols],
-                                           float scale_log2, WgBarrier& wb) {
+__device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], unsigned char* sp, float* red,
+                                           int tile0, const int (&lim)[L::kCols], float scale_log2, WgBarrier& wb) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
   const int tok0 = 16 * w + (lane >> 2);
@@ -148,29 +147,22 @@ __device__ __forceinline__ void wt_softmax(WtState<L>& st, float (&s)[L::kAcc], 
       const float p0 = exp2f(s[i + e] - m_use[k]), p1 = exp2f(s[i + 2 + e] - m_use[k]);
       st.l[k] += p0 + p1;
       const int row = wt_col(k, lane);
-      uint32_t hi, lo;
-      split2<MT>(p0, p1, hi, lo);
-      *reinterpret_cast<uint16_t*>(sp + L::p_off(row, tok0)) = static_cast<uint16_t>(hi & 0xffffu);
-      *reinterpret_cast<uint16_t*>(sp + L::p_off(row, tok0 + 8)) = static_cast<uint16_t>(hi >> 16);
-      if constexpr (L::kTwoPass) {
-        *reinterpret_cast<uint16_t*>(sp_lo + L::p_off(row, tok0)) = static_cast<uint16_t>(lo & 0xffffu);
-        *reinterpret_cast<uint16_t*>(sp_lo + L::p_off(row, tok0 + 8)) = static_cast<uint16_t>(lo >> 16);
-      }
+      const uint32_t pp = pack2<MT>(p0, p1);
+      *reinterpret_cast<uint16_t*>(sp + L::p_off(row, tok0)) = static_cast<uint16_t>(pp & 0xffffu);
+      *reinterpret_cast<uint16_t*>(sp + L::p_off(row, tok0 + 8)) = static_cast<uint16_t>(pp >> 16);
     }
   }
 #pragma unroll
   for (int b = 0; b < 8; ++b)
 #pragma unroll
-    for (int i = 0; i < L::kAccO; ++i) st.o[b][i] *= alpha[2 * ((i >> 2) % (L::kNq / 8)) + (i & 1)];
+    for (int i = 0; i < L::kAccO; ++i) st.o[b][i] *= alpha[2 * (i >> 2) + (i & 1)];
 }
 
 // O^T += V^T P^T: A = value block b of the KV tile read MN-major (64 dims contiguous per token,
-// 8-token groups 1 KB apart), B = the P^T tile(s): kCat: hi and lo tiles as one operand of 2 NQ
-// rows; otherwise a pass per tile. Issued as two groups (value blocks 0 .. 3, then 4 .. 7);
+// 8-token groups 1 KB apart), B = the P^T tile. Issued as two groups (value blocks 0 .. 3, then 4 .. 7);
 // `first_done` runs once the first group is done (its blocks are free), then the second is waited for.
 template <class Tr, class L, class F>
-__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, uint32_t lo_base,
-                                      F&& first_done) {
+__device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_t p_base, F&& first_done) {
   using MT = typename Tr::MT;
 #pragma unroll
   for (int b = 0; b < 8; ++b) wgmma_fence_regs(st.o[b]);
@@ -178,14 +170,11 @@ __device__ __forceinline__ void wt_pv(WtState<L>& st, const WtKv<L>& kv, uint32_
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
-    for (int part = 0; part < (L::kTwoPass && !L::kCat ? 2 : 1); ++part)
+    for (int kk = 0; kk < kTile / 16; ++kk)
 #pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk)
-#pragma unroll
-        for (int b = 4 * half; b < 4 * half + 4; ++b)
-          common::wgmma_m64nNk16<MT, L::kNPv, 1, 0>(
-              st.o[b], wgmma_desc_sw128(kv.addr(b) + kk * 16 * 128, Tr::kBlockBytes, 1024),
-              wt_kmajor((part ? lo_base : p_base) + kk * 32), 1);
+      for (int b = 4 * half; b < 4 * half + 4; ++b)
+        common::wgmma_m64nNk16<MT, L::kNq, 1, 0>(
+            st.o[b], wgmma_desc_sw128(kv.addr(b) + kk * 16 * 128, Tr::kBlockBytes, 1024), wt_kmajor(p_base + kk * 32), 1);
     wgmma_commit();
   }
   wgmma_wait<1>();
@@ -225,8 +214,8 @@ __device__ __forceinline__ void wt_zero_nonfinite(const WtKv<L>& kv) {
 // tiles are visible): O^T += p * v in fp32 for each such entry of the thread's dims and each
 // q row that attends the key; the caller then zeroes those entries before wt_pv.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const WtKv<L>& kv, const unsigned char* sp,
-                                                 const unsigned char* sp_lo, int tile0, const int (&lim)[L::kCols]) {
+__device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const WtKv<L>& kv, const unsigned char* sp, int tile0,
+                                                 const int (&lim)[L::kCols]) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
@@ -244,9 +233,7 @@ __device__ __forceinline__ void wt_add_nonfinite(WtState<L>& st, const WtKv<L>& 
         for (int i = 2 * h; i < L::kAcc; i += (i & 1) ? 3 : 1) {  // entries of M half h: i % 4 in {2h, 2h + 1}
           const int kc = 2 * (i >> 2) + (i & 1), row = wt_col(kc, lane);
           if (tile0 + k >= lim[kc]) continue;
-          float pv = to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + L::p_off(row, k)));
-          if constexpr (L::kTwoPass) pv += to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp_lo + L::p_off(row, k)));
-          st.o[b][i] += pv * v;
+          st.o[b][i] += to_float1<MT>(*reinterpret_cast<const uint16_t*>(sp + L::p_off(row, k))) * v;
         }
       }
     }

@@ -86,14 +86,11 @@ __device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const M
     const int i = gr / t.h_q, h = gr - i * t.h_q;
     const int dim0 = 256 * c + 16 * w + (lane >> 2);
     const int e0 = 4 * (k >> 1) + (k & 1);  // accumulator entries e0 (dim0 + 64 b) and e0 + 2 (+ 8)
-    float o[4][2];  // (kCat: hi part + lo part, NQ / 2 entries apart)
+    float o[4][2];
 #pragma unroll
     for (int bb = 0; bb < 4; ++bb)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        o[bb][hh] = o_mine[bb][e0 + 2 * hh];
-        if constexpr (L::kCat) o[bb][hh] += o_mine[bb][e0 + 2 * hh + L::kNq / 2];
-      }
+      for (int hh = 0; hh < 2; ++hh) o[bb][hh] = o_mine[bb][e0 + 2 * hh];
     if (final_out) {
       if (p.attn_sink != nullptr && !empty)
         inv *= 1.f / (1.f + expf(static_cast<const float*>(p.attn_sink)[h] - lse));

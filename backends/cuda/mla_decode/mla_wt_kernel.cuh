@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   WgBarrier wb(c);
   unsigned char* sq = smem_wt;
   unsigned char* ring = smem_wt + L::kOffKv + c * L::kRingBytes;
-  unsigned char* const sp_own = smem_wt + L::kOffP + c * 2 * L::kPBytes;  // (P^T tiles, d_qk 512)
+  unsigned char* const sp_own = smem_wt + L::kOffP + c * L::kPBytes;  // (P^T tile, beside the rings)
   unsigned char* raw = smem_wt + L::kOffRaw + c * L::kRawBytes;
   float* red = reinterpret_cast<float*>(smem_wt + L::kOffRed) + c * 4 * NQ;
   WtKv<L> kv{smem_addr(ring), ring, 0};
@@ -123,22 +123,21 @@ __global__ void __launch_bounds__(kThreads, 1)
             cp_async_commit();
           }
         }
-        unsigned char* const sp = L::kPInRope ? kv.blk(NB - 1) : sp_own;  // P^T hi, then lo
-        unsigned char* const sp_lo = sp + L::kPBytes;
+        unsigned char* const sp = L::kPInRope ? kv.blk(NB - 1) : sp_own;  // P^T
         const bool exact = wt_hidden_nonfinite<Tr, L>(kv, tile0, pc.hidden0, end, wb);
         float s[L::kAcc];
         wt_scores<Tr, L>(s, q_base, kv, [&](int i) { ld.wait_block(j, i, ph); });
-        wt_softmax<Tr, L>(st, s, sp, sp_lo, red, tile0, lim, scale_log2, wb);
+        wt_softmax<Tr, L>(st, s, sp, red, tile0, lim, scale_log2, wb);
         fence_proxy_async_smem();
         wb.sync();  // P^T visible to the warpgroup's wgmma
         if (exact) {  // keys hidden from some q rows hold NaN / inf values: exact products, then zeros
-          wt_add_nonfinite<Tr, L>(st, kv, sp, sp_lo, tile0, lim);
+          wt_add_nonfinite<Tr, L>(st, kv, sp, tile0, lim);
           wb.sync();  // every thread has read the values
           wt_zero_nonfinite<Tr, L>(kv);
           fence_proxy_async_smem();
           wb.sync();
         }
-        wt_pv<Tr, L>(st, kv, smem_addr(sp), smem_addr(sp_lo), [&] {
+        wt_pv<Tr, L>(st, kv, smem_addr(sp), [&] {
           if constexpr (Tr::kDirect && kEarly) {  // value blocks 0 .. 3 of tile j read: their slots
             wb.sync();
             ld.blocks(min(j * NB + 4 + L::kSlots, (j + 2) * NB));  // (tile j + 1 only)

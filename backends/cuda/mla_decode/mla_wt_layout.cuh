@@ -3,7 +3,7 @@
 // n with n % 2 == c), so each has its own KV ring, P^T tiles and reduction rows; the Q tile is
 // shared:
 //   Q (D / 64 blocks of NQ rows x 64 values, 128-byte swizzle) | ring 0 | ring 1 |
-//   (P^T hi / lo of warpgroup 0, of warpgroup 1, unless in the KV tiles' RoPE blocks: kPInRope) |
+//   (P^T of warpgroup 0, of warpgroup 1, unless in the KV tiles' RoPE blocks: kPInRope) |
 //   raw FP8 slots of warpgroup 0 | of 1 | reductions.
 // 16-bit caches: a ring of kSlots 8 KiB block slots per warpgroup (64 tokens x 64 dims, copied as
 // they are): the tile being computed plus kSlots - kNb blocks of the chain's next tile in flight.
@@ -23,12 +23,7 @@ struct WtLayout {
   static constexpr int kNq = NQ;
   static constexpr int kAcc = NQ / 2;   // accumulators of one m64nNQ fragment per thread
   static constexpr int kCols = NQ / 4;  // distinct q rows (fragment columns) of a thread
-  static constexpr bool kTwoPass = std::is_same_v<MT, __nv_bfloat16>;  // P as hi + lo (bf16 only)
-  // hi and lo P^T tiles as one B operand of 2 NQ rows (one wgmma reads V once for both; the two
-  // halves of the O^T fragment are added at the end), where the accumulators fit (NQ <= 16).
-  static constexpr bool kCat = kTwoPass && NQ <= 16;
-  static constexpr int kNPv = kCat ? 2 * NQ : NQ;   // N of the P V wgmma
-  static constexpr int kAccO = kNPv / 2;            // O^T accumulators per fragment (8 fragments)
+  static constexpr int kAccO = NQ / 2;   // O^T accumulators per fragment (8 fragments)
   // Independent S^T accumulator sets (k-steps dealt round robin, summed after the wait).
   static constexpr int kSSets = NQ == 8 ? 4 : NQ == 16 ? 2 : 1;
   static constexpr int kQBlock = NQ * 128;                 // one 64-dim block of the Q tile
@@ -39,15 +34,15 @@ struct WtLayout {
   static constexpr int kBarBytes = Tr::kDirect ? 2 * 2 * (Tr::D / 64) * 8 : 0;
   static constexpr int kBudget = 227 * 1024;
   static constexpr int kNb = Tr::D / 64;                   // 64-dim blocks of a KV tile (8 KiB each)
-  // A warpgroup's P^T tiles (hi, lo): two tiles beside the rings, or (d_qk 576) the RoPE block of
+  // A warpgroup's P^T tile: beside the rings, or (d_qk 576) the RoPE block of
   // its current KV tile, which only S^T reads: S^T is done before the softmax writes P^T, and the
   // slot is refilled only once P V is done. In the RoPE block where the room it frees is used:
   // 16-bit caches (one more ring slot at NQ 16 and 32) and FP8 caches whose second raw slot fits
   // only then (fp8_v32 at NQ 32); docs/mla_decode_cuda.md has the measurements.
   static constexpr bool kTwoRawBeside =
-      2 * 2 * 16 * Tr::kRawRow <= kBudget - (kQBytes + 4 * kPBytes + kRedBytes) - 2 * kNb * Tr::kBlockBytes;
+      2 * 2 * 16 * Tr::kRawRow <= kBudget - (kQBytes + 2 * kPBytes + kRedBytes) - 2 * kNb * Tr::kBlockBytes;
   static constexpr bool kPInRope = Tr::D == 576 && (Tr::kDirect || !kTwoRawBeside);
-  static constexpr int kPArea = kPInRope ? 0 : 4 * kPBytes;
+  static constexpr int kPArea = kPInRope ? 0 : 2 * kPBytes;
   static constexpr int kFixed = kQBytes + kPArea + kRedBytes + kBarBytes;
   static constexpr int kFitSlots = (kBudget - kFixed) / Tr::kBlockBytes / 2;
   static constexpr int kSlots = !Tr::kDirect ? kNb : kFitSlots > 2 * kNb ? 2 * kNb : kFitSlots;
@@ -78,7 +73,7 @@ struct WtLayout {
   static_assert(kSlots >= kNb && kXchBytes <= kRingBytes, "a tile per ring; the merge state fits");
   static_assert(kRing0 < kSlots, "room for a piece's first blocks beside the merge state");
   static_assert(kQBytes % 1024 == 0 && kPBytes % 1024 == 0, "wgmma operands on 1024-byte boundaries");
-  static_assert(!kPInRope || 2 * kPBytes <= Tr::kBlockBytes, "hi and lo P^T tiles in one block slot");
+  static_assert(!kPInRope || kPBytes <= Tr::kBlockBytes, "the P^T tile in one block slot");
   static_assert(kSmemBytes <= kBudget, "shared memory of one CTA");
   static_assert(kOffBar % 8 == 0 && kSlots <= 32, "mbarriers 8-byte aligned; slot phases in one word");
 

@@ -12,7 +12,7 @@ or a peer that fails while being prepared shows as ``n/a`` with the reason, neve
 | grouped_gemm | ``torch._grouped_mm``, ``torch._scaled_grouped_mm``; FlashInfer segment GEMM; FlagGems grouped GEMM (CUDA); torch_npu ``npu_grouped_matmul`` (NPU) |
 
 FlashMLA and FlashInfer come from the GPU peers kit when it is importable (``peer_flashmla`` /
-``peer_flashinfer``, after ``source /tmp/peers/env.sh`` on the GPU machine), else from the pip
+``peer_flashinfer``, on ``PYTHONPATH`` once the kit's environment script has run), else from the pip
 packages ``flash_mla`` / ``flashinfer``. Each adapter does its untimed preparation (layout
 conversion, scheduler metadata, ``plan()``) before returning the callable.
 """

@@ -19,6 +19,7 @@ import torch
 
 from .. import quant
 from . import builders as bld
+from .ifa_inputs import ifa_inputs
 
 OPS = ("incre_flash_attention", "mla_decode", "grouped_gemm")
 
@@ -60,38 +61,9 @@ def _ifa(name, *, B, lens, h_q, h_kv, d, s_q=1, layout="paged", block_size=16, d
                               kv != "same")) if on]
 
     def build(g):
-        q = bld.randn(g, B, s_q, h_q, d, dtype=_DT[dtype])
-        k = bld.randn(g, B, S, h_kv, d)
-        v = bld.randn(g, B, S, h_kv, d)
-        extra = {}
-        if kv == "int8":
-            k, ks, ko = quant.quantize_kv_int8(k)
-            v, vs, _ = quant.quantize_kv_int8(v, symmetric=True)
-            extra = dict(k_scale=ks, v_scale=vs, k_offset=ko)
-        elif kv == "fp8":
-            k, ks = quant.quantize_kv_fp8(k)
-            v, vs = quant.quantize_kv_fp8(v)
-            extra = dict(k_scale=ks, v_scale=vs)
-        else:
-            k, v = k.to(_DT[dtype]), v.to(_DT[dtype])
-        kv_lens = torch.tensor(lens, dtype=torch.int32)
-        if layout == "paged":
-            (k, v), table = bld.page([k, v], lens, block_size, g)
-            s_kv = table.shape[1] * block_size
-            extra["block_table"] = table
-        else:
-            k, v = bld.nan_tail(k, lens), bld.nan_tail(v, lens)
-            s_kv = S
-        full = (B, h_q, s_q, s_kv)
-
-        def shaped(dims):
-            return [n if dim in dims else 1 for dim, n in zip("bhqk", full)]
-        if mask:
-            extra["atten_mask"] = torch.rand(*shaped(mask), generator=g) < 0.25
-        if pse:
-            extra["pse_shift"] = bld.randn(g, *shaped(pse), dtype=_DT[pse_dtype], scale=0.5)
-        return dict(q=q, k_cache=k, v_cache=v, kv_lens=kv_lens, causal=causal, softmax_scale=scale,
-                    **extra)
+        return ifa_inputs(g, B=B, lens=lens, h_q=h_q, h_kv=h_kv, d=d, s_q=s_q, s_max=S, dtype=_DT[dtype], kv=kv,
+                          int8_offsets="k", block_size=block_size if layout == "paged" else 0, causal=causal,
+                          mask=mask, pse=pse, pse_dtype=_DT[pse_dtype], softmax_scale=scale)
 
     return Case("incre_flash_attention", name, build, tuple(tags), quick, ("q",) if strided_q else ())
 
