@@ -66,7 +66,7 @@ def _adopt_earlier(out: Path, src: Path, kind: str) -> None:
         data = {}
     data = data if isinstance(data, dict) else {}
     stamp = str(data.get("created") or "")[:19].replace("-", "").replace(":", "").replace("T", "-")
-    folder = out / RUNS / f"{stamp or 'undated'}-{kind}-earlier"
+    folder = out / RUNS / f"{stamp or '00000000-000000'}-{kind}-earlier"   # undated: listed oldest
     folder.mkdir(parents=True, exist_ok=True)
     names = list(LATEST[kind]) + (sorted(p.name for p in out.glob("bench_*.png")) if kind == "bench" else [])
     for name in names:
@@ -105,8 +105,17 @@ def list_runs(out_dir) -> list[dict]:
     base = Path(out_dir) / RUNS
     if not base.is_dir():
         return []
+    def order(d: Path):
+        """The folder name's time (to the second), then when its run.json was written (runs
+        started within one second)."""
+        try:
+            written = (d / RUN_JSON).stat().st_mtime_ns
+        except OSError:
+            written = 0
+        return d.name[:15], written
+
     out = []
-    for d in sorted((p for p in base.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True):
+    for d in sorted((p for p in base.iterdir() if p.is_dir()), key=order, reverse=True):
         try:
             info = json.loads((d / RUN_JSON).read_text())
             if not isinstance(info, dict):
