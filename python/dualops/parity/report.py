@@ -94,10 +94,24 @@ def markdown(run: ParityRun) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(run: ParityRun, out_dir) -> dict[str, Path]:
+def result_line(run: ParityRun) -> str:
+    s = run.summary()
+    what = f"against {run.against['dir']}" if run.against else f"{len(run.cases)} cases"
+    return (f"{s['pass']} pass, {s['fail']} fail, {s['error']} error, {s['n/a']} n/a ({what}; "
+            f"backends {', '.join(run.selection['backends'])}; seed {run.seed})")
+
+
+def write(run: ParityRun, out_dir, *, command: str | None = None) -> dict[str, Path]:
+    """Write the reports into a new run folder under ``out_dir/runs`` and copy them to the top of
+    ``out_dir`` (the newest parity run); returns their paths there and the run folder."""
+    from .. import report_runs
+
+    data = to_json(run)
+    folder = report_runs.new_run(out_dir, "parity")
+    (folder / "parity.json").write_text(json.dumps(json_safe(data), indent=2, default=str, allow_nan=False))
+    (folder / "parity.md").write_text(markdown(run))
+    report_runs.finish(folder, kind="parity", created=data["created"], machine=data["machine"],
+                       command=command or report_runs.command_line(), result=result_line(run))
+    report_runs.publish(out_dir, folder, "parity")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "parity.json", "markdown": out / "parity.md"}
-    paths["json"].write_text(json.dumps(json_safe(to_json(run)), indent=2, default=str, allow_nan=False))
-    paths["markdown"].write_text(markdown(run))
-    return paths
+    return {"json": out / "parity.json", "markdown": out / "parity.md", "run": folder}
