@@ -39,9 +39,10 @@ MODES = ("eager", "compile", "graph", "graph-device-plan")
 MODELS = ("mla", "gqa")
 
 
-def parity(actual: torch.Tensor, expected: torch.Tensor, name: str, atol=None):
-    """The one place the example applies dualops' parity method (docs/parity.md)."""
-    return dualops.testing.assert_close_parity(actual, expected, atol=atol, name=name)
+def parity(actual: torch.Tensor, expected: torch.Tensor, name: str, atol=None, budget=None):
+    """The one place the example applies dualops' parity method (docs/parity.md); budget: the
+    rounding budget the reference computes for the call (``return_budget=True``)."""
+    return dualops.testing.assert_close_parity(actual, expected, atol=atol, budget=budget, name=name)
 
 
 def step_parity(actual: torch.Tensor, expected: torch.Tensor, name: str):
