@@ -18,3 +18,19 @@ def gen():
     """A seeded generator per test (set DUALOPS_TEST_SEED to vary it): fresh random inputs for
     each test, reproducible failures."""
     return torch.Generator().manual_seed(int(os.environ.get("DUALOPS_TEST_SEED", "1234")))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skipped tests, one line per distinct reason with its count (pytest's -rs would print one
+    line per test location)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for rep in skipped:
+        longrepr = getattr(rep, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        terminalreporter.write_sep("-", f"{len(skipped)} skipped, by reason")
+        for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{n:5d}  {reason}")

@@ -113,6 +113,8 @@ def test_mla_step_appends_the_latent_token_and_attends_it(kv_format, monkeypatch
 
     def record(q, *a, **kw):
         seen["q"], seen["out"] = q, real(q, *a, **kw)[0]
+        ref_kw = {k: v for k, v in kw.items() if k not in ("backend", "plan")}
+        seen["budget"] = dualops.reference.mla_decode(q, *a, **ref_kw, return_budget=True)[2].out
         return seen["out"], None
     monkeypatch.setattr(dualops, "mla_decode", record)
     step.eager()
@@ -128,7 +130,8 @@ def test_mla_step_appends_the_latent_token_and_attends_it(kv_format, monkeypatch
         assert torch.equal(tokens[-1], want.float()), f"request {b}'s new latent token ({kv_format})"
         q = seen["q"][b, 0].float()  # [h, 576]
         p = (q @ tokens.t() * cfg.d_qk ** -0.5).softmax(-1)
-        ds.parity(seen["out"][b, 0], (p @ tokens[:, :512]).bfloat16(), f"request {b}'s attention ({kv_format})")
+        ds.parity(seen["out"][b, 0], (p @ tokens[:, :512]).bfloat16(), f"request {b}'s attention ({kv_format})",
+                  budget=seen["budget"][b, 0])
 
 
 def test_gqa_step_attends_the_cache_and_the_new_token():

@@ -8,13 +8,13 @@ import torch
 
 import dualops
 from dualops import quant, reference, schema
-from dualops.parity import builders, cases, expected, runner, store
+from dualops.parity import builders, cases, cross_format, expected, report, runner, store
 
 REF_BACKEND = importlib.import_module("dualops.backends.reference")
 
 
 def _build(case, seed=7):
-    return case.build(builders.generator(seed, case.op, case.name))
+    return case.inputs(seed)
 
 
 # ----------------------------------------------------------------------------- builders
@@ -80,7 +80,7 @@ def test_matrix_covers_the_variants():
     assert any(f["atten_mask"] for f in ifa) and any(f["pse_shift"] for f in ifa)
     assert any(f["group"] == 1 for f in ifa) and any(f["group"] >= 8 for f in ifa)
     mla = feats["mla_decode"]
-    assert {f["kv_format"] for f in mla} == {"bf16", "fp8_v32", "fp8_model1"}
+    assert {f["kv_format"] for f in mla} == {"bf16", "fp8_v32", "fp8_model1", "int8_v32"}
     assert any(f["sparse"] for f in mla) and any(f["extra_kv"] for f in mla) and any(f["attn_sink"] for f in mla)
     assert any(f["causal"] for f in mla) and any(f["h_q"] % 2 for f in mla)
     gg = feats["grouped_gemm"]
@@ -110,6 +110,7 @@ def test_cases_poison_what_must_not_be_read():
 
 @pytest.mark.parametrize("name", ["paged16_int8_gqa4_d128", "contig_fp8_gqa2_d128_fp16",
                                   "dense_fp8_v32_h16", "dense_fp8_model1_h16", "sparse_fp8_v32_extra",
+                                  "dense_int8_v32_h16", "sparse_int8_v32_extra",
                                   "contig_fp8_per_tensor_g4", "contig_int8_rowwise_g3",
                                   "contig_fp8_blockwise_g3", "masked_fp8_blockwise_g2"])
 def test_dequantized_expected_matches_the_reference_own_dequant(name):
@@ -126,6 +127,56 @@ def test_dequantized_expected_matches_the_reference_own_dequant(name):
     theirs = {"y": theirs} if case.op == "grouped_gemm" else dict(zip(("out", "lse"), theirs))
     for n, t in mine.items():
         torch.testing.assert_close(t, theirs[n].float(), rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_format_pairs_hold_one_cache():
+    """The fp8_v32 case, its int8_v32 twin and the bf16-cache call draw the same values."""
+    for fp8, int8, bf16 in cases.FORMAT_PAIRS.values():
+        a, b, c = (_build(x) for x in (fp8, int8, bf16))
+        assert a["kv_format"] == "fp8_v32"
+        assert b["kv_format"] == "int8_v32" and c["kv_format"] == "bf16"
+        for k in ("q", "block_table", "cache_seqlens", "indices", "attn_sink"):
+            if k in a:
+                assert torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]), k
+        for pool in ("kv_cache", "extra_kv_cache"):
+            if pool not in a:
+                continue
+            logical = c[pool].float()
+            live = ~torch.isnan(logical[..., 0, 0])
+            assert bool(live.any()) and not bool(live.all())
+            for x, fmt, bound in ((a, "fp8_v32", 0.05), (b, "int8_v32", 0.01)):
+                back = quant.unpack_mla_kv(x[pool], fmt, torch.float32)
+                assert bool(back[~live].isnan().all()), "poisoned slots stay poison"
+                rel = float((back[live] - logical[live]).norm() / logical[live].norm())
+                assert 0 < rel < bound, (fmt, rel)
+
+
+def test_cross_format_diff_rule():
+    a = torch.tensor([1.0, 2.0, float("nan"), 4.0])
+    b = torch.tensor([1.0, 3.0, 5.0, 4.0])
+    scale = torch.tensor([2.0, 2.0, 2.0, float("inf")])
+    d = cross_format.diff(a, b, scale)
+    assert d["compared"] == 2 and d["max_abs"] == 1.0 and d["rel_rms"] == pytest.approx(math.sqrt(0.5) / 2)
+    assert math.isnan(cross_format.diff(a[2:3], b[2:3], scale[2:3])["rel_rms"])
+
+
+def test_cross_format_error_is_measured_and_reported():
+    fp8, int8, _ = cases.FORMAT_PAIRS["dense_fp8_v32_h16"]
+    run = runner.run(ops=["mla_decode"], backends=["reference"], seed=5, case_names=[fp8.name, int8.name])
+    assert run.summary()["pass"] == 2 and not run.failures
+    rows = run.cross_format
+    assert [(r["pair"], r["backend"]) for r in rows] == [(fp8.name, "expected"), (fp8.name, "reference")]
+    for r in rows:
+        assert r["int8_case"] == int8.name and r["int8_vs_fp8"]["compared"] == 2 * 16 * 512
+        assert 0 < r["int8_vs_cache"]["rel_rms"] < r["fp8_vs_cache"]["rel_rms"] < 0.05
+        assert 0 < r["int8_vs_fp8"]["rel_rms"] < 0.05 and r["int8_vs_fp8"]["max_abs"] > 0
+        assert r["lse_max_abs"] > 0
+    text = report.terminal(run)
+    assert "mla_decode cross-format" in text and "dense_v32_h16" in text and "expected" in text
+    assert "## mla_decode: fp8_v32 against int8_v32" in report.markdown(run)
+    assert report.to_json(run)["cross_format"] == rows
+    # only one side of a pair selected: no cross-format rows
+    assert runner.run(ops=["mla_decode"], backends=["reference"], seed=5, case_names=[int8.name]).cross_format == []
 
 
 def test_dequant_of_ifa_int8_is_scale_times_value_plus_offset():

@@ -91,7 +91,10 @@ def _info(capsys, *argv):
 def test_info_shows_the_mla_plan(capsys):
     rc, out, _ = _info(capsys, "--op", "mla_decode", "--shape", "b=64,h_q=16,s_k=4096", "--device", "h100")
     assert rc == 0
-    for words in ("mla_decode b64 h16 s_k4096", "on backend cuda", "device profile: h100",
+    assert "DeviceProfile(" not in out
+    for words in ("mla_decode b64 h16 s_k4096", "on backend cuda", "device: h100 (NVIDIA GPU): 132 SMs",
+                  "kernel: CUDA transposed-tile wgmma split kernel", "split kernel                  wgmma_t",
+                  "launch choices", "merge of split partials       in the split kernel",
                   "plan: MLA b=64 s_q=1 h_q=16/h_kv=1 bf16 dense: 132 parts", "num_sm_parts     132",
                   "part 0: begin_req=0", "splits per request: [2, 2"):
         assert words in out, words
@@ -105,7 +108,9 @@ def test_info_shows_the_mla_plan(capsys):
 def test_info_plans_for_each_op(capsys, op, shape, words):
     for device in ("h200", "ascend910b3"):
         rc, out, _ = _info(capsys, "--op", op, "--shape", shape, "--device", device)
-        assert rc == 0 and words in out and f"device profile: {device}" in out and "plan fields:" in out
+        assert rc == 0 and words in out and f"device: {device} (" in out and "plan fields:" in out
+        assert "kernel: " + ("CUDA " if device == "h200" else "Ascend C ") in out and "launch choices" in out
+        assert "DeviceProfile(" not in out, out
 
 
 def test_info_shape_errors(capsys):

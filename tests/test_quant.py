@@ -1,5 +1,5 @@
-"""Cache formats: exact byte layouts of the MLA FP8 formats, the scale rule, round-trip
-error bounds, and IFA per-channel int8 / fp8 quantization."""
+"""Cache formats: exact byte layouts of the MLA FP8 and int8 formats, the scale rules, round-trip
+error bounds, conversion between formats, and IFA per-channel int8 / fp8 quantization."""
 
 import math
 
@@ -24,8 +24,8 @@ def _pow2_up(amax):
 
 
 def test_constants():
-    assert quant.MLA_FORMATS == {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584}
-    assert quant.MLA_D_QK == {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512}
+    assert quant.MLA_FORMATS == {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584, "int8_v32": 656}
+    assert quant.MLA_D_QK == {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512, "int8_v32": 576}
     assert quant.mla_bytes_per_token("bf16", 512) == 1024
     assert quant.mla_bytes_per_token("fp8_model1") == 584
     with pytest.raises(ValueError, match="kv_format"):
@@ -103,6 +103,106 @@ def test_mla_round_trip_error_bound(fmt, d, tile):
     assert torch.equal(quant.unpack_mla_kv(quant.pack_mla_kv(kv, fmt), fmt).float(), back)
 
 
+def test_int8_v32_layout_bytes():
+    """Token = [512 int8 | 4 fp32 scales | 64 bf16 RoPE]; scale = amax / 127 per 128 values,
+    value = clamp(round_half_even(x / scale), -127, 127); all-zero tile: scale 0, zeros;
+    a tile with NaN / inf: scale NaN, zeros."""
+    torch.manual_seed(5)
+    nb, pbs = 3, 4
+    kv = torch.randn(nb, pbs, 1, 576)
+    kv[..., :512] *= torch.tensor([0.01, 1.0, 30.0, 500.0]).repeat_interleave(128)
+    kv[1, 2, 0, 128:256] = 0.0
+    kv[2, 0, 0, 300] = float("nan")
+    kv[2, 1, 0, 5] = float("-inf")
+    x = kv.to(torch.bfloat16).float()
+    packed = quant.pack_mla_kv(kv.to(torch.bfloat16), "int8_v32")
+    assert packed.dtype == torch.uint8 and packed.shape == (nb, pbs, 1, 656)
+    for b in range(nb):
+        for t in range(pbs):
+            row = packed[b, t, 0]
+            scales = row[512:528].clone().view(torch.float32)
+            values = row[:512].clone().view(torch.int8)
+            for tile in range(4):
+                vals = x[b, t, 0, tile * 128:(tile + 1) * 128]
+                got_s, got_v = float(scales[tile]), values[tile * 128:(tile + 1) * 128]
+                if not torch.isfinite(vals).all():
+                    assert math.isnan(got_s) and not got_v.any()
+                    continue
+                s = float(torch.tensor(float(vals.abs().max())) / 127.0)
+                assert got_s == s
+                if s == 0.0:
+                    assert not got_v.any()
+                    continue
+                expect = torch.round(vals / torch.tensor(s)).clamp(-127, 127).to(torch.int8)
+                assert torch.equal(got_v, expect)
+                assert int(got_v.abs().max()) == 127
+            assert torch.equal(row[528:656], x[b, t, 0, 512:].to(torch.bfloat16).view(torch.uint8))
+    assert float(packed[1, 2, 0, 516:520].clone().view(torch.float32)) == 0.0
+    back = quant.unpack_mla_kv(packed, "int8_v32", torch.float32)
+    assert bool(back[2, 0, 0, 256:384].isnan().all()) and bool(back[2, 0, 0, :256].isfinite().all())
+    assert bool(back[2, 1, 0, :128].isnan().all()) and torch.equal(back[1, 2, 0, 128:256], torch.zeros(128))
+
+
+def test_int8_v32_round_trip_error_bound():
+    """|x - dequant| <= scale / 2 (+ fp32 rounding of the product); dequant = int8 * scale."""
+    torch.manual_seed(6)
+    kv = torch.randn(4, 16, 1, 576) * torch.rand(4, 16, 1, 1) * 10
+    packed = quant.pack_mla_kv(kv, "int8_v32")
+    back = quant.unpack_mla_kv(packed, "int8_v32", out_dtype=torch.float32)
+    scale = packed[..., 512:528].contiguous().view(torch.float32).repeat_interleave(128, dim=-1)
+    err = (kv[..., :512] - back[..., :512]).abs()
+    assert (err <= scale * (0.5 + 1e-5)).all()
+    values = packed[..., :512].contiguous().view(torch.int8).float()
+    assert torch.equal(back[..., :512], values * scale)
+    assert ((kv[..., 512:] - back[..., 512:]).abs() <= kv[..., 512:].abs() * 2.0 ** -8).all()
+    # bf16 out: the fp32 dequant rounded once.
+    assert torch.equal(quant.unpack_mla_kv(packed, "int8_v32"), back.to(torch.bfloat16))
+    # gather reads the same values token by token.
+    ids = torch.tensor([63, 0, 17, 17])
+    assert torch.equal(quant.gather_mla_kv(packed, "int8_v32", ids), back.view(-1, 576)[ids])
+
+
+def test_convert_fp8_int8():
+    """convert_mla_kv = dequantize + requantize with the target's rule; lossy across fp8 / int8,
+    exact for a copy and for fp8 -> bf16."""
+    torch.manual_seed(7)
+    kv = (torch.randn(3, 8, 1, 576) * 3).to(torch.bfloat16)
+    fp8 = quant.pack_mla_kv(kv, "fp8_v32")
+    i8 = quant.convert_mla_kv(fp8, src="fp8_v32", dst="int8_v32")
+    fp8_values = quant.unpack_mla_kv(fp8, "fp8_v32", torch.float32)
+    assert torch.equal(i8, quant.pack_mla_kv(fp8_values, "int8_v32"))
+    i8_values = quant.unpack_mla_kv(i8, "int8_v32", torch.float32)
+    # the int8 requantization error of the fp8 values: half an int8 step of the tile
+    scale = i8[..., 512:528].contiguous().view(torch.float32).repeat_interleave(128, dim=-1)
+    assert ((i8_values[..., :512] - fp8_values[..., :512]).abs() <= scale * (0.5 + 1e-5)).all()
+    assert torch.equal(i8_values[..., 512:], fp8_values[..., 512:])  # RoPE bf16 in both
+    back = quant.convert_mla_kv(i8, src="int8_v32", dst="fp8_v32")
+    assert torch.equal(back, quant.pack_mla_kv(i8_values, "fp8_v32"))
+    assert not torch.equal(back, fp8)  # lossy both ways
+    assert torch.equal(quant.convert_mla_kv(fp8, src="fp8_v32", dst="fp8_v32"), fp8)
+    assert torch.equal(quant.convert_mla_kv(fp8, src="fp8_v32", dst="bf16").float(), fp8_values)
+    assert torch.equal(quant.convert_mla_kv(kv, src="bf16", dst="int8_v32"), quant.pack_mla_kv(kv, "int8_v32"))
+    # NaN tiles stay NaN
+    poisoned = fp8.clone()
+    poisoned[0, 1, 0, 3] = 0x7F  # an e4m3 NaN
+    out = quant.unpack_mla_kv(quant.convert_mla_kv(poisoned, src="fp8_v32", dst="int8_v32"), "int8_v32")
+    assert bool(out[0, 1, 0, :128].isnan().all()) and bool(out[0, 1, 0, 128:].isfinite().all())
+
+
+def test_convert_errors():
+    fp8 = quant.pack_mla_kv(torch.randn(1, 2, 1, 576), "fp8_v32")
+    with pytest.raises(ValueError, match="kv_format"):
+        quant.convert_mla_kv(fp8, src="fp8_v32", dst="int4")
+    with pytest.raises(ValueError, match="d_qk 512"):
+        quant.convert_mla_kv(fp8, src="fp8_v32", dst="fp8_model1")
+    with pytest.raises(TypeError, match="uint8"):
+        quant.convert_mla_kv(torch.randn(1, 2, 1, 656), src="int8_v32", dst="fp8_v32")
+    with pytest.raises(ValueError, match="656"):
+        quant.convert_mla_kv(torch.zeros(1, 2, 1, 584, dtype=torch.uint8), src="int8_v32", dst="fp8_v32")
+    with pytest.raises(TypeError):
+        quant.convert_mla_kv(fp8, "fp8_v32", "int8_v32")  # src / dst by keyword
+
+
 def test_gather_reads_only_its_tokens_and_padded_block_stride():
     torch.manual_seed(3)
     nb, pbs = 3, 4
@@ -139,6 +239,12 @@ def test_mla_argument_errors():
         quant.unpack_mla_kv(torch.randn(1, 2, 1, 656), "fp8_v32")
     with pytest.raises(ValueError, match="656"):
         quant.unpack_mla_kv(torch.zeros(1, 2, 1, 584, dtype=torch.uint8), "fp8_v32")
+    with pytest.raises(ValueError, match=r"\[num_blocks, page_block_size, 1, 576\]"):
+        quant.pack_mla_kv(torch.randn(1, 2, 1, 512), "int8_v32")
+    with pytest.raises(TypeError, match="floating-point"):
+        quant.pack_mla_kv(torch.zeros(1, 2, 1, 576, dtype=torch.int8), "int8_v32")
+    with pytest.raises(TypeError, match="'int8_v32' must be uint8"):
+        quant.unpack_mla_kv(torch.zeros(1, 2, 1, 656, dtype=torch.int8), "int8_v32")
 
 
 @pytest.mark.parametrize("symmetric", [False, True])

@@ -105,6 +105,7 @@ def mla_inputs(B=2, H=16, dqk=576, nb=8, pbs=16, fmt="bf16"):
 @pytest.mark.parametrize("over, exc, words", [
     (dict(kv_format="fp9"), ValueError, ["kv_format", "fp9"]),
     (dict(kv_format="fp8_v32"), TypeError, ["kv_cache", "uint8", "fp8_v32"]),
+    (dict(kv_format="int8_v32"), TypeError, ["kv_cache", "uint8", "int8_v32"]),
     (dict(head_dim_v=256), ValueError, ["head_dim_v"]),
     (dict(causal=True, indices=torch.zeros(2, 1, 4, dtype=torch.int32)), ValueError, ["causal", "sparse"]),
     (dict(topk_length=torch.zeros(2, dtype=torch.int32)), ValueError, ["topk_length", "dense"]),
@@ -126,6 +127,13 @@ def test_mla_wrong_d_qk_for_format():
     q512 = torch.randn(2, 1, 16, 512, dtype=bf16)
     with pytest.raises(ValueError, match="fp8_v32 needs d_qk 576"):
         dualops.mla_decode(q512, kv, bt, lens, kv_format="fp8_v32")
+    q, kv, bt, lens = mla_inputs(dqk=576, fmt="int8_v32")
+    with pytest.raises(ValueError, match="int8_v32 needs d_qk 576 and 656 bytes per token, got d_qk 512"):
+        dualops.mla_decode(q512, kv, bt, lens, kv_format="int8_v32")
+    with pytest.raises(ValueError, match="int8_v32 needs d_qk 576 and 656 bytes per token, got d_qk 576, 584 bytes"):
+        dualops.mla_decode(q, kv[..., :584].contiguous(), bt, lens, kv_format="int8_v32")
+    with pytest.raises(TypeError, match=r"kv_cache dtype must be one of \[.uint8.\] \(format=int8_v32.*got int8"):
+        dualops.mla_decode(q, kv.view(torch.int8), bt, lens, kv_format="int8_v32")
 
 
 def gg_inputs(G=3, M=10, N=32, K=64):

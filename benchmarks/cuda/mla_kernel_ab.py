@@ -1,7 +1,7 @@
 """A/B of the CUDA MLA split kernels (mma.sync, wgmma, and wgmma_t up to 32 q rows) on every cache format: per-call GPU
 time from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
 Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [--only KERNEL] [b,h_q,s_q,s_k,page[,kv_format[,q[,varlen]]]] ...
-(kv_format: bf16, fp8_v32 or fp8_model1; bf16 when left out; q: bf16 or fp16, bf16 when left out;
+(kv_format: bf16, fp8_v32, fp8_model1 or int8_v32; bf16 when left out; q: bf16 or fp16, bf16 when left out;
 varlen: the request lengths of the benchmark's varlen rows, ~ N(s_k, s_k / 2); --only: time that
 kernel alone, e.g. wgmma)."""
 import statistics
@@ -18,8 +18,8 @@ from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_T_ROWS
 
 PLANNED = cuda_mla.cuda_mla_kernel
 KERNELS = [k for k in cuda_mla.MLA_CUDA_KERNELS]
-D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512}
-TOKEN_BYTES = {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584}
+D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512, "int8_v32": 576}
+TOKEN_BYTES = {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584, "int8_v32": 656}
 
 
 def ev_time(fn, n=10):

@@ -29,7 +29,19 @@ def _call(op: str, given: dict):
     backend = given.pop("backend") or ""
     validate = _mode(given.pop("validate"))
     given.pop("return_lse", None)
-    return _ops.run(op, given, backend, validate)
+    try:
+        return _ops.run(op, given, backend, validate)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise _with_op(op, e) from None
+
+
+def _with_op(op: str, e: Exception) -> Exception:
+    """``e`` with its message prefixed by the op's name, as the schema's own messages are (a
+    backend's check of a device value says only what is wrong), else ``e`` itself."""
+    msg = str(e)
+    if type(e) not in (ValueError, TypeError, NotImplementedError) or msg.startswith(f"{op}:"):
+        return e
+    return type(e)(f"{op}: {msg}").with_traceback(e.__traceback__)
 
 
 def _mode(validate) -> str:

@@ -158,7 +158,8 @@ def _parity(args) -> int:
     from . import parity
 
     return parity.main(ops=args.op, backends=_backend_list(args.backend), full=args.full, seed=args.seed,
-                       case_names=args.case, out=args.out, save=args.save, against=args.against)
+                       case_names=args.case, out=args.out, save=args.save, against=args.against,
+                       command=args.command_line)
 
 
 def _bench(args) -> int:
@@ -172,27 +173,47 @@ def _bench(args) -> int:
                       budget_s=args.budget, probe=not args.no_probe, peers=not args.no_peers,
                       cpu_limit=args.cpu_limit, sim_profile=args.sim_profile, seed=args.seed, out=args.out,
                       compare=args.compare, threshold=args.threshold,
-                      fail_on_regression=args.fail_on_regression, plots=not args.no_plots)
+                      fail_on_regression=args.fail_on_regression, plots=not args.no_plots,
+                      command=args.command_line)
 
 
 def _main_job(args) -> int:
     from . import bench, parity
 
-    print("dualops main job: quick parity + quick bench on the backends of this machine")
-    rc_parity = parity.main(out=args.out)
-    rc_bench = bench.main(sweep_names=["quick"], out=args.out)
-    print(f"\nreports in {args.out}/: open {args.out}/index.html (machine, parity matrix, bench tables "
-          f"with peer ratios, plots, commands); parity {'FAILED' if rc_parity else 'passed'}")
+    import time
+
+    import dualops
+
+    here = ", ".join(b for b, st in dualops.backends().items() if st["available"])
+    print(f"dualops main job: quick parity + quick bench on the backends of this machine ({here})")
+    start = time.monotonic()
+    print("\n[1/2] parity: the quick cases of every op on each backend against the fp32 reference "
+          "(usually under a minute on a 2-core CPU)", flush=True)
+    rc_parity = parity.main(out=args.out, command=args.command_line)
+    print(f"\n[2/2] bench: the quick sweeps (IFA, MLA decode, grouped GEMM) on each backend and the peers here, "
+          f"Ascend simulator rows as 910B cost-model estimates (usually 1-2 min on a 2-core CPU)", flush=True)
+    rc_bench = bench.main(sweep_names=["quick"], out=args.out, command=args.command_line)
+    print(f"\nreports in {args.out}/: open {args.out}/index.html (every run so far, and the newest: machine, "
+          f"parity matrix, bench tables with spreads and peer ratios, peers, plots, commands); "
+          f"parity {'FAILED' if rc_parity else 'passed'}; main job took {time.monotonic() - start:.0f} s")
     return rc_parity or rc_bench
 
 
 def main(argv=None) -> int:
+    from .report_runs import command_line
+
     args = _parser().parse_args(argv)
+    args.command_line = command_line(argv)
     run = {"info": _info, "parity": _parity, "bench": _bench, None: _main_job}[args.command]
     try:
         _check_out(getattr(args, "out", None))
         _check_out(getattr(args, "save", None), "--save")
         return run(args)
+    except BrokenPipeError:  # the output went into a program that stopped reading (| head)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"python -m dualops: error: {e}", file=sys.stderr)
         return 2

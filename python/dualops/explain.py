@@ -68,14 +68,91 @@ def make_plan(op: str, s: dict, profile):
 
 
 def _fields(plan) -> list[tuple[str, str]]:
-    """Every scalar field of the plan (arrays summarised by their length)."""
+    """Every scalar field of the plan (arrays summarised by their length, a device profile by
+    its name)."""
     out = []
     for f in dataclasses.fields(plan):
         v = getattr(plan, f.name)
         if isinstance(v, (tuple, list)):
             v = f"[{len(v)} ints]"
+        elif isinstance(v, devices.DeviceProfile):
+            v = f"profile {v.name}"
         out.append((f.name, str(v)))
     return out
+
+
+def device_words(profile) -> str:
+    """A device profile in words: what it is and the figures plans use."""
+    if profile.is_cuda:
+        cores = f"{profile.num_cores} SMs, {profile.smem_per_core_bytes // 1024} KiB shared memory per block"
+    else:
+        cores = f"{profile.num_cores} AI cores (cube) and {profile.num_vector_cores} vector cores"
+    return (f"{profile.name} ({'NVIDIA GPU' if profile.is_cuda else 'Ascend NPU'}): {cores}, "
+            f"{profile.hbm_bandwidth_gbs:g} GB/s HBM, {profile.peak_bf16_tflops:.0f} bf16 TFLOPS")
+
+
+_MLA_KERNEL_WORDS = {"mma": "mma.sync m16n8k16 split kernel",
+                     "wgmma": "Hopper wgmma split kernel (KV tiles double-buffered)",
+                     "wgmma_t": "transposed-tile wgmma split kernel (tokens on the 64-row side; splits merged "
+                                "in the kernel)",
+                     "wgmma_seesaw": "wgmma split kernel with the seesaw tile loop (TMA copies)"}
+
+
+def kernel_and_choices(op: str, backend: str, s: dict, plan, profile) -> tuple[str, list[tuple[str, str]]]:
+    """(the kernel a call runs, in words; [(launch choice, value)]) for ``backend``."""
+    if backend == "reference":
+        return ("none: the reference computes in plain torch (fp32); pass --device h100 or --device "
+                "ascend910b2 for the kernel and launch choices there"), []
+    ascend = backend in ("ascend_sim", "npu")
+    where = "on the CPU simulator" if backend == "ascend_sim" else "on the NPU"
+    if op == "mla_decode":
+        from .tiling import mla_decode as t
+
+        choices = [("parts (one per core group)", str(plan.num_sm_parts)), ("m-blocks per request", str(plan.num_m_blocks)),
+                   ("splits over all requests", str(plan.total_splits)),
+                   ("blocks per part (payload)", f"{plan.payload} of {plan.block_tokens} tokens")]
+        if ascend:
+            return f"Ascend C mla_decode kernel {where} (cube Q K^T and P V, vector online softmax)", choices
+        rows = s["h_q"] if s["topk"] else s["s_q"] * s["h_q"]
+        k = t.cuda_mla_kernel(profile, kv_format=s["kv_format"], q_rows=rows, page_block_size=s["page"],
+                              sparse=bool(s["topk"]))
+        choices.insert(0, ("split kernel", k))
+        choices.append(("fixed cost per request piece", f"{t.mla_fixed_overhead(profile, q_rows=rows)} blocks"))
+        if s["topk"]:
+            choices.append(("sort key lists", str(t.cuda_mla_sort_keys(kv_format=s["kv_format"], h_q=s["h_q"],
+                                                                        topk=s["topk"]))))
+        merge = "none (one split per request)" if plan.total_splits <= plan.batch else \
+            ("in the split kernel" if k == "wgmma_t" else "combine kernel")
+        choices.append(("merge of split partials", merge))
+        return f"CUDA {_MLA_KERNEL_WORDS[k]} ({k})", choices
+    if op == "incre_flash_attention":
+        choices = [("kv tile", str(plan.kv_tile)), ("q tile rows", f"{plan.q_tile_rows} of {plan.q_rows}"),
+                   ("split-KV", f"{plan.num_splits} splits of {plan.split_len} keys"),
+                   ("work units", f"{plan.num_units} on {plan.num_cores} cores")]
+        if ascend:
+            return f"Ascend C incre_flash_attention kernel {where} (cube Q K^T and P V, vector online softmax)", \
+                choices
+        from .tiling import _ifa_launch
+
+        launch = plan.launch
+        named = {"variant": _ifa_launch.VARIANT_NAMES, "merge": _ifa_launch.MERGE_NAMES,
+                 "merge_fallback": _ifa_launch.MERGE_NAMES}
+        for f in plan.LAUNCH_FIELDS:
+            v = getattr(launch, f)
+            choices.append((f, named[f][v] if f in named and 0 <= v < len(named[f]) else str(v)))
+
+        return f"CUDA IFA {_ifa_launch.describe(launch).removeprefix('cuda: ') or 'split kernel'}", choices
+    choices = [("tile", f"{plan.tile_m} x {plan.tile_n} x {plan.tile_k}"), ("stages", str(plan.stages)),
+               ("work items", f"{plan.num_items} on {plan.num_cores} cores")]
+    if ascend:
+        return f"Ascend C grouped_gemm cube kernel {where}" + (f" ({plan.onchip})" if plan.onchip else ""), choices
+    k = plan.cuda_kernel
+    choices.insert(0, ("kernel", k))
+    if k != "mma":
+        choices.append(("tile order", "along N" if plan.cuda_raster == "n" else "along M"))
+    words = "own mma.sync grouped GEMM kernel (every case)" if k == "mma" else \
+        f"CUTLASS grouped TMA + wgmma kernel {k}"
+    return f"CUDA {words}", choices
 
 
 def explain(op: str, shape_text: str, *, backend: str | None = None, device: str | None = None) -> str:
@@ -92,13 +169,15 @@ def explain(op: str, shape_text: str, *, backend: str | None = None, device: str
     backend = backend or _default_backend()
     profile, why = _profile(backend, device)
     plan = make_plan(op, s, profile)
+    kernel, choices = kernel_and_choices(op, backend, s, plan, profile)
     lines = [f"{op} {mod.label(s)} on backend {backend}",
-             f"device profile: {profile.describe() if hasattr(profile, 'describe') else profile.name} ({why})",
+             f"device: {device_words(profile)} ({why})",
+             f"kernel: {kernel}",
              f"plan: {plan.describe()}"]
-    choices = getattr(plan, "launch_choices", None)
-    if callable(choices):
-        lines.append("launch choices:")
-        lines += [f"  {k}: {v}" for k, v in choices().items()]
+    if choices:
+        lines.append("launch choices (made by the planner; docs/tuning.md lists those a user can override):")
+        width = max(len(k) for k, _ in choices)
+        lines += [f"  {k:<{width}}  {v}" for k, v in choices]
     lines.append("plan fields:")
     width = max(len(k) for k, _ in _fields(plan))
     lines += [f"  {k:<{width}}  {v}" for k, v in _fields(plan)]

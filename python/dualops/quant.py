@@ -1,5 +1,6 @@
-"""Cache formats: the MLA FP8 KV layouts (FlashMLA "v32" and "model1") and IFA's
-per-channel int8 / fp8 KV quantization.
+"""Cache formats: the MLA quantized KV layouts (FlashMLA's FP8 "v32" and "model1", and the
+int8 "v32" layout of CANN's quantized MLA kernels) and IFA's per-channel int8 / fp8 KV
+quantization.
 
 MLA caches are paged, ``[num_blocks, page_block_size, 1, d_qk]`` before packing.
 
@@ -7,6 +8,8 @@ MLA caches are paged, ``[num_blocks, page_block_size, 1, d_qk]`` before packing.
   NoPE values as e4m3, ``[512, 528)`` four fp32 scales (one per 128 values), ``[528, 656)``
   the 64 RoPE values as bf16 (not quantized).  Packed shape ``[num_blocks, page_block_size,
   1, 656]`` uint8, row ``t`` of a block is token ``t``.
+* ``int8_v32`` (d_qk 576), 656 bytes per token: the ``fp8_v32`` layout with the 512 NoPE
+  values as int8 in place of e4m3 (the format of Ascend A2 / A3, which have no FP8).
 * ``fp8_model1`` (d_qk 512), 584 bytes per token, laid out per page block: first
   ``page_block_size * 576`` bytes hold each token's ``[448 e4m3 NoPE | 64 bf16 RoPE]``,
   then ``page_block_size * 8`` bytes of scales, per token 7 e8m0 exponents (one per 64
@@ -16,9 +19,16 @@ MLA caches are paged, ``[num_blocks, page_block_size, 1, d_qk]`` before packing.
   so a cache whose block stride is padded (FlashMLA pads blocks to a multiple of 576 B)
   works as long as each block's bytes are contiguous.
 
-Quantization (as FlashMLA's tests do it): per token and tile, scale = amax / 448, clamped
+FP8 quantization (as FlashMLA's tests do it): per token and tile, scale = amax / 448, clamped
 to >= 1e-4 and rounded *up* to a power of two; value = e4m3(x / scale).  Dequant is
 e4m3 * scale, which is exact in bf16 and fp32 because the scale is a power of two.
+
+int8 quantization (``int8_v32``): per token and 128-value tile, symmetric, scale = amax / 127
+in fp32, value = clamp(round_half_even(x / scale), -127, 127); an all-zero tile stores scale 0
+and zeros; a tile holding NaN or inf stores a NaN scale (and zeros), so it dequantizes to NaN.
+Dequant is int8 * scale in fp32 (not exact in 16 bits: kernels round it once to q's dtype).
+Readers accept any fp32 scale, whatever rule produced it.  ``convert_mla_kv`` moves a cache
+between formats by dequantizing and requantizing.
 
 IFA caches (``[..., H_kv, D]``, contiguous or paged) use per-channel ``[H_kv, D]`` fp32
 scales over all tokens: int8 dequant = (q + offset) * scale (CANN's antiquant
@@ -28,16 +38,19 @@ convention), fp8 e4m3 dequant = q * scale.
 import torch
 
 FP8_E4M3_MAX = 448.0
+INT8_MAX = 127.0
 MLA_SCALE_MIN = 1e-4  # FlashMLA's FP8 amax margin; keeps all-zero tiles finite.
 
 # Bytes per token.  "bf16" is 2 * d_qk: 1152 for d_qk 576 (d_qk 512 gives 1024).
-MLA_FORMATS = {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584}
+MLA_FORMATS = {"bf16": 1152, "fp8_v32": 656, "fp8_model1": 584, "int8_v32": 656}
 # d_qk per format ("bf16" also accepts 512, the MODEL1 geometry).
-MLA_D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512}
+MLA_D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512, "int8_v32": 576}
 MLA_D_ROPE = 64
 
 # kv_format -> (d_qk, d_nope, tile, num_tiles)
-_FP8_LAYOUT = {"fp8_v32": (576, 512, 128, 4), "fp8_model1": (512, 448, 64, 7)}
+_FP8_LAYOUT = {"fp8_v32": (576, 512, 128, 4), "fp8_model1": (512, 448, 64, 7), "int8_v32": (576, 512, 128, 4)}
+# The 656-byte v32 token layouts and the dtype of their NoPE values.
+_V32_VALUES = {"fp8_v32": torch.float8_e4m3fn, "int8_v32": torch.int8}
 _MODEL1_DATA_BYTES = 448 + 2 * MLA_D_ROPE  # 576
 _MODEL1_SCALE_BYTES = 8  # 7 e8m0 + 1 pad
 _E8M0_BIAS = 127
@@ -102,6 +115,25 @@ def quantize_fp8_pow2_tiles(x, tile):
     return q.flatten(-2), exp
 
 
+def quantize_int8_tiles(x, tile):
+    """Symmetric int8 quantization of the last dim of ``x`` in tiles of ``tile`` values.
+
+    Returns (values int8 [..., n], scales fp32 [..., n // tile]); scale = amax / 127, value =
+    clamp(round(x / scale), -127, 127), dequant values * scale.  All-zero tiles: scale 0;
+    tiles with a NaN / inf: scale NaN (values 0), so they dequantize to NaN.
+    """
+    if x.shape[-1] % tile:
+        raise ValueError(f"last dim {x.shape[-1]} is not a multiple of the tile {tile}")
+    xt = x.float().unflatten(-1, (-1, tile))
+    finite = torch.isfinite(xt).all(dim=-1)
+    xt = torch.where(finite.unsqueeze(-1), xt, torch.zeros_like(xt))
+    scale = xt.abs().amax(dim=-1) / INT8_MAX
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(-1)
+    q = torch.round(xt / safe).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+    scale = torch.where(finite, scale, torch.full_like(scale, float("nan")))
+    return q.flatten(-2), scale
+
+
 def _bytes(t):
     """Raw bytes of the last dim of ``t``."""
     return t.contiguous().view(torch.uint8)
@@ -110,13 +142,15 @@ def _bytes(t):
 # ------------------------------------------------------------------------- MLA pack
 
 def pack_mla_kv(kv, kv_format="fp8_v32"):
-    """Quantize a paged MLA cache ``[num_blocks, page_block_size, 1, d_qk]`` into an FP8 format.
+    """Quantize a paged MLA cache ``[num_blocks, page_block_size, 1, d_qk]`` into a quantized
+    format (``fp8_v32``, ``fp8_model1`` or ``int8_v32``).
 
     Returns a contiguous uint8 tensor ``[num_blocks, page_block_size, 1, bytes_per_token]``.
     """
     check_mla_format(kv_format)
     if kv_format == "bf16":
-        raise ValueError("pack_mla_kv packs FP8 formats ('fp8_v32', 'fp8_model1'); 'bf16' needs no packing")
+        raise ValueError("pack_mla_kv packs the quantized formats ('fp8_v32', 'fp8_model1', 'int8_v32'); "
+                         "'bf16' needs no packing")
     d_qk, d_nope, tile, _ = _FP8_LAYOUT[kv_format]
     if not isinstance(kv, torch.Tensor) or not kv.dtype.is_floating_point:
         raise TypeError(f"kv must be a floating-point tensor, got {getattr(kv, 'dtype', type(kv).__name__)}")
@@ -125,9 +159,13 @@ def pack_mla_kv(kv, kv_format="fp8_v32"):
                          f"got {tuple(kv.shape)}")
     nb, pbs = kv.shape[0], kv.shape[1]
     tok = kv.reshape(nb, pbs, d_qk)
+    rope_bytes = _bytes(tok[..., d_nope:].to(torch.bfloat16))  # [nb, pbs, 128]
+    if kv_format == "int8_v32":
+        q, scales = quantize_int8_tiles(tok[..., :d_nope], tile)
+        out = torch.cat([q.view(torch.uint8), _bytes(scales), rope_bytes], dim=-1)
+        return out.reshape(nb, pbs, 1, MLA_FORMATS[kv_format])
     q, exp = quantize_fp8_pow2_tiles(tok[..., :d_nope], tile)
     nope_bytes = q.view(torch.uint8)
-    rope_bytes = _bytes(tok[..., d_nope:].to(torch.bfloat16))  # [nb, pbs, 128]
     if kv_format == "fp8_v32":
         scale_bytes = _bytes(torch.exp2(exp.float()))  # 4 fp32 -> 16 bytes
         out = torch.cat([nope_bytes, scale_bytes, rope_bytes], dim=-1)
@@ -141,9 +179,9 @@ def pack_mla_kv(kv, kv_format="fp8_v32"):
 
 # ----------------------------------------------------------------------- MLA unpack
 
-def _dequant_v32_tokens(tok, out_dtype):
-    """[n, 656] uint8 -> [n, 576]."""
-    nope = tok[:, :512].contiguous().view(torch.float8_e4m3fn).float()
+def _dequant_v32_tokens(tok, out_dtype, values=torch.float8_e4m3fn):
+    """[n, 656] uint8 -> [n, 576] (NoPE values of dtype ``values``: e4m3 or int8)."""
+    nope = tok[:, :512].contiguous().view(values).float()
     scales = tok[:, 512:528].contiguous().view(torch.float32)  # [n, 4]
     rope = tok[:, 528:].contiguous().view(torch.bfloat16).float()
     nope = (nope.unflatten(-1, (4, 128)) * scales.unsqueeze(-1)).flatten(-2)
@@ -176,8 +214,8 @@ def gather_mla_kv(kv_cache, kv_format, token_ids, out_dtype=torch.float32):
     blk, off = ids // pbs, ids % pbs
     if kv_format == "bf16":
         return kv_cache[blk, off, 0].to(out_dtype).reshape(-1, d_qk)
-    if kv_format == "fp8_v32":
-        return _dequant_v32_tokens(kv_cache[blk, off, 0], out_dtype)
+    if kv_format in _V32_VALUES:
+        return _dequant_v32_tokens(kv_cache[blk, off, 0], out_dtype, _V32_VALUES[kv_format])
     flat = kv_cache.reshape(nb, pbs * MLA_FORMATS[kv_format])  # one block = one byte run
     blk, off = blk.unsqueeze(1), off.unsqueeze(1)
     data_cols = off * _MODEL1_DATA_BYTES + torch.arange(_MODEL1_DATA_BYTES, device=ids.device)
@@ -192,6 +230,32 @@ def unpack_mla_kv(packed, kv_format, out_dtype=torch.bfloat16):
     nb, pbs = packed.shape[0], packed.shape[1]
     ids = torch.arange(nb * pbs, device=packed.device)
     return gather_mla_kv(packed, kv_format, ids, out_dtype).reshape(nb, pbs, 1, d_qk)
+
+
+def convert_mla_kv(packed, *, src, dst):
+    """The MLA cache ``packed`` (format ``src``) stored as format ``dst``: dequantized to fp32,
+    then quantized by ``dst``'s rule (``pack_mla_kv``; ``dst="bf16"``: rounded to bf16).
+
+    One logical cache, two storage types: e.g. ``convert_mla_kv(cache, src="fp8_v32",
+    dst="int8_v32")`` for an Ascend A2.  Lossy except for ``src == dst`` (a copy) and
+    ``fp8_v32`` / ``fp8_model1`` -> ``bf16`` (every e4m3 * power-of-two value is a bf16 value);
+    fp8 <-> int8 requantizes each 128-value tile with the target's scale, so the result differs
+    from quantizing the original bf16 values directly.  Both formats need the same d_qk.
+    """
+    check_mla_format(src)
+    check_mla_format(dst)
+    d_src = mla_cache_d_qk(packed, src)
+    if src == dst:
+        return packed.clone()
+    if dst != "bf16" and MLA_D_QK[dst] != d_src:
+        raise ValueError(f"convert_mla_kv: {src!r} holds d_qk {d_src}, {dst!r} needs d_qk {MLA_D_QK[dst]}")
+    if src == "bf16":
+        values = packed.float()
+    else:
+        values = unpack_mla_kv(packed, src, out_dtype=torch.float32)
+    if dst == "bf16":
+        return values.to(torch.bfloat16)
+    return pack_mla_kv(values, dst)
 
 
 # ------------------------------------------------------------- IFA per-channel KV quant

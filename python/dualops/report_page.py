@@ -1,8 +1,12 @@
-"""``reports/index.html``: one static page (no server, no script, no network) with the machine
-and its devices, the parity matrix (backend x backend: pass / fail with the worst error), the bench
-tables with each implementation's ratio against every peer, the plots, and the exact commands
-that reproduce it all. Built from the reports in the folder (parity.json, bench.json, bench_*.png),
-so ``parity`` and ``bench`` run separately each refresh it."""
+"""``reports/index.html``: one static page (no server, no script, no network) with every run kept
+in the folder (``runs/``: time, kind, machine, command, result, a link to the run's own page), the
+machine and its devices, the parity matrix of the newest parity run (backend x backend: pass /
+fail with the worst error), the bench tables of the newest bench run (time with its spread, noisy
+rows flagged, each implementation's ratio against every peer, measured and estimated figures
+told apart), every peer of each op with its status, the plots, and the exact commands that
+reproduce it all. Built from the reports in the folder (parity.json, bench.json, bench_*.png: the
+newest run of each kind), so ``parity`` and ``bench`` run separately each refresh it; a run
+folder gets the same page for that run alone."""
 from __future__ import annotations
 
 import html
@@ -18,6 +22,8 @@ h1{font-size:1.6em} h2{margin-top:2em;border-bottom:1px solid #ccc} h3{margin-to
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em} th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
 th{background:#f2f2f2} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pass{background:#e5f5e5} .fail{background:#fbe3e3;font-weight:bold} .na{color:#888} .note{color:#666;font-size:.85em}
+.noisy{background:#fff1c9;font-weight:bold} .warn{background:#fff1c9;padding:.4em .6em;border-left:4px solid #e0a800}
+.est{color:#6a3d9a;font-style:italic}
 code,pre{background:#f6f6f6;padding:2px 4px} pre{padding:.6em;overflow-x:auto}
 img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 """
@@ -142,22 +148,44 @@ def _parity_section(parity) -> str:
     return "\n".join(out)
 
 
+def _source(r: dict, bench: dict) -> str:
+    """Where a row's figure comes from, as a table cell."""
+    if r.get("kind") == "estimate":
+        prof = (bench.get("settings") or {}).get("sim_profile") or "910B"
+        return f"<span class=\"est\">estimate ({_e(prof)} cost model)</span>"
+    dev = r.get("device")
+    if dev == "cuda":
+        gpus = ((bench.get("machine") or {}).get("cuda_devices") or [{}])
+        return _e(f"measured: {gpus[0].get('name') or 'CUDA GPU'}")
+    return _e(f"measured: {dev.upper() if dev in ('cpu', 'npu') else dev}")
+
+
 def _bench_section(bench, out_dir: Path) -> str:
+    from .bench.table import NOISY_SPREAD, noisy, spread_cell
+
     if bench is None:
         return ("<h2 id=\"bench\">Benchmarks</h2><p class=\"na\">No bench report here "
                 "(run <code>python -m dualops bench</code>).</p>")
     rows = bench.get("rows") or []
     out = ["<h2 id=\"bench\">Benchmarks</h2>",
-           "<p>Times are medians per call. <i>vs PEER</i> = the peer's time / this implementation's time "
-           "(above 1: faster than the peer), given for measurements on the same device only (an "
-           "estimate is not compared with a measurement). Peers that are absent or cannot run the "
-           "variant show as n/a with the reason.</p>"]
+           "<p>Times are medians per call; <i>spread</i> = (90th − 10th percentile) / median of the timed "
+           f"runs, and a row whose spread is over {NOISY_SPREAD:.0%} is marked NOISY: its time and ratios say "
+           "little (a busy machine). <i>source</i> tells measurements from the Ascend simulator's cost-model "
+           "estimates, which are figures for a 910B, not for this machine. <i>vs PEER</i> = the peer's time / "
+           "this implementation's time (above 1: faster than the peer), given for measurements on the same "
+           "device only. Every peer of each op is listed under <a href=\"#peers\">Peers</a>.</p>"]
+    bad = [r for r in rows if r.get("status") == "ok" and noisy(r.get("spread"))]
+    if bad:
+        worst = max(bad, key=lambda r: r["spread"])
+        out.append(f"<p class=\"warn\" id=\"noisy-warning\">{len(bad)} timings are NOISY (spread over "
+                   f"{NOISY_SPREAD:.0%}; worst {worst['spread']:.0%}: {_e(worst.get('op'))} {_e(worst.get('label'))} "
+                   f"{_e(worst.get('impl'))}): rerun on a quiet machine, or with <code>--rounds 3</code>.</p>")
     for sweep, info in (bench.get("sweeps") or {}).items():
         mine = [r for r in rows if r.get("sweep") == sweep]
         if not mine:
             continue
         peers = list(dict.fromkeys(r["impl"] for r in mine if r.get("source") == "peer" and r.get("status") == "ok"))
-        headers = ["config", "impl", "status", "time ms", "GB/s", "TFLOPS", "% BW", "% peak"] \
+        headers = ["config", "impl", "source", "status", "time ms", "spread", "GB/s", "TFLOPS", "% BW", "% peak"] \
             + [f"vs {p}" for p in peers] + ["note"]
         by_cfg: dict[str, dict[str, dict]] = {}
         for r in mine:
@@ -166,28 +194,69 @@ def _bench_section(bench, out_dir: Path) -> str:
         for r in mine:
             ok = r.get("status") == "ok"
             impl = r.get("impl") + (" (peer)" if r.get("source") == "peer" else "")
-            cells = [_e(r.get("label")), _e(impl), _e(r.get("status")),
+            cells = [_e(r.get("label")), _e(impl), _source(r, bench) if ok else "", _e(r.get("status")),
                      _num(r["time_s"] * 1e3, ".4g") if ok and r.get("time_s") else "-",
+                     _e(spread_cell(r.get("spread"))) if ok else "-",
                      _num(r.get("gbs"), ".4g"), _num(r.get("tflops"), ".3g"),
                      _num(r.get("pct_bw"), ".0f"), _num(r.get("pct_peak"), ".0f")]
             for p in peers:
                 peer = by_cfg[r.get("label")].get(p)
                 like = peer and peer.get("kind") == r.get("kind") and peer.get("device") == r.get("device")
                 if ok and r.get("source") == "dualops" and like and peer.get("status") == "ok" and r.get("time_s"):
-                    cells.append(_num(peer["time_s"] / r["time_s"], ".3f") + "x")
+                    noisy_pair = noisy(r.get("spread")) or noisy(peer.get("spread"))
+                    cells.append(_num(peer["time_s"] / r["time_s"], ".3f") + "x" + (" (noisy)" if noisy_pair else ""))
                 else:
                     cells.append("")
             cells.append(f"<span class=\"note\">{_e(r.get('reason'))}</span>")
-            classes[len(table)] = {2: "pass" if ok else ("fail" if r.get("status") == "error" else "na")}
+            cls = {3: "pass" if ok else ("fail" if r.get("status") == "error" else "na")}
+            if ok and noisy(r.get("spread")):
+                cls[5] = "noisy"
+            classes[len(table)] = cls
             table.append(cells)
         out += [f"<h3>{_e(sweep)}</h3>", f"<p>{_e(info.get('description'))}</p>", _table(headers, table, classes)]
         png = out_dir / f"bench_{sweep}.png"
         if png.is_file():
-            out.append(f"<img src=\"{_e(png.name)}\" alt=\"{_e(sweep)}: time and throughput\">")
+            out.append(f"<img src=\"{_e(png.name)}\" alt=\"{_e(sweep)}: time and throughput, measured and "
+                       f"estimated on separate panels\">")
     pngs = sorted(p.name for p in out_dir.glob("bench_*.png")
                   if p.stem[len("bench_"):] not in (bench.get("sweeps") or {}))
     for name in pngs:
         out.append(f"<img src=\"{_e(name)}\" alt=\"{_e(name)}\">")
+    return "\n".join(out)
+
+
+def _peers_section(bench) -> str:
+    peers = (bench or {}).get("peers")
+    out = ["<h2 id=\"peers\">Peers</h2>"]
+    if not isinstance(peers, dict) or not peers:
+        return "\n".join(out + ["<p class=\"na\">No bench report with peers here.</p>"])
+    out.append("<p>Every peer implementation of each op, whether this run timed it, and if not, why.</p>")
+    for op, entries in peers.items():
+        rows, classes = [], {}
+        for i, e in enumerate(entries if isinstance(entries, list) else []):
+            rows.append([_e(e.get("peer")), _e(e.get("runs_on")), _e(e.get("status")), _e(e.get("reason"))])
+            classes[i] = {2: "pass" if e.get("status") == "timed" else "na"}
+        out += [f"<h3>{_e(op)}</h3>", _table(["peer", "runs on", "status", "reason"], rows, classes)]
+    return "\n".join(out)
+
+
+def _runs_section(runs, shown) -> str:
+    """Every run in the folder, newest first; the newest of each kind is the one shown below."""
+    out = ["<h2 id=\"runs\">Runs</h2>"]
+    if not runs:
+        return "\n".join(out + ["<p class=\"na\">No run folders here yet.</p>"])
+    out.append(f"<p>{len(runs)} runs kept in <code>runs/</code>, newest first. The newest of each kind is "
+               "shown on this page; each run's own page has its full results.</p>")
+    rows, classes = [], {}
+    for i, r in enumerate(runs):
+        here = r.get("dir") in shown
+        when = str(r.get("created") or "").replace("T", " ").removesuffix("+00:00")
+        rows.append([_e(when), _e(r.get("kind")) + (" (shown below)" if here else ""),
+                     f"<code>{_e(r.get('command'))}</code>", _e(r.get("machine")), _e(r.get("result")),
+                     f"<a href=\"runs/{_e(r['dir'])}/index.html\">{_e(r['dir'])}</a>"])
+        if here:
+            classes[i] = {1: "pass"}
+    out.append(_table(["time (UTC)", "kind", "command", "machine", "result", "run folder"], rows, classes))
     return "\n".join(out)
 
 
@@ -215,18 +284,34 @@ def _commands(parity, bench) -> str:
 
 
 def render(out_dir) -> str:
+    from . import report_runs
+
     d = Path(out_dir)
     parity, bench = _load(d / "parity.json"), _load(d / "bench.json")
     created = (bench or parity or {}).get("created", "")
+    run_info = _load(d / report_runs.RUN_JSON)
+    runs = report_runs.list_runs(d)
+    sections = [("machine", "machine"), ("parity", "parity"), ("bench", "benchmarks"), ("peers", "peers"),
+                ("repro", "reproduce")]
+    if run_info is not None:
+        head = (f"<p>One run: <code>{_e(run_info.get('command'))}</code>, {_e(run_info.get('created'))} on "
+                f"{_e(run_info.get('machine'))}: {_e(run_info.get('result'))}. "
+                "<a href=\"../../index.html\">Every run</a>.</p>")
+    else:
+        sections.insert(0, ("runs", "runs"))
+        newest = {}
+        for r in runs:
+            newest.setdefault(r.get("kind"), r.get("dir"))
+        head = _runs_section(runs, set(newest.values()))
     parts = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
              "<title>dualops report</title>", f"<style>{_CSS}</style></head><body>",
              "<h1>dualops report</h1>",
-             f"<p>Made {_e(created)}. Sections: <a href=\"#machine\">machine</a> · <a href=\"#parity\">parity</a> · "
-             "<a href=\"#bench\">benchmarks</a> · <a href=\"#repro\">reproduce</a>. Details: "
+             f"<p>Newest results {_e(created)}. Sections: "
+             + " · ".join(f"<a href=\"#{k}\">{w}</a>" for k, w in sections) + ". Details: "
              + " · ".join(f"<a href=\"{n}\">{n}</a>" for n in ("parity.md", "parity.json", "bench.md", "bench.json")
                           if (d / n).is_file()) + "</p>",
-             _machine_section(parity, bench), _parity_section(parity), _bench_section(bench, d),
-             _commands(parity, bench), "</body></html>"]
+             head, _machine_section(parity, bench), _parity_section(parity), _bench_section(bench, d),
+             _peers_section(bench), _commands(parity, bench), "</body></html>"]
     return "\n".join(parts) + "\n"
 
 

@@ -1,7 +1,7 @@
 """The Ascend C MLA decode kernel on the simulator against dualops.reference, by the REFERENCE.md §5
 method: NaN in every unused cache slot, randomly permuted block tables, varlen batches with 0- and
 1-token requests, invalid sparse indices (-1, int32 min, capacity, int32 max), sinks of +-inf,
-fresh random inputs; bf16 / fp16 / fp8_v32 / fp8_model1 caches, dense / causal / sparse / extra
+fresh random inputs; bf16 / fp16 / fp8_v32 / fp8_model1 / int8_v32 caches, dense / causal / sparse / extra
 pool, split-KV with its combine, NaN propagation through a split, planted faults the simulator
 must catch. Small shapes on 2-4 simulated AI cores (real per-core capacities) keep it fast."""
 from __future__ import annotations
@@ -63,6 +63,12 @@ _MORE = [
     parity_cases._mla("h1_page1", B=2, lens=(9, 2), h_q=1, pbs=1),
     parity_cases._mla("fp16_h128_sq2_page100", B=1, lens=(130,), h_q=128, s_q=2, pbs=100, dtype="fp16"),
     parity_cases._mla("sparse_fp16_h3_sq3", B=2, h_q=3, s_q=3, topk=40, dtype="fp16", d_qk=512),
+    # int8_v32: varlen (0- and 1-token requests) with split-KV and fp16 q; sparse with topk_length,
+    # the extra pool and sinks
+    parity_cases._mla("split_int8_v32_varlen_fp16", B=3, lens=(0, 420, 1), h_q=8, s_q=2, causal=True,
+                      kv_format="int8_v32", dtype="fp16"),
+    parity_cases._mla("sparse_int8_v32_topklen_extra_sink", B=2, h_q=16, s_q=2, topk=96, topk_lens=(96, 3),
+                      extra_topk=32, sink=True, kv_format="int8_v32"),
 ]
 
 
@@ -120,10 +126,10 @@ def test_nan_in_a_split_poisons_the_row(where):
 
 def _poison_token(inp, pos, value, col=None):
     """Write ``value`` into request 0's key at position ``pos`` (all of it, or column ``col``);
-    for fp8_v32 a NaN / inf goes into the token's first scale (values 0..127)."""
+    for fp8_v32 / int8_v32 a NaN / inf goes into the token's first scale (values 0..127)."""
     pbs = inp["kv_cache"].shape[1]
     blk, slot = int(inp["block_table"][0, pos // pbs]), pos % pbs
-    if inp.get("kv_format", "bf16") == "fp8_v32":
+    if inp.get("kv_format", "bf16") in ("fp8_v32", "int8_v32"):
         inp["kv_cache"][blk, slot, 0, 512:516] = torch.tensor([value], dtype=torch.float32).view(torch.uint8)
     elif inp.get("kv_format") == "fp8_model1":   # an e4m3 NaN byte (0x7F) in the token's data
         assert value != value, "model1 tokens hold NaN (e4m3 has no inf)"
@@ -145,6 +151,8 @@ _SPLIT_NONFINITE = {
                                     keys=((565, float("nan"), None), (580, float("nan"), 3), (599, float("nan"), None))),
     "causal_hidden_fp8_v32": dict(lens=(300,), h_q=16, s_q=3, causal=True, kv_format="fp8_v32",
                                   keys=((299, float("nan"), None), (298, float("inf"), None))),
+    "causal_hidden_int8_v32": dict(lens=(300,), h_q=16, s_q=3, causal=True, kv_format="int8_v32",
+                                   keys=((299, float("inf"), None), (298, float("nan"), None))),
     "causal_hidden_fp8_model1": dict(lens=(300,), h_q=16, s_q=3, causal=True, kv_format="fp8_model1", d_qk=512,
                                      keys=((299, float("nan"), None), (298, float("nan"), 5))),
     # 99 q rows: m blocks of 64 and 35 rows, the vector cores' row halves the same in both
@@ -188,6 +196,22 @@ def test_inf_values_of_keys_with_weight_zero(keys, split):
     assert bool(out[..., 5].isnan().all())
 
 
+def test_int8_v32_matches_its_fp8_twin_within_quantization():
+    """One bf16 cache stored as fp8_v32 and as int8_v32 (parity's format pair): each output matches
+    the reference on its own dequantized cache, and the two outputs differ by about the fp8
+    quantization error (the int8 cache is the closer one to the unquantized cache)."""
+    fp8, int8, bf16 = parity_cases.FORMAT_PAIRS["dense_fp8_v32_h16"]
+    got = {}
+    for case in (fp8, int8):
+        inp = case.inputs(11)
+        got[case.name] = _run(inp)
+        _check(inp, *got[case.name])
+    cache_out, _ = ref_mla(**bf16.inputs(11))
+    err_fp8 = (got[fp8.name][0].float() - cache_out).norm() / cache_out.norm()
+    err_int8 = (got[int8.name][0].float() - cache_out).norm() / cache_out.norm()
+    assert 0 < err_int8 < err_fp8 < 0.05, (err_int8, err_fp8)
+
+
 def test_mismatched_16bit_cache_is_not_implemented():
     inp = _inputs(parity_cases._mla("mix", B=1, lens=(5,), h_q=4))
     inp["kv_cache"] = inp["kv_cache"].to(torch.float16)
@@ -197,6 +221,7 @@ def test_mismatched_16bit_cache_is_not_implemented():
 
 def test_capabilities():
     assert dualops.supports("mla_decode", "ascend_sim", kv_format="fp8_model1", sparse=True, h_q=128)
+    assert dualops.supports("mla_decode", "ascend_sim", kv_format="int8_v32", sparse=True, h_q=128)
     assert not dualops.supports("mla_decode", "ascend_sim", h_q=256)
 
 

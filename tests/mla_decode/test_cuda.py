@@ -1,4 +1,4 @@
-"""CUDA MLA decode against dualops.reference (on the dequantized cache for the FP8 formats), by
+"""CUDA MLA decode against dualops.reference (on the dequantized cache for the FP8 / int8 formats), by
 the REFERENCE.md §5 method: NaN in every unused cache slot, randomly permuted block tables, varlen
 batches with 0- and 1-token requests, non-contiguous q, fresh random inputs per case; plus NaN
 propagation through split merges, the device planner against the host planner, CUDA-graph
@@ -28,7 +28,7 @@ HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" i
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an sm_90 GPU and dualops._C built with the CUDA MLA kernels")
 
 BF16, FP16 = torch.bfloat16, torch.float16
-D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512}
+D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512, "int8_v32": 576}
 
 
 # ----------------------------------------------------------------------------- CPU-side checks
@@ -45,6 +45,7 @@ def test_params_pack_like_the_schema():
 
 def test_capabilities():
     assert dualops.supports("mla_decode", "cuda", sparse=False, kv_format="fp8_model1", s_q=4, h_q=5)
+    assert dualops.supports("mla_decode", "cuda", sparse=True, kv_format="int8_v32", s_q=2, h_q=128)
     assert not dualops.supports("mla_decode", "cuda", h_q=129)
     reason = schema.support_reason("mla_decode", "cuda", s_q=9)
     assert "mla_decode" in reason and "cuda" in reason
@@ -56,7 +57,7 @@ def test_device_plan_numel_bound():
 
 def test_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
-    for fmt in ("bf16", "fp8_v32", "fp8_model1"):
+    for fmt in ("bf16", "fp8_v32", "fp8_model1", "int8_v32"):
         top = MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt]
         assert top <= MLA_CUDA_WGMMA_T_ROWS
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128) == ("wgmma_seesaw" if fmt == "bf16" else "wgmma")
@@ -69,6 +70,9 @@ def test_kernel_choice_is_plan_data():
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
     assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
     assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=16) == "mma"
+    for q_rows in (1, 16, 32, 33, 64, 128):  # int8_v32 runs where fp8_v32 runs
+        assert cuda_mla_kernel(h100, kv_format="int8_v32", q_rows=q_rows) == cuda_mla_kernel(
+            h100, kv_format="fp8_v32", q_rows=q_rows)
 
 
 @pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t", "wgmma_seesaw"])
@@ -97,7 +101,7 @@ def force_kernel(monkeypatch, pick):
 
 def _skip_duplicate(kernel, fmt):
     if kernel == "planned" and fmt != "bf16":
-        pytest.skip("FP8 caches: each kernel is forced in turn (the planned one among them)")
+        pytest.skip("FP8 / int8 caches: each kernel is forced in turn (the planned one among them)")
 
 
 # ----------------------------------------------------------------------------- builders
@@ -152,7 +156,8 @@ def check(a, plan="host", q_view=None):
 # ----------------------------------------------------------------------------- parity matrix
 
 FORMATS = [("bf16", 576, BF16), ("bf16", 512, FP16), ("bf16", 576, FP16), ("fp8_v32", 576, BF16),
-           ("fp8_model1", 512, BF16), ("fp8_v32", 576, FP16), ("fp8_model1", 512, FP16)]
+           ("fp8_model1", 512, BF16), ("fp8_v32", 576, FP16), ("fp8_model1", 512, FP16), ("int8_v32", 576, BF16),
+           ("int8_v32", 576, FP16)]
 VARLEN = (0, 1, 63, 64, 65, 700)
 
 
@@ -167,7 +172,8 @@ def test_parity_decode(fmt, d, dtype, h_q, kernel):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt,d,dtype", FORMATS[:1] + FORMATS[3:5], ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("fmt,d,dtype", FORMATS[:1] + FORMATS[3:5] + FORMATS[7:8],
+                         ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("s_q,h_q", [(2, 16), (4, 5), (2, 128), (4, 64), (8, 16)])
 @pytest.mark.parametrize("pbs", [16, 64, 256])
 def test_parity_causal_mtp(fmt, d, dtype, s_q, h_q, pbs, kernel):
@@ -192,7 +198,7 @@ def test_parity_wgmma_16bit_pages(d, pbs, kernel_name, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1", "int8_v32"])
 @pytest.mark.parametrize("pbs", [16, 32, 128])
 def test_parity_pages_long_split(fmt, pbs):
     """Few long requests: every request is split across many SM parts (split merge)."""
@@ -215,7 +221,7 @@ def test_parity_many_short_requests_no_split():
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt,pbs", [("bf16", 64), ("bf16", 16), ("fp8_v32", 64)])
+@pytest.mark.parametrize("fmt,pbs", [("bf16", 64), ("bf16", 16), ("fp8_v32", 64), ("int8_v32", 16)])
 def test_parity_many_short_requests_few_rows(fmt, pbs, kernel):
     """Hundreds of short requests with few q rows: every SM part holds several request pieces,
     empty and one-token requests among them (each kernel's hand-over from one request to the
@@ -264,7 +270,7 @@ def test_eager_calls_reuse_one_prepared_launch(monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "int8_v32"])
 def test_nan_in_attended_key_and_q_propagates(fmt):
     """A NaN in an attended key of a split request and in one q head: the reference's NaN rows
     must come out NaN (also through the split merge), the others must not."""
@@ -274,8 +280,10 @@ def test_nan_in_attended_key_and_q_propagates(fmt):
     if fmt == "bf16":
         a["kv_cache"][blk, 1000 % 64, 0, 3] = float("nan")  # NoPE dim: all rows see it in S and V
         a["kv_cache"][int(a["block_table"][1, 0]), 39, 0, 600 - 64] = float("nan")  # last key, RoPE dim: only query 1 sees it
-    else:
+    elif fmt == "fp8_v32":
         a["kv_cache"][blk, 1000 % 64, 0, 3] = 0x7F  # e4m3 NaN
+    else:
+        _set_key(a, 0, 1000, 3, float("nan"))  # int8 has no NaN: a NaN scale (NoPE values 0 .. 127)
     a["q"][1, 0, 5, 7] = float("nan")
     out, lse = check(a, plan="host")
     assert torch.isnan(out[0]).all()
@@ -284,10 +292,15 @@ def test_nan_in_attended_key_and_q_propagates(fmt):
 
 def _set_key(a, b, pos, d, value):
     """Element d of request b's token pos in the cache (FP8 formats: byte d, an e4m3 NoPE value
-    for d < 448; model1 blocks are one byte run of 576-byte token rows, then the scales)."""
+    for d < 448; model1 blocks are one byte run of 576-byte token rows, then the scales; int8_v32:
+    the fp32 scale of the 128-value tile holding NoPE dim d)."""
     pbs = a["kv_cache"].shape[1]
     blk, off = int(a["block_table"][b, pos // pbs]), pos % pbs
-    if a["kv_format"] == "fp8_model1":
+    if a["kv_format"] == "int8_v32":
+        assert 0 <= d < 512, "int8_v32 keys are poisoned through the scale of a NoPE tile"
+        s = 512 + 4 * (d // 128)
+        a["kv_cache"][blk, off, 0, s:s + 4] = torch.tensor([value], dtype=torch.float32).view(torch.uint8)
+    elif a["kv_format"] == "fp8_model1":
         a["kv_cache"].view(a["kv_cache"].shape[0], -1)[blk, off * 576 + d] = value
     else:
         a["kv_cache"][blk, off, 0, d] = value
@@ -322,7 +335,7 @@ def test_inf_key_like_reference_through_split_merge(dtype, kernel):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt,h_q", [("bf16", 5), ("bf16", 16), ("fp8_v32", 5), ("fp8_model1", 16)])
+@pytest.mark.parametrize("fmt,h_q", [("bf16", 5), ("bf16", 16), ("fp8_v32", 5), ("fp8_model1", 16), ("int8_v32", 5)])
 def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q, kernel):
     """Causal s_q = 3: NaN / inf in keys hidden from the early query rows (the last tile of a
     split request and of a short one) reach only the rows that attend them: masked keys are left
@@ -331,9 +344,9 @@ def test_causal_hidden_nonfinite_keys_do_not_reach_out(fmt, h_q, kernel):
     a = make_inputs(g, lens=(3000, 70), h_q=h_q, s_q=3, kv_format=fmt, causal=True)
     _split_plan(a)
     bf16 = fmt == "bf16"
-    bad = float("nan") if bf16 else 0x7F                  # e4m3 NaN (e4m3 has no inf)
+    bad = 0x7F if fmt.startswith("fp8") else float("nan")  # e4m3 NaN (e4m3 has no inf); int8_v32: a NaN scale
     _set_key(a, 0, 2999, 5, bad)                          # seen by query 2 only
-    _set_key(a, 0, 2998, 300, float("inf") if bf16 else bad)   # seen by queries 1, 2
+    _set_key(a, 0, 2998, 300, float("inf") if not fmt.startswith("fp8") else bad)  # seen by queries 1, 2
     _set_key(a, 1, 69, 100, bad)                          # seen by query 2 only
     _set_key(a, 1, 68, 400, float("-inf") if bf16 else bad)
     _skip_duplicate(kernel, fmt)

@@ -30,7 +30,7 @@ HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" i
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an sm_90 GPU and dualops._C built with the CUDA MLA kernels")
 
 FORMATS = [("bf16", 576, "bf16"), ("bf16", 512, "fp16"), ("fp8_v32", 576, "bf16"), ("fp8_model1", 512, "bf16"),
-           ("fp8_v32", 576, "fp16")]
+           ("fp8_v32", 576, "fp16"), ("int8_v32", 576, "bf16"), ("int8_v32", 576, "fp16")]
 
 
 # ----------------------------------------------------------------------------- CPU-side checks
@@ -43,7 +43,7 @@ def test_capabilities_include_sparse_and_the_extra_pool():
 
 def test_sparse_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
-    for fmt in ("bf16", "fp8_v32", "fp8_model1"):
+    for fmt in ("bf16", "fp8_v32", "fp8_model1", "int8_v32"):
         low = MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt]
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128, sparse=True) == "wgmma"
         few = "wgmma_t" if fmt != "bf16" and 16 <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt] else "wgmma" if 16 >= low else "mma"
@@ -161,7 +161,7 @@ def check(a, plan="host"):
 @pytest.mark.parametrize("h_q,s_q", [(1, 1), (16, 2), (5, 3), (64, 1), (128, 2)])
 def test_parity_sparse(fmt, d, dtype, h_q, s_q, kernel):
     if kernel == "planned" and fmt != "bf16":
-        pytest.skip("FP8 caches: each kernel is forced in turn (the planned one among them)")
+        pytest.skip("FP8 / int8 caches: each kernel is forced in turn (the planned one among them)")
     g = bld.generator(h_q * 10 + s_q, "mla_decode", f"cuda/sparse/{fmt}/{d}/{dtype}")
     a = sparse_inputs(g, B=4, h_q=h_q, s_q=s_q, topk=200, topk_lens=(200, 1, 0, 77), kv_format=fmt, d_qk=d,
                       dtype=dtype, sink=h_q > 1)
@@ -169,12 +169,12 @@ def test_parity_sparse(fmt, d, dtype, h_q, s_q, kernel):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt,d,dtype", FORMATS[:4], ids=str)
+@pytest.mark.parametrize("fmt,d,dtype", FORMATS[:4] + FORMATS[5:6], ids=str)
 @pytest.mark.parametrize("extra_pbs", [64, 16, 100])
 def test_parity_sparse_extra_pool(fmt, d, dtype, extra_pbs, kernel):
     """The extra KV pool attended in the same softmax, with its own page size."""
     if kernel == "planned" and fmt != "bf16":
-        pytest.skip("FP8 caches: each kernel is forced in turn")
+        pytest.skip("FP8 / int8 caches: each kernel is forced in turn")
     if fmt == "fp8_model1" and extra_pbs % 2:
         extra_pbs += 1
     g = bld.generator(extra_pbs, "mla_decode", f"cuda/sparse-extra/{fmt}/{d}")
@@ -186,7 +186,7 @@ def test_parity_sparse_extra_pool(fmt, d, dtype, extra_pbs, kernel):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "fp8_model1", "int8_v32"])
 @pytest.mark.parametrize("h_q,s_q", [(128, 1), (16, 2)])
 def test_parity_sparse_long_lists_split(fmt, h_q, s_q):
     """Long index lists on few requests: every list is split across SM parts (partial merge: the
@@ -224,7 +224,7 @@ def test_parity_sparse_sorted_key_lists(fmt, topk, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_v32", "int8_v32"])
 def test_sparse_graph_replays_with_new_indices(fmt):
     g = bld.generator(9, "mla_decode", f"cuda/sparse-graph/{fmt}")
     a = sparse_inputs(g, B=3, h_q=16, s_q=2, topk=1024, topk_lens=(1024, 3, 0), kv_format=fmt)

@@ -9,7 +9,7 @@ from dualops import quant
 from dualops.reference import mla_decode as ref_mla
 
 INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
-FORMATS = [("bf16", 576), ("bf16", 512), ("fp8_v32", 576), ("fp8_model1", 512)]
+FORMATS = [("bf16", 576), ("bf16", 512), ("fp8_v32", 576), ("fp8_model1", 512), ("int8_v32", 576)]
 
 
 def make_cache(fmt, d, nb, pbs, unused):
@@ -21,8 +21,8 @@ def make_cache(fmt, d, nb, pbs, unused):
         cache.view(-1, d)[unused] = float("nan")
     else:
         cache = quant.pack_mla_kv(kv, fmt)
-        if fmt == "fp8_v32":
-            cache.view(-1, 656)[unused] = 0xFF
+        if fmt in ("fp8_v32", "int8_v32"):
+            cache.view(-1, 656)[unused] = 0xFF   # NaN scales
         else:  # per block: token data, then token scales
             stream = cache.view(nb, -1)
             for t in unused.tolist():
@@ -201,5 +201,11 @@ def test_errors():
         ref_mla(q, cache, table, lens, topk_length=lens)
     with pytest.raises(TypeError, match="uint8"):
         ref_mla(q, cache, table, lens, kv_format="fp8_v32")
+    with pytest.raises(TypeError, match="'int8_v32' must be uint8"):
+        ref_mla(q, cache.view(torch.int8)[..., :656], table, lens, kv_format="int8_v32")
+    with pytest.raises(ValueError, match="int8_v32.*656 bytes"):
+        ref_mla(q, torch.zeros(2, 4, 1, 584, dtype=torch.uint8), table, lens, kv_format="int8_v32")
+    with pytest.raises(ValueError, match="q head dim 512 does not match kv_cache d_qk 576 \\(int8_v32\\)"):
+        ref_mla(q[..., :512], torch.zeros(2, 4, 1, 656, dtype=torch.uint8), table, lens, kv_format="int8_v32")
     with pytest.raises(ValueError, match="attn_sink"):
         ref_mla(q, cache, None, None, indices=torch.zeros(1, 1, 2, dtype=torch.int32), attn_sink=torch.zeros(3))

@@ -2,8 +2,9 @@
 //   E4m3ToHalfBits(byte)  fp16 bit pattern of an e4m3fn byte (every e4m3 value is exact in fp16;
 //                         0x7F / 0xFF are NaN).
 //   FillE4m3Table(lut)    that pattern of every byte into a 256-entry fp16 table in UB
-//                         (kE4m3TableBytes): kernels decode e4m3 with Gather from it, after
-//                         an S -> V sync (the table is written by the scalar unit).
+//                         (kE4m3TableBytes), after which an S -> V sync (the table is written by
+//                         the scalar unit).
+//   E4m3ToHalf(...)       the decode of `count` bytes on the vector unit through that table (Gather).
 #pragma once
 #include "kernel_operator.h"
 
@@ -33,6 +34,20 @@ constexpr uint32_t kE4m3TableBytes = 256 * sizeof(uint16_t);
 
 __aicore__ inline void FillE4m3Table(const AscendC::LocalTensor<uint16_t>& lut) {
   for (uint32_t b = 0; b < 256; ++b) lut.SetValue(b, E4m3ToHalfBits(b));
+}
+
+// `count` e4m3 bytes of raw -> fp16 in dst through the 256-entry fp16 table lut: byte -> its value
+// in fp16 (in tmp) -> int32 (in idx) -> byte offset into the table -> Gather. dst may be tmp.
+__aicore__ inline void E4m3ToHalf(const AscendC::LocalTensor<half>& dst, const AscendC::LocalTensor<uint8_t>& raw,
+                                  const AscendC::LocalTensor<half>& tmp, const AscendC::LocalTensor<int32_t>& idx,
+                                  const AscendC::LocalTensor<uint16_t>& lut, uint32_t count) {
+  AscendC::Cast(tmp, raw, AscendC::RoundMode::CAST_NONE, count);
+  AscendC::PipeBarrier<PIPE_V>();
+  AscendC::Cast(idx, tmp, AscendC::RoundMode::CAST_RINT, count);
+  AscendC::PipeBarrier<PIPE_V>();
+  AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(count));
+  AscendC::PipeBarrier<PIPE_V>();
+  AscendC::Gather(dst, lut.template ReinterpretCast<half>(), idx.template ReinterpretCast<uint32_t>(), 0, count);
 }
 
 }  // namespace ascend

@@ -95,15 +95,7 @@ class GgDecode {
                                                     static_cast<uint32_t>(kk - cols), 0, 0),
                          AscendC::DataCopyPadExtParams<uint8_t>(false, 0, 0, 0));
     Sync<AscendC::HardEvent::MTE2_V>();
-    // byte -> its value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
-    AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, count);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(count));
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Gather(out, lut_.Get<uint16_t>().template ReinterpretCast<half>(),
-                    idx.template ReinterpretCast<uint32_t>(), 0, count);
+    ascend::E4m3ToHalf(out, raw, h, idx, lut_.Get<uint16_t>(), count);
     Sync<AscendC::HardEvent::V_MTE3>();
     const uint32_t len = static_cast<uint32_t>(cols * sizeof(half));
     const uint32_t ub_gap = (static_cast<uint32_t>(cols_p * sizeof(half)) - (len + 31) / 32 * 32) / 32;

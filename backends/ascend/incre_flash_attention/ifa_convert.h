@@ -153,17 +153,8 @@ class IfaConvert {
       VecBarrier();
       AscendC::Cast(f, h, AscendC::RoundMode::CAST_NONE, count);
     } else if constexpr (kFp8) {
-      // byte -> its integer value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
       AscendC::LocalTensor<half> h = h16_.Get<half>();
-      AscendC::LocalTensor<int32_t> idx = idx_.Get<int32_t>();
-      AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, count);
-      VecBarrier();
-      AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, count);
-      VecBarrier();
-      AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(count));
-      VecBarrier();
-      AscendC::Gather(h, lut_.Get<uint16_t>().template ReinterpretCast<half>(),
-                      idx.template ReinterpretCast<uint32_t>(), 0, count);
+      ascend::E4m3ToHalf(h, raw, h, idx_.Get<int32_t>(), lut_.Get<uint16_t>(), count);
       VecBarrier();
       AscendC::Cast(f, h, AscendC::RoundMode::CAST_NONE, count);
     } else {

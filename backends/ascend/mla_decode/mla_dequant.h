@@ -1,11 +1,13 @@
-// Vector-core dequantization of FP8 latent caches for MLA decode (the A2 cube has no FP8): the
-// keys of a tile are dequantized in fp32 and rounded once to q's dtype into the GM workspace,
-// where the cube reads them as K and V (docs/parity.md counts that rounding).
+// Vector-core dequantization of FP8 and int8 latent caches for MLA decode (the A2 cube has no
+// FP8): the keys of a tile are dequantized in fp32 and rounded once to q's dtype into the GM
+// workspace, where the cube reads them as K and V (docs/parity.md counts that rounding).
 //   fp8_v32    (656 B/token): 512 e4m3 x 4 fp32 scales (one per 128) | 64 bf16 RoPE
+//   int8_v32   (656 B/token): the same with 512 int8 values
 //   fp8_model1 (584 B/token, per page block: tokens' [448 e4m3 | 64 bf16 RoPE], then 8 B of
 //              scales per token: 7 e8m0 (one per 64) + pad)
 // e4m3 bytes are decoded through a 256-entry fp16 table in UB and Gather (every e4m3 value is
-// exact in fp16; 0x7F / 0xFF are NaN). Rows of invalid keys are written as zeros, so the cube
+// exact in fp16; 0x7F / 0xFF are NaN); int8 bytes by Cast int8 -> fp16 (exact). Then fp16 -> fp32
+// times the fp32 scale, as the reference dequantizes. Rows of invalid keys are written as zeros, so the cube
 // copies whole tiles and nothing unused is read. The two vector cores split the tile's rows.
 #pragma once
 #include "ascend/common/fp8.h"
@@ -30,7 +32,8 @@ class MlaDequant {
   __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
     a_ = &a;
     tp_ = &pipe;
-    v32_ = a.h.kv_format == kFmtV32;
+    v32_ = a.h.kv_format == kFmtV32 || a.h.kv_format == kFmtI8V32;
+    int8_ = a.h.kv_format == kFmtI8V32;
     nope_ = v32_ ? kV32Nope : kModel1Nope;
     pitch_ = v32_ ? RoundUp(kV32RopeByte, 32) : kModel1Data;   // UB bytes per raw row
     const int32_t d = a.h.d_qk;
@@ -92,15 +95,12 @@ class MlaDequant {
     AscendC::LocalTensor<int32_t> idx = idx_.Get<int32_t>();
     AscendC::LocalTensor<float> f = f32_.Get<float>();
     const uint32_t bytes = static_cast<uint32_t>(cn * pitch_);
-    // byte -> its value in fp16 -> int32 -> byte offset into the fp16 table -> Gather.
-    AscendC::Cast(h, raw, AscendC::RoundMode::CAST_NONE, bytes);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Cast(idx, h, AscendC::RoundMode::CAST_RINT, bytes);
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Muls(idx, idx, static_cast<int32_t>(sizeof(half)), static_cast<int32_t>(bytes));
-    AscendC::PipeBarrier<PIPE_V>();
-    AscendC::Gather(h, lut_.Get<uint16_t>().template ReinterpretCast<half>(), idx.template ReinterpretCast<uint32_t>(), 0,
-                    bytes);
+    // The value bytes -> fp16 (the scale and RoPE bytes decode to values nothing reads).
+    if (int8_) {
+      AscendC::Cast(h, raw.template ReinterpretCast<int8_t>(), AscendC::RoundMode::CAST_NONE, bytes);   // exact
+    } else {
+      ascend::E4m3ToHalf(h, raw, h, idx, lut_.Get<uint16_t>(), bytes);
+    }
     AscendC::PipeBarrier<PIPE_V>();
     const int32_t seg = v32_ ? 128 : 64;
     for (int32_t r = 0; r < cn; ++r) {
@@ -177,7 +177,7 @@ class MlaDequant {
 
   const Args* a_ = nullptr;
   AscendC::TPipe* tp_ = nullptr;
-  bool v32_ = true;
+  bool v32_ = true, int8_ = false;
   int32_t nope_ = kV32Nope, pitch_ = 544;
   AscendC::TBuf<AscendC::TPosition::VECCALC> raw_, aux_, h16_, idx_, f32_, out_, lut_;
 };

@@ -40,7 +40,7 @@ struct LaunchHeader {
   int32_t m_rows;           // q rows of one work item (the plan's m block)
   int32_t page_block_size;  // main cache
   int32_t extra_page_block_size;
-  int32_t kv_format;        // 0 bf16 (16-bit cache), 1 fp8_v32, 2 fp8_model1
+  int32_t kv_format;        // 0 bf16 (16-bit cache), 1 fp8_v32, 2 fp8_model1, 3 int8_v32
   int32_t q_dtype;          // dtype code of q (ops/include/dualops/params.h): 1 fp16, 2 bf16
   int32_t convert;          // 1: the vector cores dequantize each tile into the workspace
   int32_t topk_cols;        // indices.shape[-1] (sparse), else 0
@@ -61,11 +61,11 @@ constexpr int32_t kPlanInts = 18;
 constexpr int32_t kPlanVersion = 1;
 static_assert(sizeof(PlanHeader) == kPlanInts * 4, "MLA plan header is 18 int32 fields");
 
-enum KvFormat : int32_t { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };
+enum KvFormat : int32_t { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2, kFmtI8V32 = 3 };
 enum DTypeCode : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 // Cache token layouts (dualops.quant).
-constexpr int32_t kV32Bytes = 656;      // 512 e4m3 | 4 fp32 scales | 64 bf16 RoPE
+constexpr int32_t kV32Bytes = 656;      // 512 e4m3 (int8_v32: int8) | 4 fp32 scales | 64 bf16 RoPE
 constexpr int32_t kV32Nope = 512;
 constexpr int32_t kV32RopeByte = 528;
 constexpr int32_t kModel1Data = 576;    // per token in the block's data area: 448 e4m3 | 64 bf16 RoPE
@@ -151,9 +151,9 @@ __aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeade
   if (t.num_m_blocks != CeilDiv(t.q_rows, h.m_rows)) return "num_m_blocks != ceil(q_rows / m_rows)";
   if (h.num_cores < 1 || h.num_cores > t.num_sm_parts * t.num_m_blocks) return "num_cores must be in [1, parts * m blocks]";
   if (h.page_block_size < 1 || h.page_block_size != t.page_block_size) return "page_block_size differs from the plan's";
-  if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format > 2) return "kv_format differs from the plan's";
+  if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format > 3) return "kv_format differs from the plan's";
   if (h.q_dtype != kF16 && h.q_dtype != kBF16) return "q must be fp16 or bf16";
-  if (h.kv_format != kFmtBf16 && !h.convert) return "FP8 caches are dequantized on the vector cores (convert = 1)";
+  if (h.kv_format != kFmtBf16 && !h.convert) return "FP8 / int8 caches are dequantized on the vector cores (convert = 1)";
   if (t.sparse && (h.topk_cols != t.topk || h.extra_topk_cols != t.extra_topk)) return "index widths differ from the plan's topk";
   if (t.sparse && h.extra_topk_cols > 0 && h.extra_page_block_size < 1) return "extra_page_block_size must be >= 1";
   const Chunks c = MakeChunks(h);

@@ -8,7 +8,7 @@
 
 namespace dualops::cuda::mla {
 
-enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2 };  // MlaPlan KV_FORMATS codes
+enum KvFormat : int { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2, kFmtI8V32 = 3 };  // MlaPlan KV_FORMATS codes
 // The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync, wgmma
 // (both run every format) or the transposed-tile wgmma kernel (every format, at most 32 q rows).
 // wgmma_seesaw: the wgmma kernel with the seesaw tile loop (16-bit caches).
@@ -59,13 +59,15 @@ struct Traits {
   static constexpr int kChunks = D / 8;       // 16-byte chunks of a 16-bit latent row
   static constexpr int kRowBytes = D * 2;     // a multiple of 128: rows swizzle by row % 8
   static constexpr bool kDirect = FMT == kFmtBf16;  // cache rows copied as they are (same dtype as q)
+  // The 656-byte v32 token: 512 values (fp8_v32 e4m3, int8_v32 int8) | 4 fp32 scales | 64 bf16 RoPE.
+  static constexpr bool kV32 = FMT == kFmtV32 || FMT == kFmtI8V32;
   // wgmma kernel: Q and KV tiles as D / 64 blocks of [64 rows x 64 values] (8 KB each, 128-byte
   // swizzle, 1024-byte aligned), the canonical wgmma operand layout; mma.sync kernel: rows of D
   // values, 16-byte chunks swizzled by row % 8.
   static constexpr bool kWg = KIND == kKernelWgmma || KIND == kKernelWgmmaSeesaw;
   static constexpr int kBlockBytes = kRows * 128;
-  // Raw staging row of an FP8 token: v32 656 B; model1 576 data + 8 scale bytes, padded to 592.
-  static constexpr int kRawRow = FMT == kFmtV32 ? 656 : 592;
+  // Raw staging row of a quantized token: v32 656 B; model1 576 data + 8 scale bytes, padded to 592.
+  static constexpr int kRawRow = kV32 ? 656 : 592;
   static constexpr int kTileBytes = kTile * kRowBytes;
   static constexpr int kQBytes = kRows * kRowBytes;
   // Layout: Q tile | KV tile(s) | [raw staging] | P tile | row reductions (max, sum) for 2 halves.
@@ -106,7 +108,7 @@ struct Traits {
     }
   }
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
-  static_assert(FMT != kFmtV32 || D == 576, "fp8_v32 is d_qk 576");
+  static_assert(!kV32 || D == 576, "fp8_v32 and int8_v32 are d_qk 576");
   static_assert(!kWgSeesaw || kDirect, "the seesaw loop takes 16-bit caches");
   static_assert(!SPARSE || KIND == kKernelMma || KIND == kKernelWgmma, "sparse decode: mma.sync or wgmma");
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");

@@ -36,6 +36,9 @@ Launch variant_of(const MlaDecodeParams& p) {
     case 2:
       if (p.head_dim != 512) return nullptr;
       return bf ? launch_variant<__nv_bfloat16, 2, 512> : launch_variant<__half, 2, 512>;
+    case 3:
+      if (p.head_dim != 576) return nullptr;
+      return bf ? launch_variant<__nv_bfloat16, 3, 576> : launch_variant<__half, 3, 576>;
     default:
       return nullptr;
   }

@@ -1,5 +1,5 @@
 // Loads of one MLA CTA: the 64-row q tile, and one 64-token KV tile of a request, either copied
-// as it is (16-bit cache of q's dtype) or staged raw (FP8 formats) and dequantized in shared
+// as it is (16-bit cache of q's dtype) or staged raw (FP8 / int8 formats) and dequantized in shared
 // memory to q's dtype. Tokens past the range end and tokens whose block id is outside the cache
 // are zero-filled and never read (their slots may hold anything, NaN included).
 #pragma once
@@ -83,7 +83,7 @@ __device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParam
 // Bytes of one cache token per format (16-bit: d_qk values; v32: 656; model1: 576 data + 8 scales).
 template <class Tr>
 __device__ __forceinline__ constexpr int64_t token_bytes() {
-  return Tr::kDirect ? Tr::kRowBytes : Tr::kFmt == kFmtV32 ? 656 : 584;
+  return Tr::kDirect ? Tr::kRowBytes : Tr::kV32 ? 656 : 584;
 }
 
 // TMA copies of 16-bit tiles (`wgmma_t`, the `wgmma` seesaw loop): the cache as a tensor of rows
@@ -121,7 +121,7 @@ __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t
 #pragma unroll
     for (int chunk = sub; chunk < Tr::kChunks; chunk += kPer)
       copy16(base + Tr::off(token, chunk), src + (n ? chunk * 16 : 0), n);
-  } else if constexpr (Tr::kFmt == kFmtV32) {
+  } else if constexpr (Tr::kV32) {
     const unsigned char* src = blk ? blk + static_cast<int64_t>(off) * 656 : any;
     for (int chunk = sub; chunk < 41; chunk += kPer)
       copy16(base + token * Tr::kRawRow + chunk * 16, src + (n ? chunk * 16 : 0), n);
@@ -198,6 +198,25 @@ __device__ __forceinline__ uint4 e4m3x8_scaled(uint2 raw, float s) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// 8 int8 values times a scale -> 8 values of MT (16 bytes).
+template <typename MT>
+__device__ __forceinline__ uint4 s8x8_scaled(uint2 raw, float s) {
+  const float4 a = s8x4_to_float4(raw.x), b = s8x4_to_float4(raw.y);
+  return make_uint4(pack2<MT>(a.x * s, a.y * s), pack2<MT>(a.z * s, a.w * s), pack2<MT>(b.x * s, b.y * s),
+                    pack2<MT>(b.z * s, b.w * s));
+}
+
+// 8 quantized values of a cache of format Tr::kFmt (int8_v32: int8, else e4m3) times their
+// tile's scale, in fp32, rounded to q's dtype: 16 bytes of a 16-bit KV tile.
+template <class Tr>
+__device__ __forceinline__ uint4 values8_scaled(uint2 raw, float s) {
+  if constexpr (Tr::kFmt == kFmtI8V32) {
+    return s8x8_scaled<typename Tr::MT>(raw, s);
+  } else {
+    return e4m3x8_scaled<typename Tr::MT>(raw, s);
+  }
+}
+
 // Whether one of the 4 e8m0 bytes of w is 0 or 255, the two codes whose value is not the float
 // with bits e << 23 (2^-127 is subnormal; 255 is NaN): a zero byte of w or of ~w.
 __device__ __forceinline__ bool e8m0_special(uint32_t w) {
@@ -211,7 +230,7 @@ __device__ __forceinline__ float e8m0_scale(uint32_t e) {
   return __uint_as_float(e << 23);
 }
 
-// Raw FP8 staging tile -> 16-bit swizzled KV tile (one 16-byte output chunk per step).
+// Raw FP8 / int8 staging tile -> 16-bit swizzled KV tile (one 16-byte output chunk per step).
 template <class Tr>
 __device__ __forceinline__ void dequant_tile(const unsigned char* stage, unsigned char* kv) {
   using MT = typename Tr::MT;
@@ -219,10 +238,10 @@ __device__ __forceinline__ void dequant_tile(const unsigned char* stage, unsigne
     const int token = c / Tr::kChunks, chunk = c - token * Tr::kChunks;
     const unsigned char* row = stage + token * Tr::kRawRow;
     uint4 v;
-    if constexpr (Tr::kFmt == kFmtV32) {
+    if constexpr (Tr::kV32) {
       if (chunk < 64) {
         const float s = *reinterpret_cast<const float*>(row + 512 + (chunk >> 4) * 4);
-        v = e4m3x8_scaled<MT>(*reinterpret_cast<const uint2*>(row + chunk * 8), s);
+        v = values8_scaled<Tr>(*reinterpret_cast<const uint2*>(row + chunk * 8), s);
       } else {
         v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 528 + (chunk - 64) * 16));
       }

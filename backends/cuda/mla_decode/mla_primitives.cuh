@@ -1,6 +1,6 @@
 // Warp-level building blocks of the MLA decode kernels: the shared mma / packing / PDL pieces of
 // backends/cuda/common/, plus what only MLA uses: zero-filling cp.async without an L2 policy,
-// array-form ldmatrix, named barriers, swizzled shared-memory addressing, fp8 e4m3 conversion.
+// array-form ldmatrix, named barriers, swizzled shared-memory addressing, fp8 e4m3 and int8 conversion.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -114,6 +114,17 @@ __device__ __forceinline__ void store2(MT* p, float lo, float hi) {
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t x) {
   __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x), __NV_E4M3);
   return __half22float2(*reinterpret_cast<__half2*>(&h));
+}
+// Four int8 values (a 32-bit word, low byte first) -> four floats, exactly: byte b + 128 (xor
+// 0x80) becomes the low mantissa byte of the float 2^23 + b + 128 (a byte permute), minus
+// 2^23 + 128; full-rate integer and float ops instead of four I2F conversions.
+__device__ __forceinline__ float4 s8x4_to_float4(uint32_t w) {
+  const uint32_t u = w ^ 0x80808080u;
+  constexpr float kBias = 8388736.0f;  // 2^23 + 128
+  return make_float4(__uint_as_float(__byte_perm(u, 0x4b000000u, 0x7650)) - kBias,
+                     __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7651)) - kBias,
+                     __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7652)) - kBias,
+                     __uint_as_float(__byte_perm(u, 0x4b000000u, 0x7653)) - kBias);
 }
 // Two bf16 values (a 32-bit word) -> two floats.
 __device__ __forceinline__ float2 bf16x2_to_float2(uint32_t w) {

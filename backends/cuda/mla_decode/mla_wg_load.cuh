@@ -25,10 +25,10 @@ constexpr int kWgLoadBarrier = 5;         // named barrier of warpgroup 1 (1 .. 
 
 template <class Tr>
 struct Fp8Tile {
-  static constexpr int kFp8Blocks = Tr::kFmt == kFmtV32 ? 8 : 7;  // e4m3 dims / 64
-  static constexpr int kRopeSrc = Tr::kFmt == kFmtV32 ? 528 : 448;  // RoPE bytes in the token's data row
-  static constexpr int kDataRow = Tr::kFmt == kFmtV32 ? 656 : 576;  // data row pitch in a cache block
-  static constexpr int kTokenBytes = Tr::kFmt == kFmtV32 ? 656 : 584;
+  static constexpr int kFp8Blocks = Tr::kV32 ? 8 : 7;  // e4m3 (int8_v32: int8) dims / 64
+  static constexpr int kRopeSrc = Tr::kV32 ? 528 : 448;  // RoPE bytes in the token's data row
+  static constexpr int kDataRow = Tr::kV32 ? 656 : 576;  // data row pitch in a cache block
+  static constexpr int kTokenBytes = Tr::kV32 ? 656 : 584;
   static constexpr int kRawHalf = Tr::kBlockBytes / 2;
   static __device__ __forceinline__ uint32_t raw_off(int j, int t, int s) {
     return static_cast<uint32_t>(j * Tr::kBlockBytes + kRawHalf + (s & 1) * 2048 + (2 * t + (s >> 1)) * 16);
@@ -47,7 +47,7 @@ __device__ __forceinline__ Fp8Src fp8_src(const MlaDecodeParams& p, int r, int t
   int off, pbs;
   const unsigned char* blk = token_block<Tr::kSparse>(p, r, tok, end, F::kTokenBytes, off, pbs);
   if (!blk) return {nullptr, nullptr};
-  const unsigned char* sc = Tr::kFmt == kFmtV32 ? blk + static_cast<int64_t>(off) * F::kDataRow + 512
+  const unsigned char* sc = Tr::kV32 ? blk + static_cast<int64_t>(off) * F::kDataRow + 512
                                                 : blk + static_cast<int64_t>(pbs) * 576 + off * 8;
   return {blk + static_cast<int64_t>(off) * F::kDataRow, sc};
 }
@@ -69,7 +69,7 @@ __device__ __forceinline__ void load_kv_raw_part(const MlaDecodeParams& p, uint3
     for (int k = h; k < 8; k += 2)
       cp_async_16(base + Tr::off(t, 8 * F::kFp8Blocks + k), n ? s.row + F::kRopeSrc + k * 16 : any, n);
   } else if (h == 0) {
-    if constexpr (Tr::kFmt == kFmtV32) {
+    if constexpr (Tr::kV32) {
       cp_async_16(base + t * 16, n ? s.sc : any, n);
     } else {  // model1: per block [pbs x 576 data][pbs x 8 scales]
       cp_async_8(base + t * 16, n ? s.sc : any, n ? 8u : 0u);
@@ -95,7 +95,7 @@ struct Fp8Scales {
 };
 template <class Tr>
 __device__ __forceinline__ Fp8Scales read_fp8_scales(const unsigned char* kv, int t) {
-  if constexpr (Tr::kFmt == kFmtV32) {
+  if constexpr (Tr::kV32) {
     return {*reinterpret_cast<const uint4*>(kv + t * 16)};
   } else {
     const uint2 v = *reinterpret_cast<const uint2*>(kv + t * 16);
@@ -106,14 +106,14 @@ __device__ __forceinline__ Fp8Scales read_fp8_scales(const unsigned char* kv, in
 template <class Tr>
 __device__ __forceinline__ float fp8_scale(const Fp8Scales& s, int j) {
   const uint32_t w[4] = {s.w.x, s.w.y, s.w.z, s.w.w};
-  if constexpr (Tr::kFmt == kFmtV32) {
+  if constexpr (Tr::kV32) {
     return __uint_as_float(w[j >> 1]);
   } else {
     return e8m0_scale((w[j >> 2] >> ((j & 3) * 8)) & 0xffu);
   }
 }
 
-// Blocks j0 .. j1 - 1 of a landed raw tile dequantized in place (e4m3 * scale in fp32, rounded to
+// Blocks j0 .. j1 - 1 of a landed raw tile dequantized in place (e4m3 or int8 * scale in fp32, rounded to
 // q's dtype, as mla_load.cuh's dequant_tile); with kRope, the RoPE part converted to q's dtype
 // too, by the 128 threads of one warpgroup (named barrier kBar). Thread 2t + h writes 16-byte
 // chunks 4h .. 4h + 3 of token t in every block. Every raw byte of a block is read (by the whole
@@ -135,7 +135,7 @@ __device__ __forceinline__ void dequant_blocks(unsigned char* kv, int t, int h, 
                           make_uint2(b[i].z, b[i].w)};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = e4m3x8_scaled<MT>(raw[k], scale);
+      *reinterpret_cast<uint4*>(kv + Tr::off(t, 8 * j + 4 * h + k)) = values8_scaled<Tr>(raw[k], scale);
   };
   if constexpr (kBatch) {
 #pragma unroll

@@ -52,7 +52,7 @@ struct WtLayout {
   // it fits, else 16 (docs/mla_decode_cuda.md: two 16-token slots measured faster with fp8_v32,
   // slower with fp8_model1, whose 8 threads per token each decode the token's 7 block scales).
   static constexpr int kRoom = kBudget - kFixed - 2 * kNb * Tr::kBlockBytes;  // for both warpgroups' slots
-  static constexpr bool kTwoSlots = Tr::kFmt == kFmtV32 && 2 * 2 * 16 * Tr::kRawRow <= kRoom;
+  static constexpr bool kTwoSlots = Tr::kV32 && 2 * 2 * 16 * Tr::kRawRow <= kRoom;
   static constexpr int kRawTok = Tr::kDirect ? 0 : !kTwoSlots && 2 * 32 * Tr::kRawRow <= kRoom ? 32 : 16;
   static constexpr int kRawBufs = Tr::kDirect ? 0 : kTwoSlots ? 2 : 1;
   static constexpr int kRawPer = Tr::kDirect ? 0 : 128 / kRawTok;

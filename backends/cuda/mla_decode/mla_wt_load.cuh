@@ -26,7 +26,7 @@ __device__ __forceinline__ void wt_load_q(const MlaDecodeParams& p, const MlaDec
   }
 }
 
-// kRawTok tokens of a raw FP8 slot -> tokens tok0 .. of the warpgroup's 16-bit KV tile (e4m3 *
+// kRawTok tokens of a raw FP8 / int8 slot -> tokens tok0 .. of the warpgroup's 16-bit KV tile (e4m3 / int8 *
 // scale in fp32, rounded to q's dtype, as dequant_tile), by the 128 threads of the warpgroup:
 // thread kPer t + s converts the kCh = 8 / kPer 16-byte output chunks 8i + kCh s .. of token t in
 // every 64-dim block i (one raw read per block), and kCh of the token's 8 RoPE chunks. Unrolled,
@@ -37,7 +37,7 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
   using Raw = std::conditional_t<kPer == 4, uint4, uint2>;
   static_assert(kPer == 4 || kPer == 8, "4 or 8 threads per token");
   constexpr int kCh = 8 / kPer;
-  constexpr bool kV32 = Tr::kFmt == kFmtV32;
+  constexpr bool kV32 = Tr::kV32;
   constexpr int kBlocks = kV32 ? 8 : 7;       // 64-dim e4m3 blocks
   constexpr int kRope = kV32 ? 528 : 448;     // RoPE bytes in the raw row
   const int tid = threadIdx.x & 127, t = tid / kPer, s = tid % kPer;
@@ -69,10 +69,10 @@ __device__ __forceinline__ void wt_dequant(const unsigned char* stage, unsigned 
   for (int i = 0; i < kBlocks; ++i) {
     if constexpr (kPer == 4) {
       const uint4 w = raw[i];
-      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s)) = e4m3x8_scaled<MT>(make_uint2(w.x, w.y), sc[i]);
-      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s + 1)) = e4m3x8_scaled<MT>(make_uint2(w.z, w.w), sc[i]);
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s)) = values8_scaled<Tr>(make_uint2(w.x, w.y), sc[i]);
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + 2 * s + 1)) = values8_scaled<Tr>(make_uint2(w.z, w.w), sc[i]);
     } else {
-      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + s)) = e4m3x8_scaled<MT>(raw[i], sc[i]);
+      *reinterpret_cast<uint4*>(kv + Tr::off(tok, 8 * i + s)) = values8_scaled<Tr>(raw[i], sc[i]);
     }
   }
 #pragma unroll

@@ -64,7 +64,7 @@ struct IncreFlashAttentionParams {
 };
 static_assert(sizeof(IncreFlashAttentionParams) == 320, "incre_flash_attention params layout differs from schema.pack_params");
 
-// MLA decode over a paged latent KV cache (1 KV head), bf16 or FP8 cache formats, dense or sparse top-k.
+// MLA decode over a paged latent KV cache (1 KV head), bf16, FP8 or int8 cache formats, dense or sparse top-k.
 struct MlaDecodeParams {
   void* q;
   void* kv_cache;

@@ -24,7 +24,7 @@ __all__ = ["BenchRun", "Row", "run", "report", "sweeps", "main"]
 def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, runs=30, rounds=1,
          budget_s=1.0, probe=True, peers=True, cpu_limit=2.0, sim_profile=None, seed=0,
          out="reports", compare=None, threshold=0.05, fail_on_regression=False, plots=True,
-         stream=None) -> int:
+         stream=None, command=None) -> int:
     """Run, print, write. Exit status 0; 1 on an error row; 3 on a regression with
     ``fail_on_regression``."""
     from . import compare as compare_mod
@@ -53,11 +53,13 @@ def main(*, sweep_names=None, op=None, shapes=None, backends=None, graph=True, r
     if old is not None:
         compare_mod.apply(result, old, threshold=threshold, path=compare)
     print(report.terminal(result), file=stream)
-    paths = report.write(result, out, plots=plots)
+    paths = report.write(result, out, plots=plots, command=command)
     from .. import report_page
 
+    report_page.write(paths["run"])
     page = report_page.write(out)
-    print(f"bench reports: {paths['json']}  {paths['markdown']}  {page}", file=stream)
+    print(f"bench reports: {paths['run']}/ (this run; also copied to {paths['json']}, {paths['markdown']}); "
+          f"{page} lists every run", file=stream)
     for p in paths.get("plots", []):
         print(f"  plot: {p}", file=stream)
     if plots and paths.get("plots_note"):

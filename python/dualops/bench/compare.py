@@ -22,7 +22,7 @@ def load(path) -> dict:
         raise ValueError(f"--compare: {p}: is not text (expected a bench.json written by "
                          f"python -m dualops bench)") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"--compare: {p}: is not valid JSON ({e.msg} at line {e.lineno} "
+        raise ValueError(f"--compare: {p}: is not valid JSON: {e.msg} (line {e.lineno}, "
                          f"column {e.colno})") from None
     if not isinstance(data, dict):
         raise ValueError(f"--compare: {p}: holds a JSON {type(data).__name__}, expected the object "

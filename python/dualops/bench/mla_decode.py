@@ -24,11 +24,11 @@ _DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 def normalize(shape: dict) -> dict:
     s = workloads.normalize(KEYS, shape, OP)
     workloads.positive(OP, s, "b", "s_q", "h_q", "s_k", "page")
-    workloads.choice(OP, "kv_format", s["kv_format"], ("bf16", "fp8_v32", "fp8_model1"))
+    workloads.choice(OP, "kv_format", s["kv_format"], ("bf16", "fp8_v32", "fp8_model1", "int8_v32"))
     workloads.choice(OP, "dtype", s["dtype"], tuple(_DT))
     if s["kv_format"] == "fp8_model1":
         s["d_qk"] = 512
-    elif s["kv_format"] == "fp8_v32":
+    elif s["kv_format"] in ("fp8_v32", "int8_v32"):
         s["d_qk"] = 576
     workloads.choice(OP, "d_qk", s["d_qk"], (576, 512))
     if s["topk"] and s["causal"]:

@@ -396,14 +396,88 @@ def names(op: str) -> list[str]:
     return [n for n, _, _ in PEERS[op]]
 
 
+# The package a peer comes from: its name up to the first "-" or "." (torch-sdpa -> torch), and
+# the modules that provide it (the GPU peers kit first, then the pip package).
+PACKAGES = {"torch": ("torch",), "flashinfer": ("peer_flashinfer", "flashinfer"),
+            "flash_mla": ("peer_flashmla", "flash_mla"), "flag_gems": ("flag_gems",), "torch_npu": ("torch_npu",)}
+DEVICE_WORDS = {"cuda": "an NVIDIA GPU", "npu": "an Ascend NPU (torch_npu + CANN)",
+                "privateuseone": "an Ascend NPU (torch_npu + CANN)", "cpu": "the CPU"}
+
+
+def _device_words(devs) -> str:
+    return " or ".join(dict.fromkeys(DEVICE_WORDS.get(d, d) for d in devs))
+
+
+def package(peer: str) -> str:
+    return peer.split("-")[0].split(".")[0]
+
+
+def _importable(pkg: str) -> tuple[bool, str]:
+    mods = PACKAGES.get(pkg, (pkg,))
+    for m in mods:
+        try:
+            if importlib.util.find_spec(m) is not None:
+                return True, m
+        except (ImportError, ValueError):
+            continue
+    return False, f"{' or '.join(mods)} not installed"
+
+
 def describe() -> list[dict]:
-    """Every peer with whether its package imports here (for ``info`` and the report page)."""
-    pkgs = {"flashinfer": ("peer_flashinfer", "flashinfer"), "flash_mla": ("peer_flashmla", "flash_mla"),
-            "flag_gems": ("flag_gems",), "torch_npu": ("torch_npu",)}
+    """Every peer package with whether it imports here (for ``info`` and the report page)."""
     rows = []
-    for key, mods in pkgs.items():
-        found = next((m for m in mods if importlib.util.find_spec(m) is not None), None)
-        rows.append({"peer": key, "importable": found is not None, "module": found or "",
-                     "reason": "" if found else f"not installed ({' or '.join(mods)})"})
+    for key in PACKAGES:
+        if key == "torch":
+            continue
+        ok, what = _importable(key)
+        rows.append({"peer": key, "importable": ok, "module": what if ok else "",
+                     "reason": "" if ok else f"not installed ({' or '.join(PACKAGES[key])})"})
     return rows
 
+
+def _runs_on(devs) -> str:
+    return "any device" if devs is ANY else _device_words(devs).replace("an ", "").replace(" (torch_npu + CANN)", "")
+
+
+def _distinct(reasons, n: int = 2) -> str:
+    uniq = list(dict.fromkeys(r for r in reasons if r))
+    return "; ".join(uniq[:n]) + (f"; and {len(uniq) - n} more reasons" if len(uniq) > n else "")
+
+
+def catalog(run) -> dict[str, list[dict]]:
+    """Every peer of every op a bench run covered: {op: [{peer, package, runs_on, status, reason}]}.
+    status: "timed" (in some configs; the reason says where not), "n/a" (why: the variant, a
+    missing package, or a device this machine lacks), or "not run" (peers switched off)."""
+    peer_rows = [r for r in run.rows if r.source == "peer"]
+    peer_device = next((r.device for r in peer_rows), "cpu" if not run.settings.get("accelerated") else None)
+    ops = list(dict.fromkeys(info["op"] for info in run.sweeps.values()))
+    out = {}
+    for op in ops:
+        entries = []
+        for name, devs, _ in PEERS.get(op, []):
+            mine = [r for r in peer_rows if r.op == op and r.impl == name]
+            ok = [r for r in mine if r.status == "ok"]
+            pkg = package(name)
+            e = {"peer": name, "package": pkg, "runs_on": _runs_on(devs)}
+            if ok:
+                others = [r for r in mine if r.status != "ok"]
+                e["status"] = "timed"
+                e["reason"] = (f"timed in {len(ok)} of {len(mine)} configs"
+                               + (f"; not in the others: {_distinct(r.reason for r in others)}" if others else ""))
+            elif mine:
+                e["status"] = "n/a"
+                e["reason"] = _distinct(r.reason for r in mine)
+            elif not run.settings.get("peers", True):
+                e["status"], e["reason"] = "not run", "peers switched off (--no-peers)"
+            else:
+                have, what = _importable(pkg)
+                e["status"] = "n/a"
+                if devs is not ANY and peer_device not in devs:
+                    here = DEVICE_WORDS.get(peer_device, peer_device or "no device")
+                    e["reason"] = (f"runs on {_device_words(devs)}; this run "
+                                   f"timed peers on {here}" + ("" if have else f"; {what}"))
+                else:
+                    e["reason"] = "no config of this run reached it (every config over the CPU limit?)"
+            entries.append(e)
+        out[op] = entries
+    return out

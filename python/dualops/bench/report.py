@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .environment import describe_machine, machine
 from .runner import BenchRun, Row
-from .table import json_safe, markdown_table, num, text_table
+from .table import NOISY_SPREAD, json_safe, markdown_table, noisy, num, spread_cell, text_table
 
 
 def _ms(s):
@@ -23,7 +23,7 @@ def _row(r: Row, run: BenchRun) -> list:
     impl = r.impl if r.source == "dualops" else f"{r.impl} (peer)"
     if r.status != "ok":
         return [r.label, impl, r.status] + ["-"] * (6 + bool(run.compare)) + [r.reason]
-    cells = [r.label, impl, r.method, _ms(r.time_s), num(r.spread, ".1%") if r.spread is not None else "-",
+    cells = [r.label, impl, r.method, _ms(r.time_s), spread_cell(r.spread),
              num(r.tflops, ".3g"), num(r.gbs, ".4g"), num(r.pct_bw, ".0f"), num(r.pct_peak, ".0f")]
     if run.compare:
         cells.append("-" if r.ratio is None else f"{r.ratio:.3f}x" + (" REGRESSION" if r.regression else ""))
@@ -37,8 +37,24 @@ def _by_sweep(run: BenchRun):
     return out
 
 
+def noisy_rows(run: BenchRun) -> list[Row]:
+    return [r for r in run.rows if r.status == "ok" and noisy(r.spread)]
+
+
+def noise_warning(run: BenchRun) -> str:
+    """One line on the rows whose spread makes their time meaningless, or ''."""
+    bad = noisy_rows(run)
+    if not bad:
+        return ""
+    timed = sum(r.status == "ok" and r.spread is not None for r in run.rows)
+    worst = max(bad, key=lambda r: r.spread)
+    return (f"WARNING: {len(bad)} of {timed} timings are NOISY (spread over {NOISY_SPREAD:.0%} of the median; "
+            f"worst {worst.spread:.0%}: {worst.op} {worst.label} {worst.impl}): their times and ratios say "
+            f"little (was the machine busy?); rerun when it is quiet, or with --rounds 3.")
+
+
 def _notes(run: BenchRun) -> list[str]:
-    lines = []
+    lines = [f"spread = (90th - 10th percentile) / median of the timed runs; NOISY above {NOISY_SPREAD:.0%}"]
     for key, c in run.ceilings.items():
         lines.append(f"ceiling [{key}]: {c['source']}")
     if run.ceilings:
@@ -58,13 +74,30 @@ def _notes(run: BenchRun) -> list[str]:
     return lines
 
 
+def peer_lines(run: BenchRun) -> list[str]:
+    """Every peer of each op with its status and reason (peers.catalog)."""
+    from . import peers
+
+    lines = []
+    for op, entries in peers.catalog(run).items():
+        lines.append(f"peers of {op}:")
+        width = max(len(e["peer"]) for e in entries) if entries else 0
+        lines += [f"  {e['peer']:<{width}}  {e['status']:<7}  {e['reason']}" for e in entries]
+    return lines
+
+
 def terminal(run: BenchRun) -> str:
     parts = []
     for sweep, rows in _by_sweep(run).items():
         desc = run.sweeps.get(sweep, {}).get("description", "")
         parts.append(f"\n{sweep}: {desc}\n" + text_table(_headers(run), [_row(r, run) for r in rows], max_width=72))
     parts.append("")
+    parts += peer_lines(run)
+    parts.append("")
     parts += _notes(run)
+    warn = noise_warning(run)
+    if warn:
+        parts.append(warn)
     for r in run.regressions:
         parts.append(f"REGRESSION {r.op} {r.label} {r.impl}: {_ms(r.time_s)} ms vs {_ms(r.old_time_s)} ms "
                      f"({r.ratio:.3f}x)")
@@ -84,22 +117,51 @@ def markdown(run: BenchRun) -> str:
         if not s["available"]:
             lines.append(f"- not run here: {b}: {s['reason']}")
     lines += ["", *(f"- {n}" for n in _notes(run))]
+    if noise_warning(run):
+        lines += ["", f"**{noise_warning(run)}**"]
     for sweep, rows in _by_sweep(run).items():
         desc = run.sweeps.get(sweep, {}).get("description", "")
         lines += ["", f"## {sweep}", "", desc, "", markdown_table(_headers(run), [_row(r, run) for r in rows])]
+    from . import peers
+
+    lines += ["", "## Peers", ""]
+    for op, entries in peers.catalog(run).items():
+        lines += ["", f"{op}:", "", markdown_table(["peer", "runs on", "status", "reason"],
+                                                    [[e["peer"], e["runs_on"], e["status"], e["reason"]]
+                                                     for e in entries])]
     return "\n".join(lines) + "\n"
 
 
-def write(run: BenchRun, out_dir, *, plots: bool = True) -> dict:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
-    paths["json"].write_text(json.dumps(json_safe(run.to_json()), indent=2, default=str, allow_nan=False))
-    paths["markdown"].write_text(markdown(run))
+def result_line(run: BenchRun) -> str:
+    ok = [r for r in run.rows if r.status == "ok"]
+    configs = len({(r.op, r.label) for r in run.rows})
+    noisy = len(noisy_rows(run))
+    return (f"{configs} configs, {len(ok)} timings or estimates, {len(run.errors)} errors"
+            + (f", {noisy} NOISY" if noisy else "") + f"; sweeps {', '.join(run.sweeps)}")
+
+
+def write(run: BenchRun, out_dir, *, plots: bool = True, command: str | None = None) -> dict:
+    """Write the reports (and plots) into a new run folder under ``out_dir/runs`` and copy them
+    to the top of ``out_dir`` (the newest bench run); returns their paths there and the folder."""
+    from .. import report_runs
+    from . import peers
+
+    data = run.to_json()
+    data["peers"] = peers.catalog(run)
+    folder = report_runs.new_run(out_dir, "bench")
+    (folder / "bench.json").write_text(json.dumps(json_safe(data), indent=2, default=str, allow_nan=False))
+    (folder / "bench.md").write_text(markdown(run))
+    made, why = [], ""
     if plots:
         from . import plots as plot_mod
 
-        made, why = plot_mod.write_all(run, out)
-        paths["plots"] = made
+        made, why = plot_mod.write_all(run, folder)
+    report_runs.finish(folder, kind="bench", created=run.created, machine=data["machine"],
+                       command=command or report_runs.command_line(), result=result_line(run))
+    report_runs.publish(out_dir, folder, "bench")
+    out = Path(out_dir)
+    paths = {"json": out / "bench.json", "markdown": out / "bench.md", "run": folder}
+    if plots:
+        paths["plots"] = [out / p.name for p in made]
         paths["plots_note"] = why
     return paths

@@ -3,6 +3,25 @@ from __future__ import annotations
 
 import math
 
+# A timing whose spread -- (90th - 10th percentile) / median of its runs -- is above this is
+# flagged "noisy": half the runs lie further apart than half the median, so the median says
+# little about the implementation and a ratio to a peer even less (a loaded machine gives
+# spreads of 100 % to several 1000 %; a quiet one 1-60 % on the CPU, under 5 % on a GPU).
+NOISY_SPREAD = 0.5
+
+
+def noisy(spread) -> bool:
+    """Whether a row's spread makes its time meaningless (see NOISY_SPREAD)."""
+    return isinstance(spread, (int, float)) and math.isfinite(spread) and spread > NOISY_SPREAD
+
+
+def spread_cell(spread) -> str:
+    """The spread column: '12%', with 'NOISY' when over NOISY_SPREAD; '-' when there is none
+    (an estimate has no spread)."""
+    if not isinstance(spread, (int, float)) or not math.isfinite(spread):
+        return "-"
+    return f"{spread:.0%}" + (" NOISY" if noisy(spread) else "")
+
 
 def num(x, fmt: str = ".3g") -> str:
     """A float for a table cell: '-' when absent, 'inf'/'nan' spelled out."""

@@ -21,7 +21,7 @@ def fresh_seed() -> int:
 
 
 def main(*, ops=None, backends=None, full=False, seed=None, case_names=None, out="reports",
-         save=None, against=None, stream=None) -> int:
+         save=None, against=None, stream=None, command=None) -> int:
     """Run, print the table, write the JSON and Markdown reports. Exit status: 0 all passed,
     1 any failure or error."""
     stream = stream or sys.stdout
@@ -31,11 +31,13 @@ def main(*, ops=None, backends=None, full=False, seed=None, case_names=None, out
         result = run(ops=ops, backends=backends, full=full,
                      seed=fresh_seed() if seed is None else seed, case_names=case_names, save_dir=save)
     print(report.terminal(result), file=stream)
-    paths = report.write(result, out)
+    paths = report.write(result, out, command=command)
     from .. import report_page
 
+    report_page.write(paths["run"])
     page = report_page.write(out)
-    print(f"parity reports: {paths['json']}  {paths['markdown']}  {page}", file=stream)
+    print(f"parity reports: {paths['run']}/ (this run; also copied to {paths['json']}, {paths['markdown']}); "
+          f"{page} lists every run", file=stream)
     if save:
         print(f"parity case set saved to {save} (check another machine with "
               f"`python -m dualops parity --against {save}`)", file=stream)

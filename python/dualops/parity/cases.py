@@ -7,6 +7,8 @@ Which schema features it has (and so which backends support it) is computed from
 inputs by ``dualops.schema.validate``, never restated here.
 
 ``quick`` cases run by default (a few seconds per op on the CPU); ``--full`` adds the rest.
+Cases with the same ``data`` draw the same logical values: the MLA format pairs below hold one
+bf16 cache stored as ``fp8_v32`` and as ``int8_v32`` (``FORMAT_PAIRS``).
 Shapes keep to what the kernels' capabilities allow (head dims 64/128/256, page sizes multiples
 of 16, K multiples of 16) unless a case is about a limit.
 """
@@ -34,6 +36,11 @@ class Case:
     exercises: tuple[str, ...] = ()
     quick: bool = True
     strided: tuple[str, ...] = ()
+    data: str = ""   # the name the inputs' generator is seeded with (default: the case's own)
+
+    def inputs(self, seed: int) -> dict:
+        """The call's keyword arguments for ``seed`` (see the module docstring)."""
+        return self.build(bld.generator(seed, self.op, self.data or self.name))
 
 
 # ----------------------------------------------------------------------------- IFA
@@ -137,7 +144,7 @@ def _sparse_indices(g, B, s_q, topk, live, capacity, lengths):
 
 
 def _mla(name, *, B, lens=None, h_q, d_qk=576, s_q=1, pbs=64, dtype="bf16", kv_format="bf16",
-         causal=False, topk=None, topk_lens=None, sink=False, extra_topk=None, quick=True) -> Case:
+         causal=False, topk=None, topk_lens=None, sink=False, extra_topk=None, quick=True, data="") -> Case:
     sparse = topk is not None
     tags = [f"kv_format {kv_format}", f"q {dtype}", f"H_q={h_q}", f"d_qk={d_qk}",
             f"page_block_size={pbs}", "poisoned unused cache slots"]
@@ -186,22 +193,36 @@ def _mla(name, *, B, lens=None, h_q, d_qk=576, s_q=1, pbs=64, dtype="bf16", kv_f
         return dict(q=q, kv_cache=_mla_format(kv, kv_format, _DT[dtype]), block_table=table,
                     cache_seqlens=seqlens, causal=causal, kv_format=kv_format, **extra)
 
-    return Case("mla_decode", name, build, tuple(tags), quick)
+    return Case("mla_decode", name, build, tuple(tags), quick, data=data)
+
+
+# One logical cache, two storage types: fp8_v32 case name -> (that case, its int8_v32 twin, the
+# same call on the unquantized bf16 cache). The three draw the same values (data = the fp8 name).
+FORMAT_PAIRS: dict[str, tuple[Case, Case, Case]] = {}
+
+
+def _v32_pair(name, **kw) -> list[Case]:
+    fp8 = _mla(name, kv_format="fp8_v32", **kw)
+    int8 = _mla(name.replace("fp8_v32", "int8_v32"), kv_format="int8_v32", data=name, **kw)
+    bf16 = _mla(name.replace("fp8_v32", "bf16_cache"), kv_format="bf16", data=name, **kw)
+    FORMAT_PAIRS[name] = (fp8, int8, bf16)
+    return [fp8, int8]
 
 
 _MLA_CASES = [
     _mla("dense_bf16_h16", B=3, lens=(0, 1, 150), h_q=16),
     _mla("dense_causal_sq2_h8", B=3, lens=(1, 2, 90), h_q=8, s_q=2, causal=True),
-    _mla("dense_fp8_v32_h16", B=2, lens=(70, 1), h_q=16, kv_format="fp8_v32"),
+    *_v32_pair("dense_fp8_v32_h16", B=2, lens=(70, 1), h_q=16),
     _mla("dense_fp8_model1_h16", B=2, lens=(0, 100), h_q=16, d_qk=512, kv_format="fp8_model1"),
     _mla("dense_fp16_d512_h5", B=2, lens=(65, 3), h_q=5, d_qk=512, dtype="fp16"),
     _mla("sparse_bf16_topk64_sink", B=3, h_q=16, s_q=2, topk=64, topk_lens=(64, 1, 0), sink=True),
-    _mla("sparse_fp8_v32_extra", B=2, h_q=16, topk=32, extra_topk=16, kv_format="fp8_v32"),
+    *_v32_pair("sparse_fp8_v32_extra", B=2, h_q=16, topk=32, extra_topk=16),
     # --full only
     _mla("dense_bf16_h64_varlen", B=4, lens=(1200, 0, 64, 513), h_q=64, quick=False),
     _mla("dense_causal_sq2_h128", B=2, lens=(300, 2), h_q=128, s_q=2, causal=True, quick=False),
-    _mla("dense_fp8_v32_causal_h64", B=3, lens=(2, 200, 64), h_q=64, s_q=2, causal=True,
-         kv_format="fp8_v32", quick=False),
+    *_v32_pair("dense_fp8_v32_causal_h64", B=3, lens=(2, 200, 64), h_q=64, s_q=2, causal=True, quick=False),
+    *_v32_pair("sparse_fp8_v32_fp16_sink_h24", B=3, h_q=24, s_q=2, topk=96, topk_lens=(96, 1, 0), sink=True,
+               dtype="fp16", quick=False),
     _mla("dense_bf16_page16_h16", B=3, lens=(17, 1, 100), h_q=16, pbs=16, quick=False),
     _mla("sparse_model1_extra_sink", B=2, h_q=64, d_qk=512, kv_format="fp8_model1", topk=64,
          topk_lens=(30, 64), sink=True, extra_topk=32, quick=False),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..bench.environment import describe_machine, machine, now
 from ..bench.table import json_safe, markdown_table, num, text_table
+from . import cross_format
 from .runner import ParityRun, Result
 
 HEADERS = ("case", "backend", "vs", "result", "max abs", "max rel", "cos diff", "note")
@@ -35,6 +36,9 @@ def terminal(run: ParityRun) -> str:
     parts = []
     for op, rows in _by_op(run).items():
         parts.append(f"\n{op}\n" + text_table(HEADERS, [_row(r) for r in rows]))
+    if run.cross_format:
+        parts.append(f"\nmla_decode cross-format: {cross_format.INTRO}\n"
+                     + text_table(cross_format.HEADERS, cross_format.table_rows(run.cross_format)))
     s = run.summary()
     against = f", against {run.against['dir']}" if run.against else ""
     parts.append(f"\nparity: {s['pass']} pass, {s['fail']} fail, {s['error']} error, {s['n/a']} n/a "
@@ -52,7 +56,7 @@ def to_json(run: ParityRun) -> dict:
     return {"format": "dualops-parity-report", "version": 1, "created": now(), "seed": run.seed,
             "machine": machine(), "selection": run.selection, "backends": run.backends,
             "against": run.against, "summary": run.summary(), "cases": run.cases,
-            "results": [r.to_json() for r in run.results]}
+            "results": [r.to_json() for r in run.results], "cross_format": run.cross_format}
 
 
 def markdown(run: ParityRun) -> str:
@@ -76,6 +80,10 @@ def markdown(run: ParityRun) -> str:
               "`n/a` = the schema says the backend does not support the variant."]
     for op, rows in _by_op(run).items():
         lines += ["", f"## {op}", "", markdown_table(HEADERS, [_row(r) for r in rows])]
+    if run.cross_format:
+        lines += ["", "## mla_decode: fp8_v32 against int8_v32", "", cross_format.INTRO[0].upper()
+                  + cross_format.INTRO[1:] + ".", "",
+                  markdown_table(cross_format.HEADERS, cross_format.table_rows(run.cross_format))]
     fails = run.failures
     if fails:
         lines += ["", "## Failures", "", "```"] + [r.repro for r in fails] + ["```"]
@@ -86,10 +94,24 @@ def markdown(run: ParityRun) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(run: ParityRun, out_dir) -> dict[str, Path]:
+def result_line(run: ParityRun) -> str:
+    s = run.summary()
+    what = f"against {run.against['dir']}" if run.against else f"{len(run.cases)} cases"
+    return (f"{s['pass']} pass, {s['fail']} fail, {s['error']} error, {s['n/a']} n/a ({what}; "
+            f"backends {', '.join(run.selection['backends'])}; seed {run.seed})")
+
+
+def write(run: ParityRun, out_dir, *, command: str | None = None) -> dict[str, Path]:
+    """Write the reports into a new run folder under ``out_dir/runs`` and copy them to the top of
+    ``out_dir`` (the newest parity run); returns their paths there and the run folder."""
+    from .. import report_runs
+
+    data = to_json(run)
+    folder = report_runs.new_run(out_dir, "parity")
+    (folder / "parity.json").write_text(json.dumps(json_safe(data), indent=2, default=str, allow_nan=False))
+    (folder / "parity.md").write_text(markdown(run))
+    report_runs.finish(folder, kind="parity", created=data["created"], machine=data["machine"],
+                       command=command or report_runs.command_line(), result=result_line(run))
+    report_runs.publish(out_dir, folder, "parity")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "parity.json", "markdown": out / "parity.md"}
-    paths["json"].write_text(json.dumps(json_safe(to_json(run)), indent=2, default=str, allow_nan=False))
-    paths["markdown"].write_text(markdown(run))
-    return paths
+    return {"json": out / "parity.json", "markdown": out / "parity.md", "run": folder}

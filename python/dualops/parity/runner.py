@@ -14,8 +14,8 @@ import torch
 from .. import schema
 from ..bench.environment import backend_device
 from ..testing import compare
-from . import builders, expected
-from .cases import OPS, Case, cases
+from . import builders, cross_format, expected
+from .cases import FORMAT_PAIRS, OPS, Case, cases
 
 
 @dataclass
@@ -57,6 +57,7 @@ class ParityRun:
     results: list[Result] = field(default_factory=list)
     cases: dict = field(default_factory=dict)   # "op/case" -> {"exercises", "features"}
     against: dict | None = None       # manifest summary of a saved set
+    cross_format: list = field(default_factory=list)  # cross_format.measure rows (MLA format pairs)
 
     @property
     def failures(self) -> list[Result]:
@@ -216,16 +217,21 @@ def run(*, ops=None, backends=None, full=False, seed=0, case_names=None, save_di
                        selection={"ops": ops, "backends": names, "full": full,
                                   "cases": list(case_names or [])})
     saver = store.Saver(save_dir, seed) if save_dir else None
+    paired = {c.name for pair in FORMAT_PAIRS.values() for c in pair[:2]}
+    ran = {}   # inputs and outputs of the cases of cross_format's pairs
     for i, case in enumerate(selected):
         _progress(i, len(selected), f"{case.op}/{case.name}")
-        inputs = case.build(builders.generator(seed, case.op, case.name))
+        inputs = case.inputs(seed)
         rows, outs = check_case(case.op, case.name, inputs, case.strided, names, seed=seed,
                                 exercises=case.exercises)
         result.results += rows
         result.cases[f"{case.op}/{case.name}"] = _case_info(case.exercises, rows)
         if saver:
             saver.add(case.op, case.name, inputs, case.strided, outs, case.exercises)
+        if case.name in paired:
+            ran[case.name] = (inputs, outs)
     _progress(len(selected), len(selected), "done")
+    result.cross_format = cross_format.measure(ran, seed)
     if saver:
         saver.finish()
     return result

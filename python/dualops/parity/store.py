@@ -42,12 +42,21 @@ def write_atomic(path, data: bytes | str) -> Path:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file 0600; a report or saved set is as readable as any file the
+        # user writes (0644 under the usual umask).
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class Saver:
@@ -98,7 +107,7 @@ def load_manifest(directory) -> dict:
     except UnicodeDecodeError:
         raise _bad(path, "is not text (expected the JSON manifest written by parity --save)") from None
     except json.JSONDecodeError as e:
-        raise _bad(path, f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise _bad(path, f"is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
     if not isinstance(m, dict):
         raise _bad(path, f"holds a JSON {type(m).__name__}, expected an object with format, version, "
                          f"seed and cases")
@@ -128,6 +137,15 @@ def load_manifest(directory) -> dict:
     return m
 
 
+def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of an error message (torch's run on for several), whole words only."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    first = first.split(". ")[0].rstrip(".")
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0] + " ..."
+    return first
+
+
 def load_case(directory, entry: dict) -> dict:
     path = Path(directory) / entry["file"]
     try:
@@ -135,9 +153,8 @@ def load_case(directory, entry: dict) -> dict:
     except FileNotFoundError:
         raise _bad(path, "is missing") from None
     except Exception as e:  # truncated zip, a pickle that is not tensors, random bytes, ...
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise _bad(path, f"cannot be read as a saved case (truncated or not written by parity --save: "
-                         f"{type(e).__name__}: {first[:160]})") from None
+        raise _bad(path, f"cannot be read as a saved case (truncated or not written by parity --save): "
+                         f"{type(e).__name__}: {_first_sentence(str(e))}") from None
     if not isinstance(data, dict):
         raise _bad(path, f"holds a {type(data).__name__}, expected the dict parity --save writes")
     for key in ("inputs", "outputs", "strided"):

@@ -1,8 +1,8 @@
 """Reference MLA decode (FlashMLA semantics), plain torch.
 
 One latent KV head: K is the whole d_qk vector of a token, V its first head_dim_v dims.
-FP8 caches are dequantized token by token with ``quant.gather_mla_kv`` (only the tokens
-attended are read), then attended exactly like a bf16 cache.
+Quantized caches (FP8, int8) are dequantized token by token with ``quant.gather_mla_kv``
+(only the tokens attended are read), then attended exactly like a bf16 cache.
 
 * Dense mode: request b attends tokens 0..cache_seqlens[b]-1 through block_table; with
   causal and S_q > 1, query i sees keys < cache_seqlens[b] - S_q + i + 1.
@@ -65,7 +65,7 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, softm
     """Ground-truth MLA decode.
 
     q [B, S_q, H_q, d_qk]; kv_cache bf16/fp16 [num_blocks, page_block_size, 1, d_qk] or uint8
-    "fp8_v32" / "fp8_model1" (see dualops.quant).  Returns (out [B, S_q, H_q, head_dim_v],
+    "fp8_v32" / "fp8_model1" / "int8_v32" (see dualops.quant).  Returns (out [B, S_q, H_q, head_dim_v],
     lse [B, H_q, S_q]) in ``compute_dtype`` (fp32 or fp64) on q's device.
 
     ``return_budget=True`` adds a third result, an ``AttentionBudget(out, lse)`` of the same

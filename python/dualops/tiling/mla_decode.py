@@ -55,7 +55,7 @@ MLA_FIXED_OVERHEAD = 5      # blocks of per-request cost (prologue, q load, epil
 MLA_CUDA_FIXED_OVERHEAD_FEW_ROWS = 2  # the same on CUDA for calls of at most MLA_CUDA_WGMMA_T_ROWS q rows
 MLA_Q_BLOCK_ROWS = 64       # q rows of one CTA / AI core pass (FlashMLA's block M)
 PART_STRIDE = 8
-KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2}
+KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2, "int8_v32": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,56 +151,63 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
     return max(device.num_cores // h_kv // ceil_div(q_rows, MLA_Q_BLOCK_ROWS), 1)
 
 
-# The CUDA split kernels (MlaDecodeParams.kernel): mma.sync m16n8k16, Hopper wgmma (both for
-# every cache format and q row count), the transposed-tile wgmma kernel (tokens and value dims
-# on the 64-row side of the MMAs; every format, at most 32 q rows) and the wgmma kernel with the
-# seesaw tile loop (16-bit caches; KV tiles copied by TMA) (docs/mla_decode_cuda.md).
+# The CUDA split kernels (MlaDecodeParams.kernel; KernelKind in backends/cuda/mla_decode/
+# mla_config.cuh; designs in docs/mla_decode_cuda.md). The plan's choice, rule by rule, with its
+# reason (the measurements behind the bounds: BENCHMARKS.md, benchmarks/cuda/mla_kernel_ab.py):
+#   * GPUs whose blocks cannot opt into MLA_CUDA_WGMMA_SMEM_BYTES of shared memory: mma.sync
+#     (m16n8k16) for every call (the wgmma kernels' layouts need that much).
+#   * wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS q rows (s_q * h_q): its MMAs put the q rows on N
+#     (8, 16 or 32), so memory-bound calls do a fraction of a 64-row kernel's MMA work per tile,
+#     and its two tile chains per CTA keep more copies in flight.
+#   * wgmma_seesaw for 16-bit caches above 64 q rows, pages of a multiple of 64 tokens, where
+#     MLA_CUDA_SEESAW_SMEM_BYTES fit: both warpgroups overlap their softmaxes with MMAs, which pays
+#     once a request's m-blocks share its tiles through L2, with one TMA box per block and page.
+#   * wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS q rows otherwise: 64 q rows per MMA, FP8 tiles
+#     dequantized while the tensor cores run P V.
+#   * mma.sync below that bound (sparse calls with a 16-bit cache and at most 32 heads: dense
+#     calls that few rows take wgmma_t): it skips the 16-row groups that hold no q row, where the
+#     wgmma MMAs always cover 64 rows.
+#   * Sparse decode (q rows: h_q), kernels whose copies address tokens one by one: wgmma_t for FP8
+#     caches up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS heads (its 16-bit path copies pages by TMA), else
+#     wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS heads, else mma.sync.
+#   * Sorted key lists (cuda_mla_sort_keys) for 16-bit caches from MLA_CUDA_SORT_MIN_HEADS heads
+#     and at most MLA_CUDA_SORT_MAX_KEYS entries (one CTA sorts a list in shared memory):
+#     neighbouring keys then share DRAM pages; with fewer heads or an FP8 cache the sort
+#     measured no net gain.
+#   * Fixed cost per request piece (mla_fixed_overhead): FlashMLA's 5 blocks, 2 on CUDA up to
+#     MLA_CUDA_WGMMA_T_ROWS q rows, where a memory-bound piece's fixed cost is about one block's
+#     copy time.
 MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2, "wgmma_seesaw": 3}
 MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
-MLA_CUDA_WGMMA_SMEM_BYTES = 230456  # d_qk 576: Q + 2 KV tiles (3 x 72 KiB), P 8 KiB, row reductions, 2 flags, 5 mbarriers
-MLA_CUDA_SEESAW_SMEM_BYTES = 230536  # the same with 4 more mbarriers and the TMA box rows instead of the flags
-# Per cache format, the q rows (s_q * h_q) from which the wgmma kernel beats the mma.sync one
-# 16-bit caches (H100): the wgmma MMAs always cover 64 rows, the mma.sync kernel skips 16-row
-# groups with no q row (1-9 % faster up to 32 rows). FP8 caches (H200): the wgmma kernel
-# dequantizes each tile in warpgroup 1 while the tensor cores run P V, the mma.sync kernel
-# between its MMAs (the wgmma kernel is 8-35 % faster from h_q 16 to 128).
-MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1}
-# Per cache format, the most q rows for which the wgmma_t kernel is planned (b64 s_k4096, two tile
-# chains per CTA). H200: h_q 8 / 16 bf16 1.15 / 1.11x as fast as mma.sync, FP8 h_q 16 1.46-1.53x
-# as fast as wgmma; at 32 q rows bf16 1.09x as fast as mma.sync (h_q 32, and h_q 16 s_q 2),
-# fp8_v32 1.11x as fast as wgmma. H100, 2026-11-26, `benchmarks/cuda/mla_kernel_ab.py`, two
-# rounds: fp8_model1 h_q 32 130.5-131.5 us against wgmma's 167-168 us and mma.sync's 193-197 us;
-# fp8_v32 h_q 32 / h_q 24 / h_q 16 s_q 2 156-158 us against wgmma's 175-177 us.
-MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32}
+# Shared memory of the largest wgmma-kernel layout, d_qk 576 with fp16 q's serial loop: Q + 2 KV
+# tiles (3 x 72 KiB), one P tile (8 KiB), row reductions, 2 flags, 5 mbarriers (mla_config.cuh
+# static_asserts it; bf16 q's pipelined loop keeps its P tiles in the KV tiles' RoPE blocks).
+MLA_CUDA_WGMMA_SMEM_BYTES = 230456
+# The seesaw loop's, d_qk 576: the same with 4 more mbarriers and the TMA box rows instead of the flags.
+MLA_CUDA_SEESAW_SMEM_BYTES = 230536
+# Per cache format, the q rows from which the wgmma kernel is planned instead of mma.sync.
+# int8_v32 has fp8_v32's token layout and dequant path (int8 in place of e4m3) and takes its
+# choices in these tables.
+MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1, "int8_v32": 1}
+# Per cache format, the most q rows for which the wgmma_t kernel is planned.
+MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32, "int8_v32": 32}
 # Sparse decode: per cache format, the heads from which the list kernel sorts each query token's
-# main-pool keys by token id (None: never), and the most entries a list may have to be sorted (one
-# CTA sorts a list in shared memory). H100, 2026-11-26, `python -m dualops bench --sweep
-# mla-sparse` and b64 h_q 16 / 64 rows, topk 2048 of each request's 8192 tokens at random, sorted
-# against in order, three alternating rounds: bf16 h_q 128 172.6-174.0 against 200.8-201.2 us
-# (neighbouring keys share DRAM pages), h_q 64 133.4-134.6 against 134.8-135.8 us, h_q 16 91.0-92.2
-# against 85.3-85.5 us (the sort costs more than it saves); FP8 caches 1.5-3.5 % slower at h_q 64
-# and 128 (b64), 2 % faster for b128 h_q128 s_q2 (726-731 against 745-749 us), 5-13 % slower at
-# h_q 16 (wgmma_t).
-MLA_CUDA_SORT_MIN_HEADS = {"bf16": 65, "fp8_v32": None, "fp8_model1": None}
+# main-pool keys by token id (None: never), and the most entries a list may have to be sorted.
+MLA_CUDA_SORT_MIN_HEADS = {"bf16": 65, "fp8_v32": None, "fp8_model1": None, "int8_v32": None}
 MLA_CUDA_SORT_MAX_KEYS = 4096
 
 
 def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_block_size: int = 64,
                     sparse: bool = False) -> str:
-    """The CUDA split kernel of a call. Sparse decode (q_rows: h_q, the rows that share a query
-    token's key list) runs on the kernels whose copies address tokens one by one: with an FP8
-    cache wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] heads, else wgmma from
-    MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] heads, else mma.sync. Dense decode, where the GPU lets
-    one block opt into the wgmma kernels' shared memory: wgmma_t up to
-    MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows (s_q * h_q), wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on
-    other GPUs). The wgmma kernel runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages
-    of a multiple of 64 tokens (one TMA box per block and page) and more than 64 q rows (the CTAs
-    of a request's m-blocks read its tiles once from memory, then from L2). H100, 2026-11-26,
-    `benchmarks/cuda/mla_kernel_ab.py --only wgmma`, seesaw against the pipelined loop, two
-    rounds: b128 h_q128 s_k8192 949-970 against 993-1008 us, s_q2 939-966 against 966-1008 us,
-    b32 s_k16384 487-489 against 499-500 us, page 256 465-475 against 509-514 us, fp16 q 404-419
-    against 433-465 us, s_k4096 473-477 against 468-479 us; slower with one m-block (b64 h_q64
-    163-165 against 152-159 us) and at page 16 (691 against 521-524 us: four boxes per block)."""
+    """The CUDA split kernel of a call, by the choice table above MLA_CUDA_KERNELS. Sparse decode
+    (q_rows: h_q, the rows that share a query token's key list) runs on the kernels whose copies
+    address tokens one by one: with an FP8 cache wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]
+    heads, else wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] heads, else mma.sync. Dense decode,
+    where the GPU lets one block opt into the wgmma kernels' shared memory: wgmma_t up to
+    MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows (s_q * h_q), wgmma from
+    MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on other GPUs); the wgmma kernel
+    runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages of a multiple of 64 tokens and
+    more than 64 q rows."""
     fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
     if sparse:
         if fits and kv_format != "bf16" and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
@@ -225,9 +232,8 @@ def cuda_mla_sort_keys(*, kv_format: str, h_q: int, topk: int) -> bool:
 
 def mla_fixed_overhead(device: DeviceProfile, *, q_rows: int) -> int:
     """Blocks the scheduler charges per request piece: FlashMLA's 5, and 2 on CUDA for calls of
-    at most MLA_CUDA_WGMMA_T_ROWS q rows (memory-bound: a piece's fixed cost is about one
-    block's copy time; H200, b64 s_k4096: h_q 16 bf16 98.0 -> 93.7 us, h_q 32 128.3 -> 122.7 us,
-    fp8_v32 h_q 16 -5 %, the varlen row unchanged; 0 and 1 measured the same as 2)."""
+    at most MLA_CUDA_WGMMA_T_ROWS q rows (memory-bound: a piece's fixed cost is about one block's
+    copy time; figures in BENCHMARKS.md)."""
     if device.kind == "cuda" and q_rows <= MLA_CUDA_WGMMA_T_ROWS:
         return MLA_CUDA_FIXED_OVERHEAD_FEW_ROWS
     return MLA_FIXED_OVERHEAD
