@@ -55,7 +55,7 @@ def test_ifa_on_npu(kv_dtype, paged, gen):
     testing.assert_close_parity(out.cpu(), ref, budget=budget.out)
 
 
-@pytest.mark.parametrize("kv_format", ["bf16", "fp8_v32"])
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_v32", "int8_v32"])
 def test_mla_on_npu(kv_format, gen):
     q = torch.randn(2, 1, 16, 576, generator=gen).bfloat16()
     kv = torch.randn(16, 64, 1, 576, generator=gen).bfloat16()
