@@ -3,8 +3,8 @@ backends/ascend/<op>/<op>_kernel.cpp must compile (syntax and every template ins
 reaches) with g++ and clang++, where present, in CANN's CPU-debug mode for dav-2201 (Atlas A2).
 
 The headers are those of an installed CANN when ASCEND_HOME_PATH is set, else the bundle named by
-DUALOPS_CANN_HEADERS (default ../shared/cann-headers beside the repository; tests/helpers/
-cann_headers.py). Where neither exists (a clean clone on its own) the tests are skipped and say so.
+DUALOPS_CANN_HEADERS (tests/helpers/cann_headers.py; CI sets it). Where neither is set the tests are
+skipped and say so.
 
 The planted cases show the check has teeth: a correct use of the API compiles, and the same code
 with one mistake (a struct field that does not exist, a call with an argument too many or too few,

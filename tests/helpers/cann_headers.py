@@ -4,8 +4,8 @@ against them on the host (CANN's CPU-debug mode: `__CCE_KT_TEST__`, dav-2201 / A
 Two sources, in this order:
 - an installed CANN: ``ASCEND_HOME_PATH`` set (``source <CANN>/set_env.sh``); the include list
   follows asc-devkit's cmake/asc/asc_modules/CMakeASCInformation.cmake, run mode ``cpu``;
-- the header bundle: the folder named by ``DUALOPS_CANN_HEADERS`` (holding ``cann-headers.tar.xz``),
-  default ``../shared/cann-headers`` beside the repository. It is unpacked once into
+- the header bundle: the folder named by ``DUALOPS_CANN_HEADERS`` (holding ``cann-headers.tar.xz``;
+  CI's ``.ci/run`` sets it where the bundle is at hand). It is unpacked once into
   ``build/cann-headers/<hash>/`` and reused; nothing of it is committed.
 
 ``headers()`` says which one is used, or why there is none (the tests then skip with that reason).
@@ -23,7 +23,6 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV_BUNDLE = "DUALOPS_CANN_HEADERS"
-DEFAULT_BUNDLE = ROOT.parent / "shared" / "cann-headers"
 TARBALL = "cann-headers.tar.xz"
 
 # CANN's CPU-debug defines for dav-2201 (Atlas A2 / Ascend910B, the AIC+AIV core of the kernels).
@@ -91,13 +90,13 @@ def headers() -> tuple[Headers | None, str]:
         found = _installed(h)
         return found, found.source
     given = os.environ.get(ENV_BUNDLE)
-    folder = pathlib.Path(given) if given else DEFAULT_BUNDLE
+    if not given:
+        return None, (f"no CANN headers: neither ASCEND_HOME_PATH nor {ENV_BUNDLE} is set; set "
+                      f"{ENV_BUNDLE}=/path/to/cann-headers (a folder holding {TARBALL}) to check the kernels "
+                      f"against CANN's AscendC headers")
+    folder = pathlib.Path(given)
     if not (folder / TARBALL).is_file():
-        if given:
-            return None, f"{ENV_BUNDLE}={given} holds no {TARBALL}"
-        return None, (f"no CANN headers: ASCEND_HOME_PATH is not set and {DEFAULT_BUNDLE / TARBALL} does not exist "
-                      f"(a clean clone without ../shared); set {ENV_BUNDLE}=/path/to/cann-headers to check "
-                      f"the kernels against CANN's AscendC headers")
+        return None, f"{ENV_BUNDLE}={given} holds no {TARBALL}"
     found = _bundle(unpack(folder / TARBALL), str(folder / TARBALL))
     return found, found.source
 
