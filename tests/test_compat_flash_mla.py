@@ -14,22 +14,7 @@ from dualops.quant import pack_mla_kv
 
 bf16 = torch.bfloat16
 FP8 = torch.float8_e4m3fn
-_AVAILABLE = dualops.backends()
-
-
-def _backends():
-    out = []
-    for b in ("reference", "ascend_sim", "cuda"):
-        why = None if _AVAILABLE.get(b, {}).get("available") else f"{b} unavailable here: needs {'a CUDA GPU' if b == 'cuda' else 'the simulator'}"
-        out.append(pytest.param(b, marks=pytest.mark.skipif(why is not None, reason=why or "")))
-    return out
-
-
-BACKENDS = _backends()
-
-
-def _dev(backend):
-    return "cuda" if backend == "cuda" else "cpu"
+from backend_params import BACKENDS, device_of as _dev  # noqa: E402
 
 
 def _same(a, b):

@@ -8,15 +8,7 @@ from dualops.compat import hpc
 FP8 = torch.float8_e4m3fn
 import dualops
 
-_AVAILABLE = dualops.backends()
-BACKENDS = [pytest.param(b, marks=pytest.mark.skipif(
-    not _AVAILABLE.get(b, {}).get("available"),
-    reason=f"{b} unavailable here: needs {'a CUDA GPU' if b == 'cuda' else 'the simulator'}"))
-    for b in ("reference", "ascend_sim", "cuda")]
-
-
-def _dev(backend):
-    return "cuda" if backend == "cuda" else "cpu"
+from backend_params import BACKENDS, device_of as _dev  # noqa: E402
 
 
 def _groups(seqlens, dev):
