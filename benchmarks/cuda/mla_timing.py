@@ -1,4 +1,4 @@
-"""CUDA MLA decode timing (the rows of docs/mla_decode_cuda.md): per-call GPU time from CUDA-graph
+"""CUDA MLA decode timing (the MLA rows of BENCHMARKS.md): per-call GPU time from CUDA-graph
 replay of 10 calls (CUDA events, median), the eager time beside it, and the copy bandwidth of
 the same run. Run on a GPU machine: python3 benchmarks/cuda/mla_timing.py"""
 import statistics, torch, dualops

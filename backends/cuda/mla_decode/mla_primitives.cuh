@@ -58,7 +58,7 @@ __device__ __forceinline__ bool named_barrier_or(int id, int count, bool pred) {
 // Barrier 1 + c of warpgroup c (c = 0 or 1: 128 threads), for kernels whose two warpgroups run
 // independent chains. A warp-uniform branch on c gives each call a literal id, which ptxas
 // encodes as an immediate operand: against named_barrier(1 + c, 128) (the id in a register),
-// wgmma_t with the fp8_v32 cache measured about 3 % faster (docs/mla_decode_cuda.md).
+// wgmma_t with the fp8_v32 cache measured about 3 % faster.
 // `passed` counts the barriers the warpgroup's threads have passed since the last level().
 struct WgBarrier {
   int c;

@@ -37,8 +37,7 @@ struct WtLayout {
   // A warpgroup's P^T tile: beside the rings, or (d_qk 576) the RoPE block of
   // its current KV tile, which only S^T reads: S^T is done before the softmax writes P^T, and the
   // slot is refilled only once P V is done. In the RoPE block where the room it frees is used:
-  // 16-bit caches (one more ring slot at NQ 16 and 32) and FP8 caches whose second raw slot fits
-  // only then (fp8_v32 at NQ 32); docs/mla_decode_cuda.md has the measurements.
+  // 16-bit caches (one more ring slot at NQ 16) and FP8 caches whose second raw slot fits only then.
   static constexpr bool kTwoRawBeside =
       2 * 2 * 16 * Tr::kRawRow <= kBudget - (kQBytes + 2 * kPBytes + kRedBytes) - 2 * kNb * Tr::kBlockBytes;
   static constexpr bool kPInRope = Tr::D == 576 && (Tr::kDirect || !kTwoRawBeside);
@@ -49,8 +48,8 @@ struct WtLayout {
   // FP8: raw parts of kRawTok tokens (kRawPer = 128 / kRawTok threads of a warpgroup per token) in
   // kRawBufs slots of a part each. fp8_v32: two slots of 16 tokens where they fit (the next part's
   // copy in flight while a part is converted), else one; fp8_model1: one slot of 32 tokens where
-  // it fits, else 16 (docs/mla_decode_cuda.md: two 16-token slots measured faster with fp8_v32,
-  // slower with fp8_model1, whose 8 threads per token each decode the token's 7 block scales).
+  // it fits, else 16 (two 16-token slots measured faster with fp8_v32, slower with fp8_model1,
+  // whose 8 threads per token each decode the token's 7 block scales).
   static constexpr int kRoom = kBudget - kFixed - 2 * kNb * Tr::kBlockBytes;  // for both warpgroups' slots
   static constexpr bool kTwoSlots = Tr::kV32 && 2 * 2 * 16 * Tr::kRawRow <= kRoom;
   static constexpr int kRawTok = Tr::kDirect ? 0 : !kTwoSlots && 2 * 32 * Tr::kRawRow <= kRoom ? 32 : 16;
