@@ -170,17 +170,21 @@ def _sparse_calls(c, backend, meta=None, native=True):
         t["q"], t["cache"], None, None, 512, meta if meta is not None else flash_mla.get_mla_metadata()[0],
         None, 0.07, False, True, t["idx"], t["sink"], t["cache2"] if extra else None,
         t["idx2"] if extra else None, t["topk_length"], t["topk_length2"] if extra else None, backend=backend)
-    B = c["q"].shape[0]
     if not native:
         return got, None
-    want = dualops.mla_decode(
-        t["q"], t["packed"], torch.zeros(B, 1, dtype=torch.int32, device=dev),
-        torch.zeros(B, dtype=torch.int32, device=dev), softmax_scale=0.07,
-        kv_format="fp8_v32" if c["packed"].shape[-1] == 656 else "fp8_model1", indices=t["idx"],
-        topk_length=t["topk_length"], attn_sink=t["sink"], extra_kv_cache=t["packed2"] if extra else None,
-        extra_indices=t["idx2"] if extra else None, extra_topk_length=t["topk_length2"] if extra else None,
-        backend=backend)
-    return got, want
+    args, kw = _native_args(t)
+    return got, dualops.mla_decode(*args, **kw, backend=backend)
+
+
+def _native_args(t):
+    """The native sparse call's arguments on the case's original pools (tensors t)."""
+    B, dev, extra = t["q"].shape[0], t["q"].device, "cache2" in t
+    return (t["q"], t["packed"], torch.zeros(B, 1, dtype=torch.int32, device=dev),
+            torch.zeros(B, dtype=torch.int32, device=dev)), dict(
+        softmax_scale=0.07, kv_format="fp8_v32" if t["packed"].shape[-1] == 656 else "fp8_model1",
+        indices=t["idx"], topk_length=t["topk_length"], attn_sink=t["sink"],
+        extra_kv_cache=t["packed2"] if extra else None, extra_indices=t["idx2"] if extra else None,
+        extra_topk_length=t["topk_length2"] if extra else None)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -195,24 +199,18 @@ def test_sparse_matches_native(backend, fmt, bs, padded, extra_bs):
     g = torch.Generator().manual_seed(bs * 7 + (extra_bs or 0))
     c = _sparse_case(g, fmt, bs, padded, extra_bs)
     meta, _ = flash_mla.get_mla_metadata()
-    if all(_mla_pools.page_ok(backend, p) for p in (bs, extra_bs or bs)):
-        (out, lse), (want_out, want_lse) = _sparse_calls(c, backend, meta)
-        torch.testing.assert_close(out, want_out, rtol=0, atol=0)
-        torch.testing.assert_close(lse, want_lse, rtol=0, atol=0)
+    native = all(_mla_pools.page_ok(backend, p) for p in (bs, extra_bs or bs))
+    (out, lse), want = _sparse_calls(c, backend, meta, native=native)
+    if native:
+        torch.testing.assert_close(out, want[0], rtol=0, atol=0)
+        torch.testing.assert_close(lse, want[1], rtol=0, atol=0)
     else:
-        out, lse = _sparse_calls(c, backend, meta, native=False)[0]
-        extra = "cache2" in c
-        ref_out, ref_lse, budget = dualops.reference.mla_decode(
-            c["q"], c["packed"], torch.zeros(c["q"].shape[0], 1, dtype=torch.int32),
-            torch.zeros(c["q"].shape[0], dtype=torch.int32), softmax_scale=0.07,
-            kv_format="fp8_v32" if c["packed"].shape[-1] == 656 else "fp8_model1", indices=c["idx"],
-            topk_length=c["topk_length"], attn_sink=c["sink"], extra_kv_cache=c["packed2"] if extra else None,
-            extra_indices=c["idx2"] if extra else None, extra_topk_length=c["topk_length2"] if extra else None,
-            return_budget=True)
+        args, kw = _native_args(c)
+        ref_out, ref_lse, budget = dualops.reference.mla_decode(*args, **kw, return_budget=True)
         dualops.testing.assert_close_parity(out.cpu(), ref_out, budget=budget.out, name="sparse out")
         dualops.testing.assert_close_parity(lse.cpu(), ref_lse, budget=budget.lse, name="sparse lse")
     assert meta.config.topk == 64 and meta.config.is_fp8_kvcache and meta.config.extra_topk == (32 if extra_bs else None)
-    again, _ = _sparse_calls(c, backend, meta)  # the filled schedule is reused
+    again, _ = _sparse_calls(c, backend, meta, native=False)  # the filled schedule is reused
     torch.testing.assert_close(again[0], out, rtol=0, atol=0)
 
 
