@@ -1,12 +1,13 @@
 """The C headers the kernels include are generated from the schema and the planners; the
 committed copies must be exactly what the generator makes (one source of truth)."""
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from dualops import codegen, schema
+from dualops import codegen, plan_contract, schema
 
 # The checkout these tests belong to (the package may be installed elsewhere).
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +31,14 @@ def test_params_struct_matches_pack_params(tmp_path):
         for name, _, _ in schema.params_layout(op):
             lines.append(f'  std::printf("{op} {name} %zu\\n", offsetof(dualops::{struct}, {name}));')
         lines.append(f'  std::printf("{op} sizeof %zu\\n", sizeof(dualops::{struct}));')
-    for op, cls in codegen.plan_classes().items():
-        lines.append(f'  std::printf("{op} tiling %zu\\n", sizeof(dualops::{codegen._camel(op)}Tiling));')
+    for op in schema.OPS:
+        sp = plan_contract.spec(op)
+        for st in (sp.header, *sp.backends.values()):
+            lines.append(f'  std::printf("{op} {st.struct} %zu\\n", sizeof(dualops::{st.struct}));')
+    for name, _, codes in plan_contract.all_enums():
+        for value in codes:
+            cname = codegen._value_name(value)
+            lines.append(f'  std::printf("enum {name}.{value} %d\\n", static_cast<int>(dualops::{name}::{cname}));')
     lines.append("  return 0; }")
     src = tmp_path / "probe.cpp"
     src.write_text("\n".join(lines))
@@ -43,8 +50,53 @@ def test_params_struct_matches_pack_params(tmp_path):
         for name, _, off in schema.params_layout(op):
             assert got[(op, name)] == off, (op, name)
         assert got[(op, "sizeof")] == schema.params_size(op)
-    for op, cls in codegen.plan_classes().items():
-        assert got[(op, "tiling")] == 4 * len(cls.FIELDS)
+    for op in schema.OPS:
+        sp = plan_contract.spec(op)
+        assert got[(op, sp.header.struct)] == 4 * len(sp.header.fields)
+        for b in sp.backends.values():
+            extra = len(sp.header.fields) if b.placement == "extends" else 0
+            assert got[(op, b.struct)] == 4 * (extra + len(b.fields)), (op, b.struct)
+    for name, _, codes in plan_contract.all_enums():
+        for value, code in codes.items():
+            assert got[("enum", f"{name}.{value}")] == code, (name, value)
+
+
+def test_plan_classes_pack_the_contract():
+    """Each planner's plan class packs exactly the fields of its op's plan contract (shared header
+    and the backend structs that extend it), and Python reads the contract's codes."""
+    from dualops.heuristics import cuda as H
+    from dualops.tiling import GroupedGemmPlan, IfaPlan, MlaPlan
+    from dualops.tiling import grouped_gemm as gg, mla_decode as mla
+
+    for op, cls in (("incre_flash_attention", IfaPlan), ("mla_decode", MlaPlan), ("grouped_gemm", GroupedGemmPlan)):
+        sp = plan_contract.spec(op)
+        assert cls.FIELDS == tuple(sp.header.fields) and cls.VERSION == sp.header.version, op
+        extends = {b: tuple(st.fields) for b, st in sp.backends.items() if st.placement == "extends"}
+        assert cls.BACKEND_FIELDS == extends, op
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert set(cls.FIELDS).union(*cls.BACKEND_FIELDS.values()) <= names, op
+    assert mla.KV_FORMATS == plan_contract.enum("mla_decode", "kv_format")
+    assert H.MLA_CUDA_KERNELS == plan_contract.enum("mla_decode", "cuda_kernel")
+    assert gg.LAYOUTS == plan_contract.enum("grouped_gemm", "layout")
+    assert gg.SCALE_MODES == plan_contract.enum("grouped_gemm", "scale_mode")
+    assert {H.VARIANT_NAMES[v] for v in plan_contract.enum("incre_flash_attention", "cuda_variant").values()} \
+        == set(H.VARIANT_NAMES.values())
+    with pytest.raises(ValueError, match="missing"):
+        plan_contract.pack_struct("mla_decode", "ascend", num_cores=1)
+
+
+def test_check_fails_on_drift(tmp_path):
+    """`codegen --check` reports a generated file that differs from what the schema makes."""
+    root = tmp_path / "checkout"
+    for path, text in codegen.generated(ROOT).items():
+        dest = root / path.relative_to(ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    (root / "ops" / "incre_flash_attention.yaml").write_text((ROOT / "ops" / "incre_flash_attention.yaml").read_text())
+    assert codegen.main(["--check", "--root", str(root)]) == 0
+    tiling = root / "ops" / "include" / "dualops" / "tiling.h"
+    tiling.write_text(tiling.read_text().replace("int32_t whole_groups;", "int32_t whole_groups, pad;"))
+    assert codegen.main(["--check", "--root", str(root)]) == 1
 
 
 def test_op_docs_come_from_the_schema():

@@ -23,7 +23,8 @@ from dualops.backends.cuda import grouped_gemm as cuda_gg
 from dualops.bench import grouped_gemm as wl
 from dualops.bench.timing import time_cuda
 from dualops.devices import detect
-from dualops.tiling.grouped_gemm import CUDA_KERNELS, cuda_kernel_for, plan_grouped_gemm, sm90_supports
+from dualops.heuristics.cuda import CUDA_KERNELS, cuda_kernel_for, sm90_supports
+from dualops.tiling.grouped_gemm import plan_grouped_gemm
 
 def _time(fn, reps=15):
     """Per-call median (us): the bench's method (CUDA-graph replays after 200 ms of warm-up)."""

@@ -14,7 +14,7 @@ from dualops import ops
 from dualops import quant
 from dualops.backends.cuda import mla_decode as cuda_mla
 from dualops.bench.mla_decode import lengths as bench_lengths
-from dualops.tiling.mla_decode import MLA_CUDA_WGMMA_T_ROWS
+from dualops.heuristics.cuda import MLA_CUDA_WGMMA_T_ROWS
 
 PLANNED = cuda_mla.cuda_mla_kernel
 KERNELS = [k for k in cuda_mla.MLA_CUDA_KERNELS]

@@ -20,7 +20,7 @@ GIB = 1024 * MIB
 
 @dataclass(frozen=True)
 class IfaCudaRules:
-    """Device thresholds of the CUDA IFA launch choices (python/dualops/tiling/_ifa_launch.py;
+    """Device thresholds of the CUDA IFA launch choices (python/dualops/heuristics/cuda.py;
     docs/tuning.md). GPUs with little DRAM bandwidth per SM (the H100: 25 GB/s per SM) keep
     more bytes in flight per SM (lockstep pipeline, L2 prefetches); GPUs with more (the H200:
     36 GB/s per SM) lose with those and run more, shorter narrow CTAs instead.

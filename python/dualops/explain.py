@@ -106,6 +106,7 @@ def kernel_and_choices(op: str, backend: str, s: dict, plan, profile) -> tuple[s
     ascend = backend in ("ascend_sim", "npu")
     where = "on the CPU simulator" if backend == "ascend_sim" else "on the NPU"
     if op == "mla_decode":
+        from .heuristics import cuda as H
         from .tiling import mla_decode as t
 
         choices = [("parts (one per core group)", str(plan.num_sm_parts)), ("m-blocks per request", str(plan.num_m_blocks)),
@@ -114,12 +115,12 @@ def kernel_and_choices(op: str, backend: str, s: dict, plan, profile) -> tuple[s
         if ascend:
             return f"Ascend C mla_decode kernel {where} (cube Q K^T and P V, vector online softmax)", choices
         rows = s["h_q"] if s["topk"] else s["s_q"] * s["h_q"]
-        k = t.cuda_mla_kernel(profile, kv_format=s["kv_format"], q_rows=rows, page_block_size=s["page"],
+        k = H.cuda_mla_kernel(profile, kv_format=s["kv_format"], q_rows=rows, page_block_size=s["page"],
                               sparse=bool(s["topk"]))
         choices.insert(0, ("split kernel", k))
         choices.append(("fixed cost per request piece", f"{t.mla_fixed_overhead(profile, q_rows=rows)} blocks"))
         if s["topk"]:
-            choices.append(("sort key lists", str(t.cuda_mla_sort_keys(kv_format=s["kv_format"], h_q=s["h_q"],
+            choices.append(("sort key lists", str(H.cuda_mla_sort_keys(kv_format=s["kv_format"], h_q=s["h_q"],
                                                                         topk=s["topk"]))))
         merge = "none (one split per request)" if plan.total_splits <= plan.batch else \
             ("in the split kernel" if k == "wgmma_t" else "combine kernel")
@@ -132,16 +133,15 @@ def kernel_and_choices(op: str, backend: str, s: dict, plan, profile) -> tuple[s
         if ascend:
             return f"Ascend C incre_flash_attention kernel {where} (cube Q K^T and P V, vector online softmax)", \
                 choices
-        from .tiling import _ifa_launch
+        from .heuristics import cuda as H
 
         launch = plan.launch
-        named = {"variant": _ifa_launch.VARIANT_NAMES, "merge": _ifa_launch.MERGE_NAMES,
-                 "merge_fallback": _ifa_launch.MERGE_NAMES}
+        named = {"variant": H.VARIANT_NAMES, "merge": H.MERGE_NAMES, "merge_fallback": H.MERGE_NAMES}
         for f in plan.LAUNCH_FIELDS:
             v = getattr(launch, f)
-            choices.append((f, named[f][v] if f in named and 0 <= v < len(named[f]) else str(v)))
+            choices.append((f, named[f][v] if f in named and v in named[f] else str(v)))
 
-        return f"CUDA IFA {_ifa_launch.describe(launch).removeprefix('cuda: ') or 'split kernel'}", choices
+        return f"CUDA IFA {H.describe_ifa_launch(launch).removeprefix('cuda: ') or 'split kernel'}", choices
     choices = [("tile", f"{plan.tile_m} x {plan.tile_n} x {plan.tile_k}"), ("stages", str(plan.stages)),
                ("work items", f"{plan.num_items} on {plan.num_cores} cores")]
     if ascend:

@@ -17,6 +17,8 @@ The YAML vocabulary (see ``ops/incre_flash_attention.yaml`` for a full example):
 - ``features`` + ``capabilities``: variant features computed from the call, and per backend the
   allowed values (list), ranges (``{min, max, multiple_of}``) of each feature.
 - ``kernel_params``: the C params struct fields (``ptr``, ``i64``, ``i32``, ``f32``).
+- ``plan``: the plan contract, shared header, per-backend structs and named codes
+  (``dualops.plan_contract``).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import yaml
 
 OPS = ("incre_flash_attention", "mla_decode", "grouped_gemm")
 
-# DType codes shared with the kernels (ops/include/dualops/params.h: enum class DType).
+# DType codes shared with the kernels (ops/include/dualops/enums.h: DType).
 DTYPE_CODES = {
     "float32": 0, "float16": 1, "bfloat16": 2, "int8": 3, "float8_e4m3fn": 4,
     "uint8": 5, "int32": 6, "float8_e5m2": 7, "bool": 8,

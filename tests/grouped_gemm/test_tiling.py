@@ -170,7 +170,7 @@ def test_bad_arguments_name_the_argument(args, kw, exc, match):
 
 
 def test_cuda_kernel_choice():
-    from dualops.tiling.grouped_gemm import cuda_kernel_for, sm90_min_rows
+    from dualops.heuristics.cuda import cuda_kernel_for, sm90_min_rows
 
     h100 = H100
     lo = sm90_min_rows("bfloat16", h100)

@@ -26,7 +26,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 # ----------------------------------------------------------------------------- forced launches
 
 # By default the planner picks one launch per call and GPU (kernel variant, merge, prefetches:
-# python/dualops/tiling/_ifa_launch.py), so a path that this GPU's rules pick only for some
+# python/dualops/heuristics/cuda.py), so a path that this GPU's rules pick only for some
 # shapes -- or never -- would be covered by few tests or none. The tests named in each entry run
 # again under that entry's tuning.override (in this process: plans are cached per override):
 #  - merge-*: one merge of the split-KV partials forced (the combine kernel, the last-CTA merge

@@ -16,7 +16,7 @@ import itertools
 import pytest
 
 from dualops import devices, tuning
-from dualops.tiling import _ifa_launch as L
+from dualops.heuristics import cuda as L
 from dualops.tiling.incre_flash_attention import plan_incre_flash_attention
 
 kNarrow, kWide, kWide1, kWideLs, kNarrowPf, kWidePf = range(6)

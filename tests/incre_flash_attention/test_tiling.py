@@ -15,9 +15,9 @@ from dualops.tiling.incre_flash_attention import (CUDA_LONG_SPLIT, CUDA_MAX_SPLI
 ALL = list(PROFILES.values())
 CONTRACT_FIELDS = ("version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
                    "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores",
-                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups", "kv_dtype", "cta_m_tile",
-                   "variant", "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns",
-                   "second_fill_keys", "lockstep_burst")
+                   "q_rows", "q_tile_rows", "kv_dtype_bytes", "whole_groups")
+CUDA_FIELDS = ("kv_dtype", "cta_m_tile", "variant", "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns",
+               "second_fill_keys", "lockstep_burst")
 
 
 def plan(device=H200, **kw):
@@ -38,12 +38,15 @@ def covered_once(ranges, length):
 
 
 def test_header_is_the_documented_contract():
-    assert IfaPlan.FIELDS == CONTRACT_FIELDS
+    """The shared header is shape-only; the CUDA launch fields follow it in the CUDA struct only."""
+    assert IfaPlan.FIELDS == CONTRACT_FIELDS and IfaPlan.BACKEND_FIELDS == {"cuda": CUDA_FIELDS}
     p = plan()
     t = p.pack()
     assert t.dtype == torch.int32 and t.device.type == "cpu" and t.numel() == len(CONTRACT_FIELDS)
     assert t.tolist() == [getattr(p, f) for f in CONTRACT_FIELDS]
-    assert p.group == 4 and p.q_rows == 4 and p.version == 3 and p.whole_groups == 0
+    assert p.pack("cuda").tolist() == [getattr(p, f) for f in CONTRACT_FIELDS + CUDA_FIELDS]
+    assert p.pack("ascend").tolist() == t.tolist()
+    assert p.group == 4 and p.q_rows == 4 and p.version == 4 and p.whole_groups == 0 and p.variant in range(6)
 
 
 def head_dim_cases():
@@ -148,7 +151,7 @@ def test_forced_splits_keep_the_unit_count_and_cover_the_keys():
 def test_cluster_merge_only_where_a_slice_fits_the_cta():
     """Each CTA of a cluster merges a slice of the tile's rows x head_dim / 4 slots, one per thread:
     D 256 (4-warp CTAs) with 12 q rows over 3 splits would need 256 a CTA, so another merge runs."""
-    from dualops.tiling._ifa_launch import MERGE_CLUSTER
+    from dualops.heuristics.cuda import MERGE_CLUSTER
     for d, s_q, cluster in ((256, 3, False), (256, 1, True), (128, 3, True)):
         p = plan(H100, batch=2, s_q=s_q, h_q=8, h_kv=2, head_dim=d, max_kv_len=320).with_splits(3)
         assert (p.merge == MERGE_CLUSTER) == cluster, p.describe()
@@ -289,8 +292,9 @@ def test_deterministic_cached_and_round_trips():
     b = plan(H100, **kw)
     assert b is not a and b == a and torch.equal(a.pack(), b.pack())
     for p in (a, plan(ASCEND_910B2, **kw), plan(with_cores(ASCEND_910B2, 2), **kw)):
-        assert IfaPlan.from_packed(p.pack()) == p
-        assert IfaPlan.from_packed(p.pack().tolist()) == p
+        assert IfaPlan.from_packed(p.pack("cuda"), "cuda") == p
+        assert IfaPlan.from_packed(p.pack("cuda").tolist(), "cuda") == p
+        assert IfaPlan.from_packed(p.pack()).header() == p.header()
     bad = a.pack().clone()
     bad[0] = 99
     with pytest.raises(ValueError, match="version"):

@@ -20,8 +20,9 @@ from dualops.parity import builders as bld
 from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
-                                       MlaPlan, cuda_mla_kernel)
+from dualops.heuristics.cuda import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
+                                     cuda_mla_kernel)
+from dualops.tiling.mla_decode import MlaPlan
 
 HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
     "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()

@@ -21,7 +21,7 @@ from dualops.parity import cases as parity_cases
 from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.tiling.mla_decode import (MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MIN_HEADS, MLA_CUDA_WGMMA_MIN_Q_ROWS,
+from dualops.heuristics.cuda import (MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MIN_HEADS, MLA_CUDA_WGMMA_MIN_Q_ROWS,
                                        MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel,
                                        cuda_mla_sort_keys)
 

@@ -44,7 +44,7 @@ __aicore__ inline __gm__ T* GmPtr(uint64_t addr) {
 
 struct Args {
   GemmArgs p;
-  Tiling t;
+  GroupedGemmTiling t;
   Workspace ws;
   uint64_t ws_addr;
   uint64_t items_addr;
@@ -55,19 +55,19 @@ struct Args {
     uint8_t* dst = reinterpret_cast<uint8_t*>(&p);
     for (uint32_t i = 0; i < sizeof(GemmArgs); ++i) dst[i] = pg.GetValue(i);
     AscendC::GlobalTensor<int32_t> tg;
-    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), kTilingInts);
+    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), GroupedGemmTiling::kInts);
     int32_t* td = reinterpret_cast<int32_t*>(&t);
-    for (int32_t i = 0; i < kTilingInts; ++i) td[i] = tg.GetValue(i);
+    for (int32_t i = 0; i < GroupedGemmTiling::kInts; ++i) td[i] = tg.GetValue(i);
     ws = MakeWorkspace(t);
     ws_addr = reinterpret_cast<uint64_t>(work);
-    items_addr = reinterpret_cast<uint64_t>(tiling) + kTilingInts * sizeof(int32_t);
+    items_addr = reinterpret_cast<uint64_t>(tiling) + GroupedGemmTiling::kInts * sizeof(int32_t);
   }
 
   // Slot s of AI core `core`'s epilogue tiles (fp32 / int32 [round16(tile_m), tile_n]).
   __aicore__ inline uint64_t SlotAddr(int32_t core, int32_t s) const {
     return ws_addr + ws.slots + (static_cast<uint64_t>(core) * kSlots + s) * ws.slot_bytes;
   }
-  __aicore__ inline bool Fp8() const { return t.in_dtype == kF8E4M3; }
+  __aicore__ inline bool Fp8() const { return t.in_dtype == DType::kFloat8E4m3fn; }
   // The cube's operands: the inputs, or their fp16 decode in the workspace for fp8.
   __aicore__ inline uint64_t CubeX() const { return Fp8() ? ws_addr + ws.x16 : p.addr_x; }
   __aicore__ inline uint64_t CubeW() const { return Fp8() ? ws_addr + ws.w16 : p.addr_w; }
@@ -96,7 +96,7 @@ struct TileOf {
     nt = it.GetValue(3 * item + 2);
     int64_t base = 0;
     int32_t rows = 0;
-    if (a.t.layout == kLayoutMasked) {
+    if (a.t.layout == GgLayout::kMasked) {
       AscendC::GlobalTensor<int32_t> mm;
       mm.SetGlobalBuffer(GmPtr<int32_t>(a.p.addr_masked), a.t.num_groups);
       rows = MinI(MaxI(mm.GetValue(g), 0), a.t.m_max);

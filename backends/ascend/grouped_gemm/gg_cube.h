@@ -69,7 +69,7 @@ class GgCube {
  private:
   __aicore__ inline void RunTile(const TileOf& tile, int32_t core) {
     const Args& a = *a_;
-    const bool blockwise = a.t.scale_mode == kScaleBlockwise;
+    const bool blockwise = a.t.scale_mode == GgScaleMode::kBlockwise;
     // blockwise: K block kt's partial product goes to L0C part kt % parts_; a full set of
     // parts (or the last block) is handed over at once.
     for (int32_t kt = 0; kt < a.t.num_k_tiles; ++kt) {
@@ -140,7 +140,7 @@ class GgCube {
     const uint16_t mrp = static_cast<uint16_t>(RoundUpI(tile.mr, 16));
     AscendC::SetFlag<AscendC::HardEvent::M_FIX>(ev_m_fix_);
     AscendC::WaitFlag<AscendC::HardEvent::M_FIX>(ev_m_fix_);
-    if (a.t.scale_mode == kScaleNone) {
+    if (a.t.scale_mode == GgScaleMode::kNone) {
       AscendC::GlobalTensor<OT> gy;
       gy.SetGlobalBuffer(GmPtr<OT>(a.p.addr_y));
       AscendC::FixpipeParamsV220 fp(static_cast<uint16_t>(tile.nc), static_cast<uint16_t>(tile.mr), mrp,

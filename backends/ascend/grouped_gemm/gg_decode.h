@@ -42,7 +42,7 @@ class GgDecode {
     off.SetGlobalBuffer(GmPtr<int32_t>(a.p.addr_offsets), a.t.num_groups + 1);
     mm.SetGlobalBuffer(GmPtr<int32_t>(a.p.addr_masked), a.t.num_groups);
     const uint64_t x16 = a.ws_addr + a.ws.x16, w16 = a.ws_addr + a.ws.w16;
-    if (a.t.layout == kLayoutMasked) {
+    if (a.t.layout == GgLayout::kMasked) {
       for (int32_t g = 0; g < a.t.num_groups; ++g) {
         Span(a.p.addr_x, x16, static_cast<int64_t>(g) * a.t.m_max, MinI(MaxI(mm.GetValue(g), 0), a.t.m_max));
       }
@@ -50,7 +50,7 @@ class GgDecode {
       Span(a.p.addr_x, x16, 0, static_cast<int32_t>(ContiguousRows(a)));
     }
     for (int32_t g = 0; g < a.t.num_groups; ++g) {
-      const int32_t rows = a.t.layout == kLayoutMasked ? mm.GetValue(g) : off.GetValue(g + 1) - off.GetValue(g);
+      const int32_t rows = a.t.layout == GgLayout::kMasked ? mm.GetValue(g) : off.GetValue(g + 1) - off.GetValue(g);
       if (rows <= 0) continue;   // an empty group's weights are never read
       Span(a.p.addr_w, w16, static_cast<int64_t>(g) * a.t.n, a.t.n);
     }

@@ -20,13 +20,13 @@ class GgEpilogue {
     a_ = &a;
     pitch_ = a.t.tile_n;   // UB row pitch (elements), a multiple of 16
     half_rows_ = CeilDivI(a.t.tile_m, 2);
-    chunk_rows_ = a.t.scale_mode == kScaleBlockwise ? half_rows_ : MaxI(1, MinI(half_rows_, kEpiChunkFloats / pitch_));
+    chunk_rows_ = a.t.scale_mode == GgScaleMode::kBlockwise ? half_rows_ : MaxI(1, MinI(half_rows_, kEpiChunkFloats / pitch_));
     const uint32_t elems = static_cast<uint32_t>(chunk_rows_ * pitch_);
     pipe_.InitBuffer(raw_, elems * sizeof(CT));
     pipe_.InitBuffer(f32_, elems * sizeof(float));
     pipe_.InitBuffer(out_, elems * sizeof(OT));
     pipe_.InitBuffer(wsc_, pitch_ * sizeof(float));
-    if (a.t.scale_mode == kScaleBlockwise) pipe_.InitBuffer(acc_, elems * sizeof(float));
+    if (a.t.scale_mode == GgScaleMode::kBlockwise) pipe_.InitBuffer(acc_, elems * sizeof(float));
     gy_.SetGlobalBuffer(GmPtr<OT>(a.p.addr_y));
     gxs_.SetGlobalBuffer(GmPtr<float>(a.p.addr_xs));
     gws_.SetGlobalBuffer(GmPtr<float>(a.p.addr_ws));
@@ -43,7 +43,7 @@ class GgEpilogue {
       const int32_t h = CeilDivI(tile.mr, 2);
       const int32_t r_begin = sub == 0 ? 0 : h;
       const int32_t r_end = sub == 0 ? h : tile.mr;
-      if (a.t.scale_mode == kScaleBlockwise) {
+      if (a.t.scale_mode == GgScaleMode::kBlockwise) {
         const int32_t parts = PartsPerHandOff(a.t);
         for (int32_t k0 = 0; k0 < a.t.num_k_tiles; k0 += parts) {
           AscendC::CrossCoreWaitFlag(kFlagTileReady);
@@ -56,7 +56,7 @@ class GgEpilogue {
         continue;
       }
       AscendC::CrossCoreWaitFlag(kFlagTileReady);
-      if (a.t.scale_mode == kScaleRowwise) LoadWScaleRow(tile);
+      if (a.t.scale_mode == GgScaleMode::kRowwise) LoadWScaleRow(tile);
       for (int32_t r = r_begin; r < r_end; r += chunk_rows_) {
         const int32_t rows = MinI(chunk_rows_, r_end - r);
         LoadSlot(tile, core, r, rows, 0);
@@ -114,7 +114,7 @@ class GgEpilogue {
 
   __aicore__ inline void ScaleRows(const AscendC::LocalTensor<float>& f, const TileOf& tile, int32_t r, int32_t rows) {
     const Args& a = *a_;
-    if (a.t.scale_mode == kScalePerTensor) {
+    if (a.t.scale_mode == GgScaleMode::kPerTensor) {
       float s = gws_.GetValue(tile.g);
       if (a.p.addr_xs != 0) s *= gxs_.GetValue(0);
       AscendC::Muls(f, f, s, rows * pitch_);

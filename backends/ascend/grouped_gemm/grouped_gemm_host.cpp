@@ -11,12 +11,12 @@ namespace dualops {
 
 namespace {
 
-gg::Tiling TilingFrom(const std::string& s) {
-  if (s.size() < sizeof(gg::Tiling)) {
-    throw std::invalid_argument("tiling must hold at least the " + std::to_string(gg::kTilingInts) +
+GroupedGemmTiling TilingFrom(const std::string& s) {
+  if (s.size() < sizeof(GroupedGemmTiling)) {
+    throw std::invalid_argument("tiling must hold at least the " + std::to_string(GroupedGemmTiling::kInts) +
                                 " int32 grouped-GEMM plan header fields, got " + std::to_string(s.size()) + " bytes");
   }
-  gg::Tiling t;
+  GroupedGemmTiling t;
   std::memcpy(&t, s.data(), sizeof(t));
   return t;
 }
@@ -29,10 +29,10 @@ uint64_t AscendGroupedGemmWorkspaceBytes(const std::string& tiling) {
 
 std::string AscendGroupedGemmCheckTiling(const std::string& tiling, int64_t l1_bytes, int64_t l0a_bytes,
                                          int64_t l0b_bytes, int64_t l0c_bytes) {
-  const gg::Tiling t = TilingFrom(tiling);
+  const GroupedGemmTiling t = TilingFrom(tiling);
   const char* why = gg::CheckTiling(t, l1_bytes, l0a_bytes, l0b_bytes, l0c_bytes);
   if (why != nullptr) return why;
-  const int64_t want = static_cast<int64_t>(sizeof(gg::Tiling)) + static_cast<int64_t>(t.num_items) * 12;
+  const int64_t want = static_cast<int64_t>(sizeof(GroupedGemmTiling)) + static_cast<int64_t>(t.num_items) * 12;
   if (static_cast<int64_t>(tiling.size()) < want) return "tiling holds fewer items than num_items";
   return std::string();
 }

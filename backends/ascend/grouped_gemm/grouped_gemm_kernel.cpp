@@ -33,16 +33,16 @@ template <typename OT>
 __aicore__ inline void RunTyped(const Args& a) {
   if ASCEND_IS_AIC {
     switch (a.t.in_dtype) {
-      case kF16: RunCube<half, float, OT>(a); break;
-      case kBF16: RunCube<bfloat16_t, float, OT>(a); break;
-      case kI8: RunCube<int8_t, int32_t, int32_t>(a); break;
-      case kF8E4M3: RunCube<half, float, float>(a); break;   // the fp16 decode in the workspace
+      case DType::kFloat16: RunCube<half, float, OT>(a); break;
+      case DType::kBfloat16: RunCube<bfloat16_t, float, OT>(a); break;
+      case DType::kInt8: RunCube<int8_t, int32_t, int32_t>(a); break;
+      case DType::kFloat8E4m3fn: RunCube<half, float, float>(a); break;   // the fp16 decode in the workspace
       default: break;   // rejected on the host
     }
     return;
   }
-  if (a.t.scale_mode == kScaleNone) return;
-  if (a.t.in_dtype == kI8) {
+  if (a.t.scale_mode == GgScaleMode::kNone) return;
+  if (a.t.in_dtype == DType::kInt8) {
     RunEpilogue<int32_t, OT>(a);
   } else {
     RunEpilogue<float, OT>(a);
@@ -65,8 +65,8 @@ extern "C" __global__ __aicore__ void grouped_gemm(GM_ADDR params, GM_ADDR works
     AscendC::SyncAll<false>();   // every decoded operand is in the workspace before any cube reads it
   }
   switch (args.p.out_dtype) {
-    case dualops::gg::kF16: dualops::gg::RunTyped<half>(args); break;
-    case dualops::gg::kBF16: dualops::gg::RunTyped<bfloat16_t>(args); break;
+    case dualops::DType::kFloat16: dualops::gg::RunTyped<half>(args); break;
+    case dualops::DType::kBfloat16: dualops::gg::RunTyped<bfloat16_t>(args); break;
     default: dualops::gg::RunTyped<float>(args); break;
   }
 }

@@ -48,7 +48,7 @@ struct GmAddrs {
 struct Args {
   IncreFlashAttentionParams p;
   GmAddrs g;
-  Tiling t;
+  IncreFlashAttentionTiling t;
   CubeChunks cube;
   Workspace ws;
   bool convert_kv;
@@ -56,11 +56,11 @@ struct Args {
   __aicore__ inline void Load(const GmAddrs& addrs, GM_ADDR tiling) {
     g = addrs;
     AscendC::GlobalTensor<int32_t> tg;
-    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), kTilingInts);
+    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), IncreFlashAttentionTiling::kInts);
     int32_t* td = reinterpret_cast<int32_t*>(&t);
-    for (int32_t i = 0; i < kTilingInts; ++i) td[i] = tg.GetValue(i);
+    for (int32_t i = 0; i < IncreFlashAttentionTiling::kInts; ++i) td[i] = tg.GetValue(i);
     AscendC::GlobalTensor<uint8_t> pg;
-    pg.SetGlobalBuffer(tiling + kTilingInts * sizeof(int32_t), sizeof(IncreFlashAttentionParams));
+    pg.SetGlobalBuffer(tiling + IncreFlashAttentionTiling::kInts * sizeof(int32_t), sizeof(IncreFlashAttentionParams));
     uint8_t* dst = reinterpret_cast<uint8_t*>(&p);
     for (uint32_t i = 0; i < sizeof(IncreFlashAttentionParams); ++i) dst[i] = pg.GetValue(i);
     cube = MakeCubeChunks(t);

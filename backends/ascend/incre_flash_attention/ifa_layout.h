@@ -1,17 +1,13 @@
-// Plain C++ shared by the Ascend C IFA kernel and its host side: the plan header (the
-// `GM_ADDR tiling` buffer, docs/internals.md "IFA plan"), the unit decode, the cube / vector
-// chunk sizes derived from the on-chip capacities, and the per-core GM workspace layout.
+// Plain C++ shared by the Ascend C IFA kernel and its host side: the cube / vector chunk sizes
+// derived from the on-chip capacities, the per-core GM workspace layout and the plan check. The
+// plan header (the `GM_ADDR tiling` buffer, docs/internals.md "IFA plan") is the generated
+// IncreFlashAttentionTiling of dualops/tiling.h: the shared, shape-only header, without the CUDA
+// launch fields.
 #pragma once
 #include <cstdint>
 
 #include "../common/a2_layout.h"
-
-#if defined(__has_include)
-#if __has_include("dualops/tiling.h")
 #include "dualops/tiling.h"
-#define DUALOPS_IFA_HAVE_TILING_H 1
-#endif
-#endif
 
 // The helpers below run on both sides: the host (workspace size, plan check) and the kernel (chunk
 // sizes, workspace layout), so they carry __aicore__. Built for the host without CANN's headers
@@ -32,25 +28,6 @@ using ascend::MaxI;
 using ascend::MinI;
 using ascend::RoundUp;
 
-// The plan header, int32 fields in the order of IfaPlan.FIELDS (the fields from kv_dtype on are
-// the CUDA launch choices: 0 in an Ascend plan, unread here).
-struct Tiling {
-  int32_t version, batch, s_q, h_q, h_kv, group, head_dim, max_kv_len, block_size, kv_tile, num_splits,
-      split_len, num_units, num_cores, q_rows, q_tile_rows, kv_dtype_bytes, whole_groups;
-  int32_t kv_dtype, cta_m_tile, variant, merge, merge_fallback, pdl, wave_ctas, stagger_ns, second_fill_keys,
-      lockstep_burst;
-};
-constexpr int32_t kTilingInts = 28;
-constexpr int32_t kTilingVersion = 3;
-static_assert(sizeof(Tiling) == kTilingInts * 4, "IFA tiling header is 28 int32 fields");
-#if defined(DUALOPS_IFA_HAVE_TILING_H)
-static_assert(sizeof(::dualops::IncreFlashAttentionTiling) == sizeof(Tiling),
-              "ops/include/dualops/tiling.h IFA header differs from the kernel's view");
-#endif
-
-// DType codes of ops/include/dualops/params.h.
-enum DTypeCode : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3, kF8E4M3 = 4, kU8 = 5, kI32 = 6, kF8E5M2 = 7 };
-
 // Hardware capacities the kernel sizes its buffers for (Atlas A2 AI core).
 // Vector-side chunk sizes (elements): scores / pse rows, mm2-result / accumulator rows,
 // antiquant rows. See docs/ascend_sim.md for the UB budget they add up to.
@@ -67,7 +44,7 @@ struct CubeChunks {
   int32_t kc1, nc1, kc2, nc2;
 };
 
-__aicore__ inline CubeChunks MakeCubeChunks(const Tiling& t) {
+__aicore__ inline CubeChunks MakeCubeChunks(const IncreFlashAttentionTiling& t) {
   CubeChunks c;
   c.rows_p = RoundUp(t.q_tile_rows, 16);
   const int32_t d = RoundUp(t.head_dim, 16);
@@ -91,7 +68,7 @@ struct Workspace {
 
 __aicore__ inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
 
-__aicore__ inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
+__aicore__ inline Workspace MakeWorkspace(const IncreFlashAttentionTiling& t, bool convert_kv) {
   Workspace w;
   const uint64_t rows = static_cast<uint64_t>(RoundUp(t.q_tile_rows, 16));
   const uint64_t n = static_cast<uint64_t>(t.kv_tile);
@@ -115,13 +92,13 @@ __aicore__ inline Workspace MakeWorkspace(const Tiling& t, bool convert_kv) {
 
 __aicore__ inline bool NeedsKvConvert(int32_t q_dtype, int32_t kv_dtype) { return q_dtype != kv_dtype; }
 
-__aicore__ inline uint64_t WorkspaceBytes(const Tiling& t, int32_t q_dtype, int32_t kv_dtype) {
+__aicore__ inline uint64_t WorkspaceBytes(const IncreFlashAttentionTiling& t, int32_t q_dtype, int32_t kv_dtype) {
   return MakeWorkspace(t, NeedsKvConvert(q_dtype, kv_dtype)).per_core * static_cast<uint64_t>(t.num_cores);
 }
 
 // Checks a plan header (host side, before a launch). Returns nullptr when fine, else a message.
-__aicore__ inline const char* CheckTiling(const Tiling& t) {
-  if (t.version != kTilingVersion) return "plan version is not the one this kernel reads";
+__aicore__ inline const char* CheckTiling(const IncreFlashAttentionTiling& t) {
+  if (t.version != IncreFlashAttentionTiling::kVersion) return "plan version is not the one this kernel reads";
   if (t.batch < 1 || t.s_q < 1 || t.h_kv < 1 || t.group < 1 || t.h_q != t.h_kv * t.group) return "bad head / batch fields";
   if (t.head_dim < 16 || t.head_dim % 16) return "head_dim must be a positive multiple of 16";
   if (t.kv_tile < 16 || t.kv_tile % 16) return "kv_tile must be a positive multiple of 16";

@@ -15,13 +15,13 @@ namespace dualops {
 
 namespace {
 
-ifa::Tiling TilingFrom(const py::bytes& b) {
+IncreFlashAttentionTiling TilingFrom(const py::bytes& b) {
   const std::string s = b;
-  if (s.size() < sizeof(ifa::Tiling)) {
-    throw py::value_error("tiling must hold at least the " + std::to_string(ifa::kTilingInts) +
+  if (s.size() < sizeof(IncreFlashAttentionTiling)) {
+    throw py::value_error("tiling must hold at least the " + std::to_string(IncreFlashAttentionTiling::kInts) +
                           " int32 IFA plan header fields, got " + std::to_string(s.size()) + " bytes");
   }
-  ifa::Tiling t;
+  IncreFlashAttentionTiling t;
   std::memcpy(&t, s.data(), sizeof(t));
   return t;
 }

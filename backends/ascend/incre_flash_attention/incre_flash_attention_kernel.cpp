@@ -31,10 +31,10 @@ __aicore__ inline void RunTyped(const Args& a) {
     return;
   }
   switch (a.p.kv_dtype) {
-    case kI8: RunVector<QT, int8_t>(a); break;
-    case kF8E4M3: RunVector<QT, uint8_t>(a); break;   // e4m3 bytes, decoded on the vector core
-    case kF16: RunVector<QT, half>(a); break;
-    case kBF16: RunVector<QT, bfloat16_t>(a); break;
+    case DType::kInt8: RunVector<QT, int8_t>(a); break;
+    case DType::kFloat8E4m3fn: RunVector<QT, uint8_t>(a); break;   // e4m3 bytes, decoded on the vector core
+    case DType::kFloat16: RunVector<QT, half>(a); break;
+    case DType::kBfloat16: RunVector<QT, bfloat16_t>(a); break;
     default: break;   // rejected on the host
   }
 }
@@ -57,7 +57,7 @@ extern "C" __global__ __aicore__ void incre_flash_attention(GM_ADDR q, GM_ADDR k
                                     GmAddr(lse_accum), GmAddr(workspace)};
   dualops::ifa::Args args;
   args.Load(addrs, tiling);
-  if (args.p.q_dtype == dualops::ifa::kF16) {
+  if (args.p.q_dtype == dualops::DType::kFloat16) {
     dualops::ifa::RunTyped<half>(args);
   } else {
     dualops::ifa::RunTyped<bfloat16_t>(args);

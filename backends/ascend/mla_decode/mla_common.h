@@ -41,8 +41,8 @@ __aicore__ inline void PipeSync(AscendC::TPipe* pipe) {
 
 struct Args {
   MlaDecodeParams p;
-  LaunchHeader h;
-  PlanHeader t;
+  MlaDecodeAscendLaunch h;
+  MlaDecodeTiling t;
   Chunks c;
   Workspace ws;
   __gm__ uint8_t* workspace;
@@ -54,12 +54,12 @@ struct Args {
     uint8_t* dst = reinterpret_cast<uint8_t*>(&p);
     for (uint32_t i = 0; i < sizeof(MlaDecodeParams); ++i) dst[i] = pg.GetValue(i);
     AscendC::GlobalTensor<int32_t> tg;
-    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), kLaunchInts + kPlanInts);
+    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), MlaDecodeAscendLaunch::kInts + MlaDecodeTiling::kInts);
     int32_t* hd = reinterpret_cast<int32_t*>(&h);
-    for (int32_t i = 0; i < kLaunchInts; ++i) hd[i] = tg.GetValue(i);
+    for (int32_t i = 0; i < MlaDecodeAscendLaunch::kInts; ++i) hd[i] = tg.GetValue(i);
     int32_t* td = reinterpret_cast<int32_t*>(&t);
-    for (int32_t i = 0; i < kPlanInts; ++i) td[i] = tg.GetValue(kLaunchInts + i);
-    __gm__ int32_t* arrays = reinterpret_cast<__gm__ int32_t*>(tiling) + kLaunchInts + kPlanInts;
+    for (int32_t i = 0; i < MlaDecodeTiling::kInts; ++i) td[i] = tg.GetValue(MlaDecodeAscendLaunch::kInts + i);
+    __gm__ int32_t* arrays = reinterpret_cast<__gm__ int32_t*>(tiling) + MlaDecodeAscendLaunch::kInts + MlaDecodeTiling::kInts;
     parts.SetGlobalBuffer(arrays, static_cast<uint64_t>(t.num_sm_parts) * t.part_stride);
     num_splits.SetGlobalBuffer(arrays + t.num_sm_parts * t.part_stride, static_cast<uint64_t>(t.batch) + 1);
     c = MakeChunks(h);

@@ -36,7 +36,7 @@ extern "C" __global__ __aicore__ void mla_decode(GM_ADDR params, GM_ADDR workspa
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   dualops::mla::Args args;
   args.Load(params, workspace, tiling);
-  if (args.h.q_dtype == dualops::mla::kF16) {
+  if (args.h.q_dtype == dualops::DType::kFloat16) {
     dualops::mla::RunTyped<half>(args);
   } else {
     dualops::mla::RunTyped<bfloat16_t>(args);

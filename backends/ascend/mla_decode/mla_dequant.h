@@ -32,8 +32,8 @@ class MlaDequant {
   __aicore__ inline void Init(const Args& a, AscendC::TPipe& pipe) {
     a_ = &a;
     tp_ = &pipe;
-    v32_ = a.h.kv_format == kFmtV32 || a.h.kv_format == kFmtI8V32;
-    int8_ = a.h.kv_format == kFmtI8V32;
+    v32_ = a.h.kv_format == MlaKvFormat::kFp8V32 || a.h.kv_format == MlaKvFormat::kInt8V32;
+    int8_ = a.h.kv_format == MlaKvFormat::kInt8V32;
     nope_ = v32_ ? kV32Nope : kModel1Nope;
     pitch_ = v32_ ? RoundUp(kV32RopeByte, 32) : kModel1Data;   // UB bytes per raw row
     const int32_t d = a.h.d_qk;

@@ -1,13 +1,14 @@
-// Plain C++ shared by the Ascend C MLA decode kernel and its host side: the launch header that
-// precedes the shared MLA plan in the `GM_ADDR tiling` buffer, the cube chunk sizes derived from
-// the on-chip capacities, the per-core GM workspace layout and the host-side checks.
+// Plain C++ shared by the Ascend C MLA decode kernel and its host side: the cube chunk sizes
+// derived from the on-chip capacities, the per-core GM workspace layout and the host-side checks.
 //
-// tiling = [LaunchHeader (16 int32)] [MlaPlan.pack(): header (18 int32), parts [num_sm_parts][8],
-//          num_splits [batch + 1]]   (python/dualops/tiling/mla_decode.py)
+// tiling = [MlaDecodeAscendLaunch] [MlaPlan.pack(): MlaDecodeTiling, parts [num_sm_parts][8],
+//          num_splits [batch + 1]]   (both structs generated into dualops/tiling.h from
+//          ops/mla_decode.yaml `plan:`; the launch values: python/dualops/heuristics/ascend.py)
 #pragma once
 #include <cstdint>
 
 #include "../common/a2_layout.h"
+#include "dualops/tiling.h"
 
 // Kernel code calls these helpers too: __aicore__ there, plain host functions where the AscendC
 // headers are not included (the host side).
@@ -28,41 +29,6 @@ using ascend::kUbBytes;
 using ascend::MaxI;
 using ascend::MinI;
 using ascend::RoundUp;
-
-// Ascend launch choices, computed in Python (backends/ascend_sim/mla_decode.py) from the plan,
-// the tensors and the device profile.
-struct LaunchHeader {
-  int32_t version;
-  int32_t num_cores;        // AI cores launched; work items (m block, part) are dealt round-robin
-  int32_t d_qk;             // 576 or 512
-  int32_t d_v;              // 512
-  int32_t kv_tile;          // keys per tile (multiple of 64)
-  int32_t m_rows;           // q rows of one work item (the plan's m block)
-  int32_t page_block_size;  // main cache
-  int32_t extra_page_block_size;
-  int32_t kv_format;        // 0 bf16 (16-bit cache), 1 fp8_v32, 2 fp8_model1, 3 int8_v32
-  int32_t q_dtype;          // dtype code of q (ops/include/dualops/params.h): 1 fp16, 2 bf16
-  int32_t convert;          // 1: the vector cores dequantize each tile into the workspace
-  int32_t topk_cols;        // indices.shape[-1] (sparse), else 0
-  int32_t extra_topk_cols;  // extra_indices.shape[-1], else 0
-  int32_t plan_ints;        // int32s of the MLA plan that follows
-  int32_t reserved[2];
-};
-constexpr int32_t kLaunchInts = 16;
-constexpr int32_t kLaunchVersion = 1;
-static_assert(sizeof(LaunchHeader) == kLaunchInts * 4, "MLA launch header is 16 int32 fields");
-
-// The shared MLA plan header (MlaPlan.FIELDS order; ops/include/dualops/tiling.h MlaDecodeTiling).
-struct PlanHeader {
-  int32_t version, batch, s_q, h_q, h_kv, q_rows, num_m_blocks, num_sm_parts, block_tokens, fixed_overhead, payload,
-      total_splits, part_stride, kv_format, sparse, topk, extra_topk, page_block_size;
-};
-constexpr int32_t kPlanInts = 18;
-constexpr int32_t kPlanVersion = 1;
-static_assert(sizeof(PlanHeader) == kPlanInts * 4, "MLA plan header is 18 int32 fields");
-
-enum KvFormat : int32_t { kFmtBf16 = 0, kFmtV32 = 1, kFmtModel1 = 2, kFmtI8V32 = 3 };
-enum DTypeCode : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
 // Cache token layouts (dualops.quant).
 constexpr int32_t kV32Bytes = 656;      // 512 e4m3 (int8_v32: int8) | 4 fp32 scales | 64 bf16 RoPE
@@ -87,7 +53,7 @@ struct Chunks {
   int32_t kc1, kc2, nc2;
 };
 
-__aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
+__aicore__ inline Chunks MakeChunks(const MlaDecodeAscendLaunch& h) {
   Chunks c;
   c.rows_p = RoundUp(h.m_rows, 16);
   c.kc1 = MinI(h.d_qk, MinI(Floor16(kL0bBytes / (2 * h.kv_tile)), Floor16(kL0aBytes / (2 * c.rows_p))));
@@ -97,7 +63,7 @@ __aicore__ inline Chunks MakeChunks(const LaunchHeader& h) {
 }
 
 // L1 bytes of the cube side: q tile, kSlots latent tiles, the P tile (all in q's dtype).
-__aicore__ inline uint64_t L1Bytes(const LaunchHeader& h, const Chunks& c) {
+__aicore__ inline uint64_t L1Bytes(const MlaDecodeAscendLaunch& h, const Chunks& c) {
   return 2ull * c.rows_p * h.d_qk + 2ull * kSlots * h.kv_tile * h.d_qk + 2ull * c.rows_p * h.kv_tile;
 }
 
@@ -112,7 +78,7 @@ struct Workspace {
 
 __aicore__ inline uint64_t Align512(uint64_t v) { return (v + 511) / 512 * 512; }
 
-__aicore__ inline Workspace MakeWorkspace(const LaunchHeader& h) {
+__aicore__ inline Workspace MakeWorkspace(const MlaDecodeAscendLaunch& h) {
   const Chunks c = MakeChunks(h);
   const uint64_t rows = static_cast<uint64_t>(c.rows_p), n = static_cast<uint64_t>(h.kv_tile);
   Workspace w;
@@ -129,18 +95,18 @@ __aicore__ inline Workspace MakeWorkspace(const LaunchHeader& h) {
   return w;
 }
 
-__aicore__ inline uint64_t WorkspaceBytes(const LaunchHeader& h) {
+__aicore__ inline uint64_t WorkspaceBytes(const MlaDecodeAscendLaunch& h) {
   return MakeWorkspace(h).per_core * static_cast<uint64_t>(h.num_cores > 0 ? h.num_cores : 0);
 }
 
 // Host check of a tiling buffer (launch header + plan). nullptr when fine, else why not.
-__aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeader& t, int64_t tiling_ints) {
-  if (h.version != kLaunchVersion) return "launch header version is not the one this kernel reads";
-  if (t.version != kPlanVersion) return "MLA plan version is not the one this kernel reads";
-  if (h.plan_ints < kPlanInts || kLaunchInts + static_cast<int64_t>(h.plan_ints) != tiling_ints)
+__aicore__ inline const char* CheckTiling(const MlaDecodeAscendLaunch& h, const MlaDecodeTiling& t, int64_t tiling_ints) {
+  if (h.version != MlaDecodeAscendLaunch::kVersion) return "launch header version is not the one this kernel reads";
+  if (t.version != MlaDecodeTiling::kVersion) return "MLA plan version is not the one this kernel reads";
+  if (h.plan_ints < MlaDecodeTiling::kInts || MlaDecodeAscendLaunch::kInts + static_cast<int64_t>(h.plan_ints) != tiling_ints)
     return "plan_ints does not match the tiling buffer";
   if (t.part_stride != 8) return "part_stride must be 8";
-  if (kPlanInts + static_cast<int64_t>(t.num_sm_parts) * t.part_stride + t.batch + 1 != h.plan_ints)
+  if (MlaDecodeTiling::kInts + static_cast<int64_t>(t.num_sm_parts) * t.part_stride + t.batch + 1 != h.plan_ints)
     return "the plan's arrays do not match its header";
   if (t.batch < 1 || t.s_q < 1 || t.h_q < 1 || t.h_q > 128) return "batch, s_q >= 1 and h_q in [1, 128] required";
   if (t.h_kv != 1 || t.q_rows != t.s_q * t.h_q) return "the Ascend MLA kernel takes one latent KV head";
@@ -151,9 +117,9 @@ __aicore__ inline const char* CheckTiling(const LaunchHeader& h, const PlanHeade
   if (t.num_m_blocks != CeilDiv(t.q_rows, h.m_rows)) return "num_m_blocks != ceil(q_rows / m_rows)";
   if (h.num_cores < 1 || h.num_cores > t.num_sm_parts * t.num_m_blocks) return "num_cores must be in [1, parts * m blocks]";
   if (h.page_block_size < 1 || h.page_block_size != t.page_block_size) return "page_block_size differs from the plan's";
-  if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format > 3) return "kv_format differs from the plan's";
-  if (h.q_dtype != kF16 && h.q_dtype != kBF16) return "q must be fp16 or bf16";
-  if (h.kv_format != kFmtBf16 && !h.convert) return "FP8 / int8 caches are dequantized on the vector cores (convert = 1)";
+  if (h.kv_format != t.kv_format || h.kv_format < 0 || h.kv_format >= MlaKvFormat::kCount) return "kv_format differs from the plan's";
+  if (h.q_dtype != DType::kFloat16 && h.q_dtype != DType::kBfloat16) return "q must be fp16 or bf16";
+  if (h.kv_format != MlaKvFormat::kBf16 && !h.convert) return "FP8 / int8 caches are dequantized on the vector cores (convert = 1)";
   if (t.sparse && (h.topk_cols != t.topk || h.extra_topk_cols != t.extra_topk)) return "index widths differ from the plan's topk";
   if (t.sparse && h.extra_topk_cols > 0 && h.extra_page_block_size < 1) return "extra_page_block_size must be >= 1";
   const Chunks c = MakeChunks(h);

@@ -6,12 +6,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "dualops/enums.h"
 #include "gg_mainloop.cuh"
 #include "gg_schedule.cuh"
 
 namespace dualops::cuda::gg {
 
-enum OutType : int { kOutF32 = 0, kOutF16 = 1, kOutBf16 = 2 };  // DType codes
+enum OutType : int { kOutF32 = DType::kFloat32, kOutF16 = DType::kFloat16, kOutBf16 = DType::kBfloat16 };
 constexpr int kOutPitch = kTileN + 4;  // floats per staged row
 
 template <int BM>

@@ -17,10 +17,17 @@ enum Sm90Recipe : int {
   kSm90Bf16 = 0, kSm90Bf16Small, kSm90Fp16, kSm90Fp8, kSm90Fp8Small, kSm90Fp8Fast, kSm90Fp8Blockwise,
   kSm90Bf16Mid, kSm90Fp8Mid
 };
-enum Sm90Config : int { kSm90Large = 0, kSm90Small = 1, kSm90Fast = 2, kSm90Mid = 3 };
+// The binding's config codes (GgSm90Config, generated from ops/grouped_gemm.yaml).
+enum Sm90Config : int {
+  kSm90Large = GgSm90Config::kSm90,
+  kSm90Small = GgSm90Config::kSm90Small,
+  kSm90Fast = GgSm90Config::kSm90Fast,
+  kSm90Mid = GgSm90Config::kSm90Mid
+};
 // Config bits above the kernel's id: the tile scheduler's raster order (0: along M, 1: along N).
 constexpr int kSm90ConfigMask = 0xff;
-constexpr int kSm90AlongN = 1 << 8;
+constexpr int kSm90AlongN = GgSm90Config::kAlongN;
+static_assert(kSm90AlongN > kSm90ConfigMask, "the raster bit lies above the config ids");
 
 // ws == nullptr: stores the workspace bytes the call needs in *ws_bytes. Otherwise runs the
 // call with *ws_bytes bytes of device workspace at ws. nullptr or an error message.

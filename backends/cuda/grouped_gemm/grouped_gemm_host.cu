@@ -14,34 +14,36 @@ template <> const char* launch_recipe<kInt8Rowwise>(const GroupedGemmParams&, in
 }  // namespace gg
 
 namespace {
-// DType codes (params.h) and scale modes (tiling SCALE_MODES) -> recipe, or -1.
-int recipe_of(int in_dtype, int scale_mode) {
+// DType codes and scale modes (GgScaleMode) -> recipe, or -1.
+int recipe_of(int in, int scale_mode) {
   using namespace gg;
-  const auto in = static_cast<DType>(in_dtype);
-  if (scale_mode == 0) return in == DType::kBfloat16 ? kBf16 : (in == DType::kFloat16 ? kFp16 : -1);
-  if (in == DType::kFloat8E4m3fn) return scale_mode == 1 ? kFp8PerTensor : (scale_mode == 2 ? kFp8Rowwise : kFp8Blockwise);
-  if (in == DType::kInt8 && scale_mode == 2) return kInt8Rowwise;
+  if (scale_mode == GgScaleMode::kNone) return in == DType::kBfloat16 ? kBf16 : (in == DType::kFloat16 ? kFp16 : -1);
+  if (in == DType::kFloat8E4m3fn)
+    return scale_mode == GgScaleMode::kPerTensor ? kFp8PerTensor
+                                                 : (scale_mode == GgScaleMode::kRowwise ? kFp8Rowwise : kFp8Blockwise);
+  if (in == DType::kInt8 && scale_mode == GgScaleMode::kRowwise) return kInt8Rowwise;
   return -1;
 }
 }  // namespace
 
 const char* grouped_gemm_check(const GroupedGemmParams& p, int tile_m) {
-  if (recipe_of(p.in_dtype, p.scale_mode) < 0 || p.scale_mode < 0 || p.scale_mode > 3)
+  if (recipe_of(p.in_dtype, p.scale_mode) < 0 || p.scale_mode < 0 || p.scale_mode >= GgScaleMode::kCount)
     return "grouped_gemm: unsupported (input dtype, scale_mode) pair";
   if (tile_m != 8 && tile_m != 16 && tile_m != 32 && tile_m != 48 && tile_m != 64)
     return "grouped_gemm: tile_m must be 8, 16, 32, 48 or 64";
   if (p.num_groups < 1 || p.num_groups > 8192) return "grouped_gemm: num_groups must be in [1, 8192]";
   if (p.n < 1 || p.k < 1 || p.m < 0 || p.m_max < 0) return "grouped_gemm: bad sizes";
-  const int esize = (p.in_dtype == static_cast<int>(DType::kBfloat16) || p.in_dtype == static_cast<int>(DType::kFloat16)) ? 2 : 1;
+  const int esize = (p.in_dtype == DType::kBfloat16 || p.in_dtype == DType::kFloat16) ? 2 : 1;
   if ((p.k * esize) % 16) return "grouped_gemm: rows of x and w must be a multiple of 16 bytes (K * element size)";
   if (!p.x || !p.w || !p.y) return "grouped_gemm: x, w and y must be device pointers";
   if ((p.masked_m == nullptr) == (p.group_offsets == nullptr))
     return "grouped_gemm: give exactly one of group_offsets and masked_m";
-  if (p.scale_mode != 0 && !p.w_scale) return "grouped_gemm: w_scale is required with a scale mode";
-  if ((p.scale_mode == 2 || p.scale_mode == 3) && !p.x_scale) return "grouped_gemm: x_scale is required";
-  if (p.scale_mode == 3 && p.in_dtype != static_cast<int>(DType::kFloat8E4m3fn))
+  if (p.scale_mode != GgScaleMode::kNone && !p.w_scale) return "grouped_gemm: w_scale is required with a scale mode";
+  if ((p.scale_mode == GgScaleMode::kRowwise || p.scale_mode == GgScaleMode::kBlockwise) && !p.x_scale)
+    return "grouped_gemm: x_scale is required";
+  if (p.scale_mode == GgScaleMode::kBlockwise && p.in_dtype != DType::kFloat8E4m3fn)
     return "grouped_gemm: blockwise needs float8_e4m3fn";
-  if (p.out_dtype != 0 && p.out_dtype != 1 && p.out_dtype != 2) return "grouped_gemm: out_dtype must be f32/f16/bf16";
+  if (p.out_dtype != DType::kFloat32 && p.out_dtype != DType::kFloat16 && p.out_dtype != DType::kBfloat16) return "grouped_gemm: out_dtype must be f32/f16/bf16";
   return nullptr;
 }
 

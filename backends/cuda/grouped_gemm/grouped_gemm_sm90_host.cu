@@ -11,9 +11,8 @@ namespace {
 int sm90_recipe_of(const GroupedGemmParams& p, int config) {
   using namespace gg;
   config &= kSm90ConfigMask;
-  const auto in = static_cast<DType>(p.in_dtype);
-  const auto out = static_cast<DType>(p.out_dtype);
-  if (p.scale_mode == 0 && in == DType::kBfloat16 && out == DType::kBfloat16) {
+  const int in = p.in_dtype, out = p.out_dtype;
+  if (p.scale_mode == GgScaleMode::kNone && in == DType::kBfloat16 && out == DType::kBfloat16) {
     switch (config) {
       case kSm90Large: return kSm90Bf16;
       case kSm90Small: return kSm90Bf16Small;
@@ -21,9 +20,9 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       default: return -1;
     }
   }
-  if (p.scale_mode == 0 && in == DType::kFloat16 && out == DType::kFloat16) return config == kSm90Large ? kSm90Fp16 : -1;
+  if (p.scale_mode == GgScaleMode::kNone && in == DType::kFloat16 && out == DType::kFloat16) return config == kSm90Large ? kSm90Fp16 : -1;
   if (in != DType::kFloat8E4m3fn || out != DType::kBfloat16) return -1;
-  if (p.scale_mode == 1 || p.scale_mode == 2) {
+  if (p.scale_mode == GgScaleMode::kPerTensor || p.scale_mode == GgScaleMode::kRowwise) {
     switch (config) {
       case kSm90Large: return kSm90Fp8;
       case kSm90Small: return kSm90Fp8Small;
@@ -32,7 +31,7 @@ int sm90_recipe_of(const GroupedGemmParams& p, int config) {
       default: return -1;
     }
   }
-  if (p.scale_mode == 3) return config == kSm90Large ? kSm90Fp8Blockwise : -1;
+  if (p.scale_mode == GgScaleMode::kBlockwise) return config == kSm90Large ? kSm90Fp8Blockwise : -1;
   return -1;
 }
 

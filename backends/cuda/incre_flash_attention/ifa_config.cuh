@@ -18,6 +18,8 @@
 
 #include <type_traits>
 
+#include "dualops/enums.h"
+
 namespace dualops::cuda::ifa {
 
 // Online softmax (ifa_split_kernel.cuh): a row's reference max moves only when a score passes it
@@ -38,7 +40,15 @@ constexpr int kChunkKeys = 16;  // keys per warp chunk (one PV k-step)
 // first fill into L2. A kernel of its own so that the other kernels' main loops stay as they are.
 // NarrowPf / WidePf: the narrow / wide CTA of an 8-bit cache that prefetches its first fill into
 // L2 (the GPUs of little DRAM bandwidth per SM gain with it; the others lose, docs/tuning.md).
-enum CtaShape : int { kNarrow = 0, kWide = 1, kWide1 = 2, kWideLs = 3, kNarrowPf = 4, kWidePf = 5 };
+// The plan's codes (IfaCudaVariant, generated from ops/incre_flash_attention.yaml).
+enum CtaShape : int {
+  kNarrow = IfaCudaVariant::kNarrow,
+  kWide = IfaCudaVariant::kWide,
+  kWide1 = IfaCudaVariant::kWide1,
+  kWideLs = IfaCudaVariant::kWideLockstep,
+  kNarrowPf = IfaCudaVariant::kNarrowPrefetch,
+  kWidePf = IfaCudaVariant::kWidePrefetch
+};
 
 template <typename QT, typename KVT, int D, int SHAPE>
 struct Cfg {

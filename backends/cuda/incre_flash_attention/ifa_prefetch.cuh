@@ -28,7 +28,7 @@ namespace dualops::cuda::ifa {
 // the first copies come from L2.
 template <typename C>
 __device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p,
-                                              const IncreFlashAttentionTiling& t, int b, int kvh,
+                                              const IncreFlashAttentionCudaTiling& t, int b, int kvh,
                                               int k_from, int k_cap, int span, int warp0) {
   constexpr int D = C::kD;
   const int warp = (threadIdx.x >> 5) - warp0, lane = threadIdx.x & 31;

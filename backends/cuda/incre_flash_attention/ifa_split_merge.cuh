@@ -21,7 +21,7 @@ namespace dualops::cuda::ifa {
 // splits; rounds of 16 would take the kernel's registers up and the main loop compiled around
 // them would slow down).
 template <typename QT, int D, int M_TILE, int NW>
-__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
                                              int b, int kvh, int64_t ubase, int row0) {
   constexpr int NT = NW * 32, C4 = D / 4;
   const int tid = threadIdx.x;
@@ -51,7 +51,12 @@ __device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p,
 //                 its partial in its own shared memory and, after a cluster barrier, merges a
 //                 slice of the rows x columns from every CTA's shared memory (no global round
 //                 trip, no atomic).
-enum MergeMode : int { kMergeKernel = 0, kMergeCounter = 1, kMergeCluster = 2 };
+// The plan's codes (IfaCudaMerge, generated from ops/incre_flash_attention.yaml).
+enum MergeMode : int {
+  kMergeKernel = IfaCudaMerge::kKernel,
+  kMergeCounter = IfaCudaMerge::kCounter,
+  kMergeCluster = IfaCudaMerge::kCluster
+};
 
 // The CTA's output rows (M_TILE x D fp32, rows kOutPitch floats apart) and lse (M_TILE) in the
 // K/V stages after the warps' merge buffer: the partial a cluster merge reads, and the rows an

@@ -249,7 +249,7 @@ __device__ __forceinline__ void write_lse(const IncreFlashAttentionParams& p, co
 // rows x (D / 4) columns, reading all CTAs' partials through distributed shared memory;
 // the second barrier keeps each CTA's shared memory alive until the others are done.
 template <class K>
-__device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+__device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
                                               const Unit& u, const SmemRegions& sm) {
   using QT = typename K::QT;
   constexpr int D = K::D, M_TILE = K::M_TILE, kOutPitch = K::kOutPitch;
@@ -279,7 +279,7 @@ __device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p
 // and acquires the other CTAs'; the CTA that brings the count to ns merges (true: this CTA).
 // (Two __threadfence() -- a fence.sc per thread before, one after -- would cost more.)
 template <class K>
-__device__ __forceinline__ bool counter_arrive(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+__device__ __forceinline__ bool counter_arrive(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
                                                const Unit& u, const SmemRegions& sm, int*& ctr) {
   __syncthreads();
   ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(u.b) * t.h_kv + u.kvh) * gridDim.y + blockIdx.y;

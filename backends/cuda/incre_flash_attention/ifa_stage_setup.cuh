@@ -109,7 +109,7 @@ struct Unit {
 };
 
 template <int M_TILE>
-__device__ __forceinline__ Unit unit_of(const IncreFlashAttentionTiling& t) {
+__device__ __forceinline__ Unit unit_of(const IncreFlashAttentionCudaTiling& t) {
   Unit s;
   const int u = blockIdx.x;
   const bool whole = u < t.whole_groups;
@@ -178,7 +178,7 @@ __device__ __forceinline__ int64_t out_row_final(const IncreFlashAttentionParams
   const int r = u.row0 + rr, gh = r / u.s_q, i = r - gh * u.s_q;
   return u.b * p.out_stride_b + i * p.out_stride_s + (u.kvh * u.group + gh) * p.out_stride_h;
 }
-__device__ __forceinline__ int64_t lse_row_final(const IncreFlashAttentionTiling& t, const Unit& u, int rr) {
+__device__ __forceinline__ int64_t lse_row_final(const IncreFlashAttentionCudaTiling& t, const Unit& u, int rr) {
   const int r = u.row0 + rr, gh = r / u.s_q, i = r - gh * u.s_q;
   return (static_cast<int64_t>(u.b) * t.h_q + u.kvh * u.group + gh) * u.s_q + i;
 }
@@ -263,7 +263,7 @@ __device__ __forceinline__ void q_sources(QSources<K>& s, const IncreFlashAttent
 // lane 0 -- this loop was over half of the pre-wait code, exposed wherever nothing runs ahead
 // of the kernel. 16-bit kernels gain nothing from it and keep lane 0 of each warp.
 template <class K>
-__device__ __forceinline__ void row_offsets(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+__device__ __forceinline__ void row_offsets(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
                                             const Unit& u, const SmemRegions& sm) {
   constexpr int D = K::D, M_TILE = K::M_TILE, NT = K::NT, NW = K::NW;
   auto one = [&](int rr) {

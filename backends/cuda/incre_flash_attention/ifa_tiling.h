@@ -1,5 +1,6 @@
-// The IFA plan header as the CUDA kernels read it: the generated ops/include/dualops/tiling.h
-// (python -m dualops.codegen, from the planner's FIELDS) is the one definition. The merge-counter
+// The IFA plan as the CUDA kernels read it: IncreFlashAttentionCudaTiling of the generated
+// ops/include/dualops/tiling.h (python -m dualops.codegen, from ops/incre_flash_attention.yaml
+// `plan:`: the shared header, then the CUDA launch fields) is the one definition. The merge-counter
 // capacity lives here so the host glue (bind_cuda.cpp) and the kernels share it.
 #pragma once
 #include <dualops/tiling.h>

@@ -14,13 +14,13 @@ namespace dualops {
 
 void register_cuda_incre_flash_attention(py::module_& m) {
   m.attr("cuda_ifa_params_bytes") = py::int_(sizeof(IncreFlashAttentionParams));
-  m.attr("cuda_ifa_tiling_bytes") = py::int_(sizeof(IncreFlashAttentionTiling));
+  m.attr("cuda_ifa_tiling_bytes") = py::int_(sizeof(IncreFlashAttentionCudaTiling));
   m.attr("cuda_ifa_merge_groups") = py::int_(cuda::ifa::kMaxMergeGroups);
   m.def(
       "cuda_incre_flash_attention",
       [](const py::bytes& params, const py::bytes& tiling, std::uintptr_t stream) {
         const auto p = struct_from_bytes<IncreFlashAttentionParams>(params, "params");
-        const auto t = struct_from_bytes<IncreFlashAttentionTiling>(tiling, "tiling");
+        const auto t = struct_from_bytes<IncreFlashAttentionCudaTiling>(tiling, "tiling");
         if (const char* err = cuda::incre_flash_attention_check(p, t)) throw py::value_error(err);
         const char* err = nullptr;
         {
@@ -36,7 +36,7 @@ void register_cuda_incre_flash_attention(py::module_& m) {
       "cuda_incre_flash_attention_smem",
       [](const py::bytes& params, const py::bytes& tiling) {
         return cuda::incre_flash_attention_smem_bytes(struct_from_bytes<IncreFlashAttentionParams>(params, "params"),
-                                                      struct_from_bytes<IncreFlashAttentionTiling>(tiling, "tiling"));
+                                                      struct_from_bytes<IncreFlashAttentionCudaTiling>(tiling, "tiling"));
       },
       py::arg("params"), py::arg("tiling"), "Dynamic shared memory of the split kernel this call would launch.");
 }

@@ -20,8 +20,8 @@ const char* fail(const char* fmt, long long a = 0, long long b = 0) {
   return g_message.c_str();
 }
 
-using Launch = cudaError_t (*)(const IncreFlashAttentionParams&, const IncreFlashAttentionTiling&, cudaStream_t);
-using Smem = int (*)(const IncreFlashAttentionTiling&);
+using Launch = cudaError_t (*)(const IncreFlashAttentionParams&, const IncreFlashAttentionCudaTiling&, cudaStream_t);
+using Smem = int (*)(const IncreFlashAttentionCudaTiling&);
 
 struct Family {
   Launch launch;
@@ -30,8 +30,8 @@ struct Family {
 
 Family family_of(int q_dtype, int kv_dtype) {
   using namespace ifa;
-  const int bf16 = static_cast<int>(DType::kBfloat16), f16 = static_cast<int>(DType::kFloat16);
-  const int i8 = static_cast<int>(DType::kInt8), f8 = static_cast<int>(DType::kFloat8E4m3fn);
+  const int bf16 = DType::kBfloat16, f16 = DType::kFloat16;
+  const int i8 = DType::kInt8, f8 = DType::kFloat8E4m3fn;
   if (q_dtype == bf16 && kv_dtype == bf16) return {launch_bf16_bf16, smem_bf16_bf16};
   if (q_dtype == f16 && kv_dtype == f16) return {launch_f16_f16, smem_f16_f16};
   if (q_dtype == bf16 && kv_dtype == i8) return {launch_bf16_int8, smem_bf16_int8};
@@ -45,7 +45,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
+const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t) {
   if (t.version != 3) return fail("plan version %lld, this build reads version 3", t.version);
   if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
     return fail("head_dim must be 64, 128 or 256, got %lld", t.head_dim);
@@ -74,10 +74,7 @@ const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, cons
     return fail("unsupported dtypes: q dtype code %lld with cache dtype code %lld (need fp16/bf16 q with the "
                 "same-dtype, int8 or fp8 e4m3 cache)",
                 p.q_dtype, p.kv_dtype);
-  const int kv_bytes = p.kv_dtype == static_cast<int>(DType::kInt8) ||
-                               p.kv_dtype == static_cast<int>(DType::kFloat8E4m3fn)
-                           ? 1
-                           : 2;
+  const int kv_bytes = p.kv_dtype == DType::kInt8 || p.kv_dtype == DType::kFloat8E4m3fn ? 1 : 2;
   if (t.kv_dtype_bytes != kv_bytes)
     return fail("plan kv_dtype_bytes %lld does not match the cache dtype (%lld bytes)", t.kv_dtype_bytes, kv_bytes);
   if (!p.q || !p.k || !p.v || !p.out || !p.lse || !p.kv_lens)
@@ -110,13 +107,13 @@ const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, cons
   return nullptr;
 }
 
-const char* incre_flash_attention(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+const char* incre_flash_attention(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
                                   cudaStream_t stream) {
   if (const char* err = incre_flash_attention_check(p, t)) return err;
   return incre_flash_attention_launch(p, t, stream);
 }
 
-const char* incre_flash_attention_launch(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t,
+const char* incre_flash_attention_launch(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
                                          cudaStream_t stream) {
   const cudaError_t err = family_of(p.q_dtype, p.kv_dtype).launch(p, t, stream);
   if (err != cudaSuccess) {
@@ -126,7 +123,7 @@ const char* incre_flash_attention_launch(const IncreFlashAttentionParams& p, con
   return nullptr;
 }
 
-int incre_flash_attention_smem_bytes(const IncreFlashAttentionParams& p, const IncreFlashAttentionTiling& t) {
+int incre_flash_attention_smem_bytes(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t) {
   if (incre_flash_attention_check(p, t)) return 0;  // (0 too for a variant not built)
   return family_of(p.q_dtype, p.kv_dtype).smem(t);
 }

@@ -26,19 +26,19 @@ Launch variant_of(const MlaDecodeParams& p) {
   const bool bf = p.q_dtype == static_cast<int>(DType::kBfloat16);
   if (!bf && p.q_dtype != static_cast<int>(DType::kFloat16)) return nullptr;
   switch (p.kv_format) {
-    case 0:
-      if (p.head_dim == 576) return bf ? launch_variant<__nv_bfloat16, 0, 576> : launch_variant<__half, 0, 576>;
-      if (p.head_dim == 512) return bf ? launch_variant<__nv_bfloat16, 0, 512> : launch_variant<__half, 0, 512>;
+    case MlaKvFormat::kBf16:
+      if (p.head_dim == 576) return bf ? launch_variant<__nv_bfloat16, MlaKvFormat::kBf16, 576> : launch_variant<__half, MlaKvFormat::kBf16, 576>;
+      if (p.head_dim == 512) return bf ? launch_variant<__nv_bfloat16, MlaKvFormat::kBf16, 512> : launch_variant<__half, MlaKvFormat::kBf16, 512>;
       return nullptr;
-    case 1:
+    case MlaKvFormat::kFp8V32:
       if (p.head_dim != 576) return nullptr;
-      return bf ? launch_variant<__nv_bfloat16, 1, 576> : launch_variant<__half, 1, 576>;
-    case 2:
+      return bf ? launch_variant<__nv_bfloat16, MlaKvFormat::kFp8V32, 576> : launch_variant<__half, MlaKvFormat::kFp8V32, 576>;
+    case MlaKvFormat::kFp8Model1:
       if (p.head_dim != 512) return nullptr;
-      return bf ? launch_variant<__nv_bfloat16, 2, 512> : launch_variant<__half, 2, 512>;
-    case 3:
+      return bf ? launch_variant<__nv_bfloat16, MlaKvFormat::kFp8Model1, 512> : launch_variant<__half, MlaKvFormat::kFp8Model1, 512>;
+    case MlaKvFormat::kInt8V32:
       if (p.head_dim != 576) return nullptr;
-      return bf ? launch_variant<__nv_bfloat16, 3, 576> : launch_variant<__half, 3, 576>;
+      return bf ? launch_variant<__nv_bfloat16, MlaKvFormat::kInt8V32, 576> : launch_variant<__half, MlaKvFormat::kInt8V32, 576>;
     default:
       return nullptr;
   }
@@ -60,7 +60,7 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   if (p.topk < 1 || p.topk != t.topk || p.extra_topk != t.extra_topk)
     return fail("mla_decode: indices hold %d (+%d extra) entries per query token, the plan was made for topk %d (+%d)",
                 p.topk, p.extra_topk, t.topk, t.extra_topk);
-  if (p.kernel == 3 || (p.kernel == 2 && (p.kv_format == 0 || t.h_q > mla::kWtMaxRows)))
+  if (p.kernel == MlaCudaKernel::kWgmmaSeesaw || (p.kernel == MlaCudaKernel::kWgmmaT && (p.kv_format == MlaKvFormat::kBf16 || t.h_q > mla::kWtMaxRows)))
     return fail("mla_decode (cuda): sparse decode runs on the mma (0) or wgmma (1) kernel, or wgmma_t (2) for FP8 "
                 "caches and at most %d heads; got kernel %d (kv_format %d, h_q %d)", mla::kWtMaxRows, p.kernel,
                 p.kv_format, t.h_q);
@@ -73,7 +73,7 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   if ((p.extra_topk > 0) != (p.extra_kv_cache != nullptr) || (p.extra_topk > 0) != (p.extra_indices != nullptr))
     return fail("mla_decode: extra_kv_cache and extra_indices come together (extra_topk %d)", p.extra_topk);
   if (p.extra_topk > 0) {
-    if (p.extra_num_blocks < 1 || p.extra_page_block_size < 1 || (p.kv_format == 2 && p.extra_page_block_size % 2))
+    if (p.extra_num_blocks < 1 || p.extra_page_block_size < 1 || (p.kv_format == MlaKvFormat::kFp8Model1 && p.extra_page_block_size % 2))
       return fail("mla_decode: extra_kv_cache needs num_blocks >= 1 and a page size >= 1 (fp8_model1: even), "
                   "got %lld blocks of %d", static_cast<long long>(p.extra_num_blocks), p.extra_page_block_size);
     if (!aligned16(p.extra_kv_cache)) return fail("mla_decode: extra_kv_cache must start on a 16-byte boundary");
@@ -87,7 +87,8 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
 }  // namespace
 
 const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
-  if (t.version != 1) return fail("mla_decode: plan version must be 1, got %d", t.version);
+  if (t.version != MlaDecodeTiling::kVersion)
+    return fail("mla_decode: plan version must be %d, got %d", MlaDecodeTiling::kVersion, t.version);
   if (t.h_kv != 1) return fail("mla_decode (cuda): one latent KV head, got h_kv %d", t.h_kv);
   if (t.batch < 1 || t.s_q < 1 || t.h_q < 1 || t.q_rows != t.s_q * t.h_q)
     return fail("mla_decode: plan needs batch, s_q, h_q >= 1 and q_rows = s_q * h_q (got %d, %d, %d, %d)", t.batch,
@@ -99,13 +100,13 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   if (p.kernel < 0 || p.kernel >= mla::kNumKernels)
     return fail("mla_decode (cuda): kernel must be 0 (mma), 1 (wgmma), 2 (wgmma_t) or 3 (wgmma_seesaw), got %d",
                 p.kernel);
-  if (p.kernel == 3 && p.kv_format != 0)
+  if (p.kernel == MlaCudaKernel::kWgmmaSeesaw && p.kv_format != MlaKvFormat::kBf16)
     return fail("mla_decode (cuda): the wgmma_seesaw kernel takes a 16-bit cache (kv_format 'bf16'), got kv_format %d",
                 p.kv_format);
-  if (p.kernel == 2 && t.q_rows > mla::kWtMaxRows && !t.sparse)
+  if (p.kernel == MlaCudaKernel::kWgmmaT && t.q_rows > mla::kWtMaxRows && !t.sparse)
     return fail("mla_decode (cuda): the wgmma_t kernel takes at most %d q rows (s_q * h_q), got %d", mla::kWtMaxRows,
                 t.q_rows);
-  if ((p.kernel == 2 || p.kernel == 3) && p.kv_format == 0 &&
+  if ((p.kernel == MlaCudaKernel::kWgmmaT || p.kernel == MlaCudaKernel::kWgmmaSeesaw) && p.kv_format == MlaKvFormat::kBf16 &&
       (p.page_block_size % 16 || p.num_blocks * static_cast<int64_t>(p.page_block_size) >= (int64_t{1} << 31)))
     return fail("mla_decode (cuda): the wgmma_t and wgmma_seesaw kernels copy a 16-bit cache by tensor map: "
                 "page_block_size must be "
@@ -117,7 +118,7 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   if (!p.q || !p.kv_cache || !p.block_table || !p.cache_seqlens || !p.out || !p.lse || !p.plan)
     return fail("mla_decode: q, kv_cache, block_table, cache_seqlens, out, lse and plan must all be set");
   if (const char* err = sparse_check(p, t)) return err;
-  if (p.page_block_size < 1 || (p.kv_format == 2 && p.page_block_size % 2))
+  if (p.page_block_size < 1 || (p.kv_format == MlaKvFormat::kFp8Model1 && p.page_block_size % 2))
     return fail("mla_decode: page_block_size %d (fp8_model1 needs an even size)", p.page_block_size);
   if (p.num_blocks < 1) return fail("mla_decode: num_blocks must be >= 1");
   if (!aligned16(p.q) || (p.q_stride_b | p.q_stride_s | p.q_stride_h) % 8)

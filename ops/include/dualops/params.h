@@ -3,19 +3,9 @@
 #pragma once
 #include <cstdint>
 
-namespace dualops {
+#include "enums.h"
 
-enum class DType : int32_t {
-  kFloat32 = 0,
-  kFloat16 = 1,
-  kBfloat16 = 2,
-  kInt8 = 3,
-  kFloat8E4m3fn = 4,
-  kUint8 = 5,
-  kInt32 = 6,
-  kFloat8E5m2 = 7,
-  kBool = 8,
-};
+namespace dualops {
 
 // Decode attention over a contiguous or paged KV cache (GQA/MQA/MHA, masks, bias, quantized caches, split-KV).
 struct IncreFlashAttentionParams {

@@ -1,8 +1,10 @@
 """Shared pieces of the planners: integer helpers, argument checks and int32 packing.
 
-A plan packs to one int32 CPU tensor: its header (the fields named in the class's `FIELDS`,
-in order, which `codegen` turns into a C struct) followed by the plan's variable-length
-arrays, each flattened row-major. `PackedPlan` implements pack / from_packed once.
+A plan packs to one int32 CPU tensor: its shared header (the fields named in the class's
+`FIELDS`: the `header` of the op's plan contract, ops/<op>.yaml `plan:`, which `codegen` turns
+into a C struct), for a backend with a struct that extends the header its fields next
+(`BACKEND_FIELDS`, `pack(backend)`), then the plan's variable-length arrays, each flattened
+row-major. `PackedPlan` implements pack / from_packed once.
 """
 
 from __future__ import annotations
@@ -91,11 +93,13 @@ def int_list(name: str, values: Any) -> list[int]:
 @dataclasses.dataclass(frozen=True)
 class PackedPlan:
     """Base of the plan dataclasses. Subclasses declare `FIELDS` (int32 header, in order, each
-    also a dataclass field), `VERSION`, and `ARRAYS`: (attribute, row width) pairs for the
-    variable-length arrays that follow the header, stored as tuples of ints (row-major) and
-    whose row counts `_array_rows` derives from the header."""
+    also a dataclass field), `BACKEND_FIELDS` (backend -> the int32 fields its struct appends
+    to the header, also dataclass fields), `VERSION`, and `ARRAYS`: (attribute, row width) pairs
+    for the variable-length arrays that follow the header, stored as tuples of ints (row-major)
+    and whose row counts `_array_rows` derives from the header."""
 
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    BACKEND_FIELDS: ClassVar[dict[str, tuple[str, ...]]] = {}
     VERSION: ClassVar[int] = 1
     ARRAYS: ClassVar[tuple[tuple[str, int], ...]] = ()
 
@@ -105,8 +109,16 @@ class PackedPlan:
     def _array_rows(self, name: str) -> int:  # pragma: no cover - overridden when ARRAYS used
         raise NotImplementedError
 
-    def pack(self) -> torch.Tensor:
-        values = self.header()
+    @classmethod
+    def _header_names(cls, backend: str | None) -> tuple[str, ...]:
+        """The header fields of `backend`'s packed plan: the shared ones, then the fields its
+        struct appends (none for a backend without one, or for backend None)."""
+        return cls.FIELDS + cls.BACKEND_FIELDS.get(backend, ())
+
+    def pack(self, backend: str | None = None) -> torch.Tensor:
+        """The packed plan as `backend` reads it (default: the shared header and arrays)."""
+        names = self._header_names(backend)
+        values = [int(getattr(self, f)) for f in names]
         for name, width in self.ARRAYS:
             arr = getattr(self, name)
             expect = self._array_rows(name) * width
@@ -116,13 +128,13 @@ class PackedPlan:
             values.extend(arr)
         for i, v in enumerate(values):
             if not INT32_MIN <= v <= INT32_MAX:
-                where = self.FIELDS[i] if i < len(self.FIELDS) else f"array value {i}"
+                where = names[i] if i < len(names) else f"array value {i}"
                 raise ValueError(f"{type(self).__name__}: {where} = {v} does not fit in int32")
         return torch.tensor(values, dtype=torch.int32)
 
     @classmethod
-    def from_packed(cls, t):
-        """Inverse of pack(): accepts the int32 tensor (any device) or a list of ints."""
+    def from_packed(cls, t, backend: str | None = None):
+        """Inverse of pack(backend): accepts the int32 tensor (any device) or a list of ints."""
         name = cls.__name__
         if isinstance(t, torch.Tensor):
             if t.dim() != 1 or t.dtype != torch.int32:
@@ -131,10 +143,11 @@ class PackedPlan:
             values = t.detach().cpu().tolist()
         else:
             values = int_list("packed", t)
-        nh = len(cls.FIELDS)
+        names = cls._header_names(backend)
+        nh = len(names)
         if len(values) < nh:
             raise ValueError(f"{name}.from_packed: need at least {nh} header ints, got {len(values)}")
-        kwargs = dict(zip(cls.FIELDS, values[:nh]))
+        kwargs = dict(zip(names, values[:nh]))
         if kwargs.get("version", cls.VERSION) != cls.VERSION:
             raise ValueError(f"{name}.from_packed: plan version {kwargs['version']}, "
                              f"this code reads version {cls.VERSION}")

@@ -30,7 +30,7 @@ The CUDA backend takes tile M and the kernel from a plan: its persistent kernel 
 items (n tile fastest within an m tile) from group_offsets / masked_m on the device, so a
 contiguous call needs no host read of the offsets (docs/grouped_gemm_cuda.md). `cuda_kernel`
 (not packed) is "mma" (that kernel, every case) or one of the CUTLASS grouped TMA + wgmma
-kernels (compute-bound groups: `cuda_kernel_for`, CUDA_KERNELS).
+kernels (compute-bound groups: `dualops.heuristics.cuda.cuda_kernel_for`, CUDA_KERNELS).
 
 Packed layout: header (FIELDS), then items [num_items, 3] = (group, m_tile, n_tile).
 """
@@ -43,14 +43,17 @@ from typing import ClassVar
 
 import torch
 
+from .. import plan_contract, schema
 from ..devices import DeviceProfile
+from ..heuristics.cuda import CUDA_KERNELS, SM90_KERNELS, cuda_kernel_for, sm90_supports
 from .base import PackedPlan, ceil_div, check_choice, check_device, check_int, int_list, round_up
 
-GG_VERSION = 1
-LAYOUTS = {"contiguous": 0, "masked": 1}
-SCALE_MODES = {"none": 0, "per_tensor": 1, "rowwise": 2, "blockwise": 3}
-# DType codes of ops/include/dualops/params.h (docs/internals.md); (code, bytes).
-IN_DTYPES = {"float16": (1, 2), "bfloat16": (2, 2), "int8": (3, 1), "float8_e4m3fn": (4, 1)}
+GG_VERSION = plan_contract.version("grouped_gemm")
+LAYOUTS = plan_contract.enum("grouped_gemm", "layout")           # GgLayout codes
+SCALE_MODES = plan_contract.enum("grouped_gemm", "scale_mode")   # GgScaleMode codes
+# x / w dtypes: (DType code, bytes).
+IN_DTYPES = {n: (schema.DTYPE_CODES[n], b) for n, b in (("float16", 2), ("bfloat16", 2), ("int8", 1),
+                                                         ("float8_e4m3fn", 1))}
 
 TILE_N = 128
 TILE_K_BYTES = 128
@@ -71,70 +74,6 @@ def tile_m_for(avg_rows: int, device: DeviceProfile) -> int:
     if device.is_ascend:
         tile = round_up(tile, device.cube_fractal)
     return tile
-
-
-# CUDA kernels (docs/grouped_gemm_cuda.md): "mma" (own mma.sync kernel, every case) and the
-# CUTLASS sm90 kernels, each for some (x / w dtype, scale mode, output dtype): "sm90" (large
-# tiles, 2 x 1 clusters; blockwise fp8: 1 x 2), "sm90_small" (64-row ping-pong tiles), "sm90_mid"
-# (the large tiles in 1 x 2 clusters) and "sm90_fast" (fp8 with tensor-core-only accumulation,
-# like torch._scaled_grouped_mm; opt-in, never chosen by the planner). Measured on the H100 and
-# the H200 (benchmarks/cuda/gg_kernel_choice.py), the planner picks by average rows per group: up
-# to SM90_SMALL_MAX_ROWS (one 64-row tile per group) sm90_small where it exists (it streams the
-# weights faster than the own kernel even at 4 rows per group); in the SM90_MID_ROWS ranges
-# sm90_mid: at 65-128 rows (one 128-row tile per group) each weight tile is read by one CTA and x
-# multicast to the cluster's two column tiles (64-row tiles would read every weight tile twice,
-# 2 x 1 clusters would leave half the CTAs without rows); at 257-384 rows a group has three row
-# tiles and sm90's 2 x 1 clusters leave half of the last pair idle (sm90_mid 1.3-1.5x faster
-# there); fp8 (shorter K steps per byte) also gains from 129 to 256 rows, bf16 does not. sm90
-# elsewhere. Recipes without a small kernel take sm90 from this fraction of the weight-streaming
-# ridge on (rows per group at which a group's GEMM does as many FLOPs per weight byte as the
-# device's peak FLOPs per byte of bandwidth), the own kernel below; blockwise fp8 takes sm90 at
-# every size (H100, 32 groups of 4-96 rows: 1.05-3.2x faster than the own kernel, 2.6-2.8 TB/s).
-_FP8_SCALED = {("float8_e4m3fn", "per_tensor", "bfloat16"), ("float8_e4m3fn", "rowwise", "bfloat16")}
-_BF16 = {("bfloat16", "none", "bfloat16")}
-SM90_KERNELS = {
-    "sm90": _BF16 | {("float16", "none", "float16"), ("float8_e4m3fn", "blockwise", "bfloat16")} | _FP8_SCALED,
-    "sm90_small": _BF16 | _FP8_SCALED,
-    "sm90_fast": _FP8_SCALED,
-    "sm90_mid": _BF16 | _FP8_SCALED,
-}
-CUDA_KERNELS = ("mma",) + tuple(SM90_KERNELS)
-SM90_CONFIG = {"sm90": 0, "sm90_small": 1, "sm90_fast": 2, "sm90_mid": 3}   # the binding's config codes
-SM90_ALONG_N = 1 << 8         # config bit: the tile scheduler walks the tiles along N (plan.cuda_raster "n")
-SM90_RIDGE_FRACTION = 0.25
-SM90_BLOCKWISE_MIN_ROWS = 1   # blockwise fp8: sm90 from one row per group (measured above)
-SM90_SMALL_MAX_ROWS = 64      # sm90_small's tile M
-SM90_MID_ROWS = {2: ((65, 128), (257, 384)), 1: ((65, 384),)}   # by x / w element bytes: rows per group
-
-
-def sm90_min_rows(dtype: str, device: DeviceProfile, scale_mode: str = "none") -> int:
-    """Average rows per group from which the CUDA backend runs a CUTLASS sm90 kernel."""
-    if scale_mode == "blockwise":
-        return SM90_BLOCKWISE_MIN_ROWS
-    elem = IN_DTYPES[dtype][1]
-    peak = device.peak_bf16_tflops * (2 if elem == 1 else 1)   # fp8 / int8 tensor cores: 2x
-    ridge_rows = peak * 1e12 / (device.bandwidth_gbs * 1e9) * elem / 2
-    return max(1, round(ridge_rows * SM90_RIDGE_FRACTION))
-
-
-def sm90_supports(kernel: str, n: int, dtype: str, scale_mode: str, out_dtype: str) -> bool:
-    """Whether CUTLASS kernel `kernel` covers this call (recipe, and 16-byte output rows)."""
-    return (dtype, scale_mode, out_dtype) in SM90_KERNELS.get(kernel, ()) and (n * 2) % 16 == 0
-
-
-def cuda_kernel_for(avg_rows: int, *, n: int, dtype: str, scale_mode: str, out_dtype: str,
-                    device: DeviceProfile) -> str:
-    """The CUDA kernel the planner picks (module comment at CUDA_KERNELS)."""
-    if not device.is_cuda:
-        return "mma"
-    if avg_rows <= SM90_SMALL_MAX_ROWS and sm90_supports("sm90_small", n, dtype, scale_mode, out_dtype):
-        return "sm90_small"
-    mid = any(lo <= avg_rows <= hi for lo, hi in SM90_MID_ROWS[IN_DTYPES[dtype][1]])
-    if mid and sm90_supports("sm90_mid", n, dtype, scale_mode, out_dtype):
-        return "sm90_mid"
-    if avg_rows >= sm90_min_rows(dtype, device, scale_mode) and sm90_supports("sm90", n, dtype, scale_mode, out_dtype):
-        return "sm90"
-    return "mma"
 
 
 ASCEND_LARGE_M = 256         # average group rows from which Ascend takes 128 x 256 tiles
@@ -223,10 +162,7 @@ class GroupedGemmPlan(PackedPlan):
     cuda_kernel: str = dataclasses.field(default="mma", compare=False)  # CUDA_KERNELS (not packed)
     cuda_raster: str = dataclasses.field(default="m", compare=False)    # sm90 tile order: "m" / "n" (not packed)
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "version", "layout", "num_groups", "m_total", "m_max", "n", "k", "tile_m", "tile_n",
-        "tile_k", "stages", "num_n_tiles", "num_k_tiles", "num_items", "num_cores", "in_dtype",
-        "scale_mode", "shape_only")
+    FIELDS: ClassVar[tuple[str, ...]] = plan_contract.header_fields("grouped_gemm")  # GroupedGemmTiling
     ARRAYS: ClassVar[tuple[tuple[str, int], ...]] = (("items", 3),)
     VERSION: ClassVar[int] = GG_VERSION
 

@@ -23,12 +23,12 @@ import dataclasses
 import functools
 from typing import ClassVar
 
-from .. import tuning
+from .. import plan_contract, schema, tuning
 from ..devices import DeviceProfile
-from . import _ifa_launch
+from ..heuristics import cuda as _cuda
 from .base import PackedPlan, ceil_div, check_device, check_int, round_up
 
-IFA_VERSION = 3              # 2: whole_groups appended to the header; 3: the CUDA launch fields
+IFA_VERSION = plan_contract.version("incre_flash_attention")  # 4: CUDA launch fields in their own struct
 
 # --- CUDA choices ---------------------------------------------------------------------------
 CUDA_STAGES = 2              # K/V tiles in flight in shared memory
@@ -136,9 +136,9 @@ class IfaPlan(PackedPlan):
     q_tile_rows: int
     kv_dtype_bytes: int
     whole_groups: int = 0
-    # The cache's DType code (ops/include/dualops/params.h; int8 and fp8 launch differently) and
-    # the CUDA launch choices (_ifa_launch.IfaLaunchFields; 0 on Ascend): made by the planner, read
-    # by the CUDA launcher as they are.
+    # CUDA only (IncreFlashAttentionCudaTiling, packed by pack("cuda") after the shared header):
+    # the cache's DType code (int8 and fp8 launch differently) and the CUDA launch choices
+    # (heuristics.cuda.IfaLaunchFields; 0 on Ascend), read by the CUDA launcher as they are.
     kv_dtype: int = 0
     cta_m_tile: int = 0
     variant: int = 0
@@ -152,13 +152,10 @@ class IfaPlan(PackedPlan):
     # The profile the plan was made for (not in the header): with_splits re-plans the launch on it.
     device: DeviceProfile | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "version", "batch", "s_q", "h_q", "h_kv", "group", "head_dim", "max_kv_len",
-        "block_size", "kv_tile", "num_splits", "split_len", "num_units", "num_cores", "q_rows",
-        "q_tile_rows", "kv_dtype_bytes", "whole_groups", "kv_dtype", "cta_m_tile", "variant",
-        "merge", "merge_fallback", "pdl", "wave_ctas", "stagger_ns", "second_fill_keys",
-        "lockstep_burst")
-    LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(_ifa_launch.IfaLaunchFields))
+    FIELDS: ClassVar[tuple[str, ...]] = plan_contract.header_fields("incre_flash_attention")
+    BACKEND_FIELDS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "cuda": plan_contract.backend_fields("incre_flash_attention", "cuda")}
+    LAUNCH_FIELDS: ClassVar[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(_cuda.IfaLaunchFields))
     VERSION: ClassVar[int] = IFA_VERSION
 
     # -- work list --------------------------------------------------------------------------
@@ -210,13 +207,13 @@ class IfaPlan(PackedPlan):
         device = device or self.device
         if device is None or not device.is_cuda:
             return self
-        launch = _ifa_launch.choose_launch(self, device, self.kv_dtype)
+        launch = _cuda.choose_launch(self, device, self.kv_dtype)
         return dataclasses.replace(self, device=device, **dataclasses.asdict(launch))
 
     @property
-    def launch(self) -> _ifa_launch.IfaLaunchFields:
+    def launch(self) -> _cuda.IfaLaunchFields:
         """The CUDA launch choices the plan carries."""
-        return _ifa_launch.IfaLaunchFields(**{f: getattr(self, f) for f in self.LAUNCH_FIELDS})
+        return _cuda.IfaLaunchFields(**{f: getattr(self, f) for f in self.LAUNCH_FIELDS})
 
     def units_of_core(self, c: int) -> range:
         """Units core c runs: c, c + num_cores, ..."""
@@ -265,7 +262,7 @@ class IfaPlan(PackedPlan):
                 + (f" after {self.whole_groups} whole groups" if self.whole_groups else "")
                 + f" units={self.num_units} "
                 f"on {self.num_cores} cores"
-                + (f"; {_ifa_launch.describe(self.launch)}" if self.wave_ctas else ""))
+                + (f"; {_cuda.describe_ifa_launch(self.launch)}" if self.wave_ctas else ""))
 
 
 def _num_units(groups: int, whole_groups: int, num_splits: int) -> int:
@@ -421,7 +418,7 @@ def _plan(*, batch, s_q, h_q, h_kv, head_dim, max_kv_len, block_size, kv_dtype_b
     if q_dtype_bytes != 2:
         raise ValueError(f"q_dtype_bytes must be 2 (q is fp16/bf16), got {q_dtype_bytes}")
     if kv_dtype is None:
-        kv_dtype = _BF16 if kv_dtype_bytes == 2 else _ifa_launch.INT8
+        kv_dtype = _BF16 if kv_dtype_bytes == 2 else _cuda.INT8
     kv_dtype = check_int("kv_dtype", kv_dtype)
     if (kv_dtype in _ONE_BYTE) != (kv_dtype_bytes == 1) or kv_dtype not in (*_ONE_BYTE, *_TWO_BYTE):
         raise ValueError(f"kv_dtype code {kv_dtype} does not match kv_dtype_bytes {kv_dtype_bytes}")
@@ -453,9 +450,9 @@ def _plan(*, batch, s_q, h_q, h_kv, head_dim, max_kv_len, block_size, kv_dtype_b
     return plan
 
 
-_BF16 = 2
-_TWO_BYTE = (1, 2)                            # float16, bfloat16
-_ONE_BYTE = (_ifa_launch.INT8, _ifa_launch.FP8)
+_BF16 = schema.DTYPE_CODES["bfloat16"]
+_TWO_BYTE = (schema.DTYPE_CODES["float16"], _BF16)
+_ONE_BYTE = (_cuda.INT8, _cuda.FP8)
 
 
 plan_incre_flash_attention.cache_clear = _plan.cache_clear  # type: ignore[attr-defined]
@@ -483,9 +480,8 @@ def plan_for_tensors(q, k_cache, block_table, device: DeviceProfile) -> IfaPlan:
     if plan is None:
         if len(_PLANS_BY_SHAPE) > 4096:
             _PLANS_BY_SHAPE.clear()
-        from ..schema import dtype_code
         plan = _PLANS_BY_SHAPE[key] = plan_incre_flash_attention(
-            **shape, q_dtype_bytes=q.element_size(), kv_dtype=dtype_code(k_cache.dtype), device=device)
+            **shape, q_dtype_bytes=q.element_size(), kv_dtype=schema.dtype_code(k_cache.dtype), device=device)
     return plan
 
 

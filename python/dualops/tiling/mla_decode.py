@@ -46,16 +46,18 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from .. import plan_contract
 from ..devices import DeviceProfile
+from ..heuristics.cuda import MLA_CUDA_WGMMA_T_ROWS
 from .base import PackedPlan, ceil_div, check_choice, check_device, check_int, int_list, round_up
 
-MLA_VERSION = 1
+MLA_VERSION = plan_contract.version("mla_decode")
 MLA_BLOCK_TOKENS = 64       # scheduler block
 MLA_FIXED_OVERHEAD = 5      # blocks of per-request cost (prologue, q load, epilogue)
 MLA_CUDA_FIXED_OVERHEAD_FEW_ROWS = 2  # the same on CUDA for calls of at most MLA_CUDA_WGMMA_T_ROWS q rows
 MLA_Q_BLOCK_ROWS = 64       # q rows of one CTA / AI core pass (FlashMLA's block M)
 PART_STRIDE = 8
-KV_FORMATS = {"bf16": 0, "fp8_v32": 1, "fp8_model1": 2, "int8_v32": 3}
+KV_FORMATS = plan_contract.enum("mla_decode", "kv_format")   # MlaKvFormat codes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,10 +85,7 @@ class MlaPlan(PackedPlan):
     parts: tuple[int, ...] = ()       # [num_sm_parts, PART_STRIDE]
     num_splits: tuple[int, ...] = ()  # [batch + 1]
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "version", "batch", "s_q", "h_q", "h_kv", "q_rows", "num_m_blocks", "num_sm_parts",
-        "block_tokens", "fixed_overhead", "payload", "total_splits", "part_stride", "kv_format",
-        "sparse", "topk", "extra_topk", "page_block_size")
+    FIELDS: ClassVar[tuple[str, ...]] = plan_contract.header_fields("mla_decode")  # MlaDecodeTiling
     ARRAYS: ClassVar[tuple[tuple[str, int], ...]] = (("parts", PART_STRIDE), ("num_splits", 1))
     VERSION: ClassVar[int] = MLA_VERSION
 
@@ -149,85 +148,6 @@ def num_sm_parts_for(device: DeviceProfile, *, s_q: int, h_q: int, h_kv: int) ->
     """FlashMLA's rule: cores / h_kv / ceil(q_rows / 64), at least 1 (AI cores on Ascend)."""
     q_rows = s_q * h_q // h_kv
     return max(device.num_cores // h_kv // ceil_div(q_rows, MLA_Q_BLOCK_ROWS), 1)
-
-
-# The CUDA split kernels (MlaDecodeParams.kernel; KernelKind in backends/cuda/mla_decode/
-# mla_config.cuh; designs in docs/mla_decode_cuda.md). The plan's choice, rule by rule, with its
-# reason (the measurements behind the bounds: BENCHMARKS.md, benchmarks/cuda/mla_kernel_ab.py):
-#   * GPUs whose blocks cannot opt into MLA_CUDA_WGMMA_SMEM_BYTES of shared memory: mma.sync
-#     (m16n8k16) for every call (the wgmma kernels' layouts need that much).
-#   * wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS q rows (s_q * h_q): its MMAs put the q rows on N
-#     (8, 16 or 32), so memory-bound calls do a fraction of a 64-row kernel's MMA work per tile,
-#     and its two tile chains per CTA keep more copies in flight.
-#   * wgmma_seesaw for 16-bit caches above 64 q rows, pages of a multiple of 64 tokens, where
-#     MLA_CUDA_SEESAW_SMEM_BYTES fit: both warpgroups overlap their softmaxes with MMAs, which pays
-#     once a request's m-blocks share its tiles through L2, with one TMA box per block and page.
-#   * wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS q rows otherwise: 64 q rows per MMA, FP8 tiles
-#     dequantized while the tensor cores run P V.
-#   * mma.sync below that bound (sparse calls with a 16-bit cache and at most 32 heads: dense
-#     calls that few rows take wgmma_t): it skips the 16-row groups that hold no q row, where the
-#     wgmma MMAs always cover 64 rows.
-#   * Sparse decode (q rows: h_q), kernels whose copies address tokens one by one: wgmma_t for FP8
-#     caches up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS heads (its 16-bit path copies pages by TMA), else
-#     wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS heads, else mma.sync.
-#   * Sorted key lists (cuda_mla_sort_keys) for 16-bit caches from MLA_CUDA_SORT_MIN_HEADS heads
-#     and at most MLA_CUDA_SORT_MAX_KEYS entries (one CTA sorts a list in shared memory):
-#     neighbouring keys then share DRAM pages; with fewer heads or an FP8 cache the sort
-#     measured no net gain.
-#   * Fixed cost per request piece (mla_fixed_overhead): FlashMLA's 5 blocks, 2 on CUDA up to
-#     MLA_CUDA_WGMMA_T_ROWS q rows, where a memory-bound piece's fixed cost is about one block's
-#     copy time.
-MLA_CUDA_KERNELS = {"mma": 0, "wgmma": 1, "wgmma_t": 2, "wgmma_seesaw": 3}
-MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
-# Shared memory of the largest wgmma-kernel layout, d_qk 576 with fp16 q's serial loop: Q + 2 KV
-# tiles (3 x 72 KiB), one P tile (8 KiB), row reductions, 2 flags, 5 mbarriers (mla_config.cuh
-# static_asserts it; bf16 q's pipelined loop keeps its P tiles in the KV tiles' RoPE blocks).
-MLA_CUDA_WGMMA_SMEM_BYTES = 230456
-# The seesaw loop's, d_qk 576: the same with 4 more mbarriers and the TMA box rows instead of the flags.
-MLA_CUDA_SEESAW_SMEM_BYTES = 230536
-# Per cache format, the q rows from which the wgmma kernel is planned instead of mma.sync.
-# int8_v32 has fp8_v32's token layout and dequant path (int8 in place of e4m3) and takes its
-# choices in these tables.
-MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1, "int8_v32": 1}
-# Per cache format, the most q rows for which the wgmma_t kernel is planned.
-MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32, "int8_v32": 32}
-# Sparse decode: per cache format, the heads from which the list kernel sorts each query token's
-# main-pool keys by token id (None: never), and the most entries a list may have to be sorted.
-MLA_CUDA_SORT_MIN_HEADS = {"bf16": 65, "fp8_v32": None, "fp8_model1": None, "int8_v32": None}
-MLA_CUDA_SORT_MAX_KEYS = 4096
-
-
-def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_block_size: int = 64,
-                    sparse: bool = False) -> str:
-    """The CUDA split kernel of a call, by the choice table above MLA_CUDA_KERNELS. Sparse decode
-    (q_rows: h_q, the rows that share a query token's key list) runs on the kernels whose copies
-    address tokens one by one: with an FP8 cache wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]
-    heads, else wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] heads, else mma.sync. Dense decode,
-    where the GPU lets one block opt into the wgmma kernels' shared memory: wgmma_t up to
-    MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows (s_q * h_q), wgmma from
-    MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on other GPUs); the wgmma kernel
-    runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages of a multiple of 64 tokens and
-    more than 64 q rows."""
-    fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
-    if sparse:
-        if fits and kv_format != "bf16" and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
-            return "wgmma_t"
-        return "wgmma" if fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] else "mma"
-    if fits and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
-        return "wgmma_t"
-    use = fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
-    if use and kv_format == "bf16" and page_block_size % 64 == 0 and q_rows > MLA_Q_BLOCK_ROWS \
-            and device.smem_per_core_bytes >= MLA_CUDA_SEESAW_SMEM_BYTES:
-        return "wgmma_seesaw"
-    return "wgmma" if use else "mma"
-
-
-def cuda_mla_sort_keys(*, kv_format: str, h_q: int, topk: int) -> bool:
-    """Whether the list kernel of a sparse call sorts each query token's main-pool keys by token id
-    (from MLA_CUDA_SORT_MIN_HEADS[kv_format] heads, up to MLA_CUDA_SORT_MAX_KEYS entries; the extra
-    pool's keys keep their order). Sorting changes only the order in which keys are summed."""
-    low = MLA_CUDA_SORT_MIN_HEADS[kv_format]
-    return low is not None and h_q >= low and topk <= MLA_CUDA_SORT_MAX_KEYS
 
 
 def mla_fixed_overhead(device: DeviceProfile, *, q_rows: int) -> int:

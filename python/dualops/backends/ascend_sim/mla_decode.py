@@ -1,34 +1,32 @@
 """Ascend C MLA decode on the simulator: the glue of ``backends/ascend/mla_decode``.
 
 The kernel reads the shared MLA plan (``dualops.tiling.plan_mla_decode``, the schedule the CUDA
-kernel reads too; made here for the simulated profile's AI cores when not given) behind a small
-Ascend launch header (``launch_header``: core count, tile sizes, page sizes, formats) that this
-module computes from the plan, the tensors and the profile."""
+kernel reads too; made here for the simulated profile's AI cores when not given) behind the
+generated ``MlaDecodeAscendLaunch`` struct (``launch_header``: core count, tile sizes, page sizes,
+formats), whose values ``dualops.heuristics.ascend.mla_launch`` chooses from the plan, the tensors
+and the profile."""
 
 from __future__ import annotations
 
 import torch
 
-from ... import native, schema
-from ...tiling.mla_decode import KV_FORMATS, MLA_Q_BLOCK_ROWS, MlaPlan, plan_mla_decode, request_lengths
+from ... import native, plan_contract, schema
+from ...heuristics import ascend as _heuristics
+from ...tiling.mla_decode import KV_FORMATS, MlaPlan, plan_mla_decode, request_lengths
 from ._common import SIM, Regions, check_block_ids, ptr
 
 _OP = "mla_decode"
 KERNEL = "mla_decode"
-LAUNCH_VERSION = 1
-KV_TILE = 128   # keys per tile (two L1 slots of 128 x d_qk in q's dtype, 16-bit or dequantized caches alike)
 
 
 def launch_header(plan: MlaPlan, *, num_cores: int, d_qk: int, q_dtype: torch.dtype, page_block_size: int,
                   extra_page_block_size: int = 0, topk_cols: int = 0, extra_topk_cols: int = 0,
                   kv_tile: int | None = None) -> list[int]:
-    """The 16 int32 of the Ascend launch header (backends/ascend/mla_decode/mla_layout.h)."""
-    convert = int(plan.kv_format != KV_FORMATS["bf16"])
-    tile = kv_tile or KV_TILE
-    cores = max(1, min(num_cores, plan.num_sm_parts * plan.num_m_blocks))
-    plan_ints = int(plan.pack().numel())
-    return [LAUNCH_VERSION, cores, d_qk, 512, tile, MLA_Q_BLOCK_ROWS, page_block_size, extra_page_block_size,
-            plan.kv_format, schema.dtype_code(q_dtype), convert, topk_cols, extra_topk_cols, plan_ints, 0, 0]
+    """The int32 fields of MlaDecodeAscendLaunch (ops/include/dualops/tiling.h), in order."""
+    return plan_contract.pack_struct(_OP, "ascend", **_heuristics.mla_launch(
+        plan, num_cores=num_cores, d_qk=d_qk, q_dtype=q_dtype, page_block_size=page_block_size,
+        extra_page_block_size=extra_page_block_size, topk_cols=topk_cols, extra_topk_cols=extra_topk_cols,
+        kv_tile=kv_tile))
 
 
 def tiling_bytes(header: list[int], plan: MlaPlan) -> bytes:
@@ -136,5 +134,6 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
                     ("o_accum", o_acc), ("lse_accum", l_acc), ("workspace", ws), ("params", params_t),
                     ("tiling", tiling_t)):
         regs.add(name, t)
-    target.launch(_OP, KERNEL, header[1], [params_t.data_ptr(), ws.data_ptr(), tiling_t.data_ptr()], regs, prof, plan)
+    cores = header[plan_contract.backend_fields(_OP, "ascend").index("num_cores")]
+    target.launch(_OP, KERNEL, cores, [params_t.data_ptr(), ws.data_ptr(), tiling_t.data_ptr()], regs, prof, plan)
     return out, lse

@@ -6,7 +6,7 @@ masked_m on the device (clamped, so bad values cannot make it leave x or y), so 
 captured in a CUDA graph. Value checks of offsets and masked_m run under validate="full".
 Tile M and the kernel come from the planner (average rows per group: M / G, or M_max when
 masked): the persistent mma.sync kernel (every case) or, for compute-bound groups, the CUTLASS
-sm90 grouped kernel (`tiling.grouped_gemm.cuda_kernel_for`); a plan passed in fixes both.
+sm90 grouped kernel (`heuristics.cuda.cuda_kernel_for`); a plan passed in fixes both.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...tiling.grouped_gemm import (SCALE_MODES, SM90_ALONG_N, SM90_CONFIG, GroupedGemmPlan, cuda_kernel_for,
-                                     sm90_supports, tile_m_for)
+from ...heuristics.cuda import SM90_ALONG_N, SM90_CONFIG, cuda_kernel_for, sm90_supports
+from ...tiling.grouped_gemm import SCALE_MODES, GroupedGemmPlan, tile_m_for
 from . import status  # noqa: F401
 from ._common import current_stream, fields_template, params_struct
 

@@ -32,7 +32,9 @@ _MERGE_COUNTERS = MergeCounters(in_capture=False)
 
 @functools.lru_cache(maxsize=1024)
 def _plan_bytes(plan: IfaPlan) -> bytes:
-    return plan.pack().numpy().tobytes()
+    """The plan as the CUDA launcher reads it: IncreFlashAttentionCudaTiling (the shared header,
+    then the CUDA launch fields)."""
+    return plan.pack("cuda").numpy().tobytes()
 
 
 def make_ifa_plan(q, k_cache, block_table):

@@ -20,8 +20,9 @@ import torch
 
 from ... import kernel_params, native, schema
 from ...devices import detect
-from ...tiling.mla_decode import (KV_FORMATS, MLA_CUDA_KERNELS, PART_STRIDE, MlaPlan, cuda_mla_kernel,
-                                  cuda_mla_sort_keys, mla_fixed_overhead, num_sm_parts_for, request_lengths)
+from ...heuristics.cuda import MLA_CUDA_KERNELS, cuda_mla_kernel, cuda_mla_sort_keys
+from ...tiling.mla_decode import (KV_FORMATS, MLA_BLOCK_TOKENS, MLA_Q_BLOCK_ROWS, MLA_VERSION, PART_STRIDE, MlaPlan,
+                                  mla_fixed_overhead, num_sm_parts_for, request_lengths)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import MergeCounters, current_stream, f32, fields_template, params_struct, ptr, ptr_head
 
@@ -52,9 +53,12 @@ class MlaDevicePlan:
         self.num_sm_parts, self.kv_format, self.page_block_size = num_sm_parts, kv_format, page_block_size
         self.sparse, self.topk, self.extra_topk = int(topk is not None), topk or 0, extra_topk or 0
         q_rows = s_q * h_q // h_kv
-        self.header_bytes = _HEADER.pack(
-            1, batch, s_q, h_q, h_kv, q_rows, -(-q_rows // 64), num_sm_parts, 64, fixed_overhead, 0, -1, PART_STRIDE,
-            kv_format, self.sparse, self.topk, self.extra_topk, page_block_size)
+        header = dict(version=MLA_VERSION, batch=batch, s_q=s_q, h_q=h_q, h_kv=h_kv, q_rows=q_rows,
+                      num_m_blocks=-(-q_rows // MLA_Q_BLOCK_ROWS), num_sm_parts=num_sm_parts,
+                      block_tokens=MLA_BLOCK_TOKENS, fixed_overhead=fixed_overhead, payload=0, total_splits=-1,
+                      part_stride=PART_STRIDE, kv_format=kv_format, sparse=self.sparse, topk=self.topk,
+                      extra_topk=self.extra_topk, page_block_size=page_block_size)
+        self.header_bytes = _HEADER.pack(*(header[f] for f in MlaPlan.FIELDS))
 
     def pack(self) -> torch.Tensor:
         """The packed plan (int32, on the GPU)."""
