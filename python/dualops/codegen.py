@@ -17,6 +17,7 @@ committed files differ from what this produces (one source of truth).
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 from . import plan_contract, schema
@@ -49,6 +50,10 @@ def enums_header() -> str:
         lines.append("")
     lines.append("}  // namespace dualops")
     return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> list[str]:
+    return ["// " + line for line in textwrap.wrap(text, 96)]
 
 
 def _struct_lines(name: str, fields: dict, *, base: str | None = None, version: int | None = None,
@@ -87,15 +92,15 @@ def tiling_header() -> str:
     for op in schema.OPS:
         sp = plan_contract.spec(op)
         h = sp.header
-        lines.append(f"// {op}: {h.doc}. Shared by every backend (header of the planner's pack()).")
+        lines += _comment(f"{op}: {h.doc}. Shared by every backend (header of the planner's pack()).")
         lines += _struct_lines(h.struct, h.fields, version=h.version, ints=len(h.fields))
         lines.append("")
         for backend, b in sp.backends.items():
             if b.placement == "extends":
-                lines.append(f"// {op}, {backend} only: {b.doc} (pack(\"{backend}\")).")
+                lines += _comment(f"{op}, {backend} only: {b.doc} (pack(\"{backend}\")).")
                 lines += _struct_lines(b.struct, b.fields, base=h.struct, ints=len(h.fields) + len(b.fields))
             else:
-                lines.append(f"// {op}, {backend} only: {b.doc}.")
+                lines += _comment(f"{op}, {backend} only: {b.doc}.")
                 lines += _struct_lines(b.struct, b.fields, version=b.version, ints=len(b.fields))
             lines.append("")
     lines.append("}  // namespace dualops")

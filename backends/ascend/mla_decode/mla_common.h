@@ -54,12 +54,13 @@ struct Args {
     uint8_t* dst = reinterpret_cast<uint8_t*>(&p);
     for (uint32_t i = 0; i < sizeof(MlaDecodeParams); ++i) dst[i] = pg.GetValue(i);
     AscendC::GlobalTensor<int32_t> tg;
-    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), MlaDecodeAscendLaunch::kInts + MlaDecodeTiling::kInts);
+    constexpr int32_t kHeads = MlaDecodeAscendLaunch::kInts + MlaDecodeTiling::kInts;
+    tg.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(tiling), kHeads);
     int32_t* hd = reinterpret_cast<int32_t*>(&h);
     for (int32_t i = 0; i < MlaDecodeAscendLaunch::kInts; ++i) hd[i] = tg.GetValue(i);
     int32_t* td = reinterpret_cast<int32_t*>(&t);
     for (int32_t i = 0; i < MlaDecodeTiling::kInts; ++i) td[i] = tg.GetValue(MlaDecodeAscendLaunch::kInts + i);
-    __gm__ int32_t* arrays = reinterpret_cast<__gm__ int32_t*>(tiling) + MlaDecodeAscendLaunch::kInts + MlaDecodeTiling::kInts;
+    __gm__ int32_t* arrays = reinterpret_cast<__gm__ int32_t*>(tiling) + kHeads;
     parts.SetGlobalBuffer(arrays, static_cast<uint64_t>(t.num_sm_parts) * t.part_stride);
     num_splits.SetGlobalBuffer(arrays + t.num_sm_parts * t.part_stride, static_cast<uint64_t>(t.batch) + 1);
     c = MakeChunks(h);

@@ -43,7 +43,8 @@ const char* grouped_gemm_check(const GroupedGemmParams& p, int tile_m) {
     return "grouped_gemm: x_scale is required";
   if (p.scale_mode == GgScaleMode::kBlockwise && p.in_dtype != DType::kFloat8E4m3fn)
     return "grouped_gemm: blockwise needs float8_e4m3fn";
-  if (p.out_dtype != DType::kFloat32 && p.out_dtype != DType::kFloat16 && p.out_dtype != DType::kBfloat16) return "grouped_gemm: out_dtype must be f32/f16/bf16";
+  if (p.out_dtype != DType::kFloat32 && p.out_dtype != DType::kFloat16 && p.out_dtype != DType::kBfloat16)
+    return "grouped_gemm: out_dtype must be f32/f16/bf16";
   return nullptr;
 }
 

@@ -8,11 +8,21 @@
 
 namespace dualops::cuda::mla {
 
-enum KvFormat : int { kFmtBf16 = MlaKvFormat::kBf16, kFmtV32 = MlaKvFormat::kFp8V32, kFmtModel1 = MlaKvFormat::kFp8Model1, kFmtI8V32 = MlaKvFormat::kInt8V32 };
+enum KvFormat : int {
+  kFmtBf16 = MlaKvFormat::kBf16,
+  kFmtV32 = MlaKvFormat::kFp8V32,
+  kFmtModel1 = MlaKvFormat::kFp8Model1,
+  kFmtI8V32 = MlaKvFormat::kInt8V32
+};
 // The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync, wgmma
 // (both run every format) or the transposed-tile wgmma kernel (every format, at most 32 q rows).
 // wgmma_seesaw: the wgmma kernel with the seesaw tile loop (16-bit caches).
-enum KernelKind : int { kKernelMma = MlaCudaKernel::kMma, kKernelWgmma = MlaCudaKernel::kWgmma, kKernelWgmmaT = MlaCudaKernel::kWgmmaT, kKernelWgmmaSeesaw = MlaCudaKernel::kWgmmaSeesaw };
+enum KernelKind : int {
+  kKernelMma = MlaCudaKernel::kMma,
+  kKernelWgmma = MlaCudaKernel::kWgmma,
+  kKernelWgmmaT = MlaCudaKernel::kWgmmaT,
+  kKernelWgmmaSeesaw = MlaCudaKernel::kWgmmaSeesaw
+};
 
 constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
 constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)

@@ -60,7 +60,8 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
   if (p.topk < 1 || p.topk != t.topk || p.extra_topk != t.extra_topk)
     return fail("mla_decode: indices hold %d (+%d extra) entries per query token, the plan was made for topk %d (+%d)",
                 p.topk, p.extra_topk, t.topk, t.extra_topk);
-  if (p.kernel == MlaCudaKernel::kWgmmaSeesaw || (p.kernel == MlaCudaKernel::kWgmmaT && (p.kv_format == MlaKvFormat::kBf16 || t.h_q > mla::kWtMaxRows)))
+  if (p.kernel == MlaCudaKernel::kWgmmaSeesaw ||
+      (p.kernel == MlaCudaKernel::kWgmmaT && (p.kv_format == MlaKvFormat::kBf16 || t.h_q > mla::kWtMaxRows)))
     return fail("mla_decode (cuda): sparse decode runs on the mma (0) or wgmma (1) kernel, or wgmma_t (2) for FP8 "
                 "caches and at most %d heads; got kernel %d (kv_format %d, h_q %d)", mla::kWtMaxRows, p.kernel,
                 p.kv_format, t.h_q);

@@ -7,7 +7,8 @@
 
 namespace dualops {
 
-// incre_flash_attention: Split-KV decode attention plan (shape-only header, read by every backend; docs/internals.md "IFA plan"). Shared by every backend (header of the planner's pack()).
+// incre_flash_attention: Split-KV decode attention plan (shape-only header, read by every backend;
+// docs/internals.md "IFA plan"). Shared by every backend (header of the planner's pack()).
 struct IncreFlashAttentionTiling {
   static constexpr int32_t kVersion = 4;
   static constexpr int32_t kInts = 18;  // int32 fields
@@ -32,7 +33,8 @@ struct IncreFlashAttentionTiling {
 };
 static_assert(sizeof(IncreFlashAttentionTiling) == 72, "IncreFlashAttentionTiling layout");
 
-// incre_flash_attention, cuda only: the shared header, then the CUDA launch choices (dualops.heuristics.cuda): what the CUDA launcher reads (pack("cuda")).
+// incre_flash_attention, cuda only: the shared header, then the CUDA launch choices
+// (dualops.heuristics.cuda): what the CUDA launcher reads (pack("cuda")).
 struct IncreFlashAttentionCudaTiling : IncreFlashAttentionTiling {
   static constexpr int32_t kInts = 28;  // int32 fields, IncreFlashAttentionTiling's included
   int32_t kv_dtype;  // DType of the cache (int8 and fp8 launch differently)
@@ -48,7 +50,8 @@ struct IncreFlashAttentionCudaTiling : IncreFlashAttentionTiling {
 };
 static_assert(sizeof(IncreFlashAttentionCudaTiling) == 112, "IncreFlashAttentionCudaTiling layout");
 
-// mla_decode: FlashMLA-style decode schedule; header, then parts [num_sm_parts, 8], then num_splits [batch + 1]. Shared by every backend (header of the planner's pack()).
+// mla_decode: FlashMLA-style decode schedule; header, then parts [num_sm_parts, 8], then
+// num_splits [batch + 1]. Shared by every backend (header of the planner's pack()).
 struct MlaDecodeTiling {
   static constexpr int32_t kVersion = 1;
   static constexpr int32_t kInts = 18;  // int32 fields
@@ -73,7 +76,8 @@ struct MlaDecodeTiling {
 };
 static_assert(sizeof(MlaDecodeTiling) == 72, "MlaDecodeTiling layout");
 
-// mla_decode, ascend only: Ascend launch choices (dualops.heuristics.ascend), before the shared plan in the Ascend tiling buffer.
+// mla_decode, ascend only: Ascend launch choices (dualops.heuristics.ascend), before the shared
+// plan in the Ascend tiling buffer.
 struct MlaDecodeAscendLaunch {
   static constexpr int32_t kVersion = 1;
   static constexpr int32_t kInts = 14;  // int32 fields
@@ -94,7 +98,8 @@ struct MlaDecodeAscendLaunch {
 };
 static_assert(sizeof(MlaDecodeAscendLaunch) == 56, "MlaDecodeAscendLaunch layout");
 
-// grouped_gemm: Grouped GEMM tile schedule; header, then items [num_items, 3] = (group, m_tile, n_tile). Shared by every backend (header of the planner's pack()).
+// grouped_gemm: Grouped GEMM tile schedule; header, then items [num_items, 3] = (group, m_tile,
+// n_tile). Shared by every backend (header of the planner's pack()).
 struct GroupedGemmTiling {
   static constexpr int32_t kVersion = 1;
   static constexpr int32_t kInts = 18;  // int32 fields
