@@ -86,8 +86,8 @@ def _cpu_emulation():
 
 
 class Tally:
-    def __init__(self, name, shard, shards, match=None, max_cases=None, deadline=None):
-        self.name, self.shard, self.shards = name, shard, shards
+    def __init__(self, name, shard, shards, match=None, max_cases=None, deadline=None, first=0):
+        self.name, self.shard, self.shards, self.first = name, shard, shards, first
         self.match, self.max_cases, self.deadline = match, max_cases, deadline
         self.index = -1
         self.passed, self.failed, self.timing_off, self.not_started = 0, [], 0, 0
@@ -98,7 +98,7 @@ class Tally:
             return False
         if self.match and not all(m in repr(case) for m in self.match):
             return False
-        if self.index % self.shards != self.shard:
+        if self.index % self.shards != self.shard or self.index < self.first:
             return False
         if self.deadline is not None and time.time() > self.deadline:
             self.not_started += 1
@@ -181,6 +181,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", default="0/1", help="I/N: run cases I, I+N, ... (default 0/1: all)")
     ap.add_argument("--match", action="append", help="run only cases whose repr contains this text (repeatable)")
     ap.add_argument("--max-cases", type=int, help="stop after this many cases")
+    ap.add_argument("--first", type=int, default=0,
+                    help="skip the cases before this index (to resume a run that hit --time-limit)")
     ap.add_argument("--time-limit", type=float, help="start no case after this many seconds (then summarize)")
     ap.add_argument("--cpu", action="store_true", help="emulate on the CPU (reference backend; small cases)")
     ap.add_argument("--list", action="store_true", help="count the cases and exit")
@@ -201,7 +203,7 @@ def main(argv=None) -> int:
     start, lines, failed = time.time(), [], 0
     for name in args.tests.split(","):
         deadline = start + args.time_limit if args.time_limit else None
-        tally = Tally(name, shard, shards, args.match, args.max_cases, deadline)
+        tally = Tally(name, shard, shards, args.match, args.max_cases, deadline, args.first)
         total = run_dense(tally, args.dtype, args.list) if name == "dense" else run_sparse(tally, args.list)
         lines.append(f"{name}: {total} cases" if args.list else tally.summary())
         failed += len(tally.failed)
