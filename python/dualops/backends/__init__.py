@@ -47,10 +47,23 @@ def implementation(name: str, op: str):
 def prepare(name: str, op: str, kw: dict):
     """The launch of ``op`` on backend ``name`` for validated keywords ``kw`` (docs/internals.md
     "Backend module interface"): ``prepare_<op>(plan=None, **kw)`` where the module has one,
-    else its op function, which has nothing to prepare. Called as ``launch(plan=plan, **kw)``
+    else its op function (nothing to prepare). Called as ``launch(plan=plan, **kw)``
     with the tensors of any call of the same signature."""
-    fn, prep = implementation(name, op)
-    return prep(plan=None, **kw) if prep is not None else fn
+    _, prep = implementation(name, op)
+    return prep(plan=None, **kw) if prep is not None else _Unprepared(op_module(name, op), op)
+
+
+class _Unprepared:
+    """The launch of a module with nothing to prepare: its op function, looked up per call (a
+    module attribute, which a test may replace)."""
+
+    __slots__ = ("mod", "op")
+
+    def __init__(self, mod, op: str):
+        self.mod, self.op = mod, op
+
+    def __call__(self, **kw):
+        return getattr(self.mod, self.op)(**kw)
 
 
 @functools.lru_cache(maxsize=None)
