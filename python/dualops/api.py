@@ -14,13 +14,20 @@ from . import schema
 # and keep every kernel in bounds, so nothing cheaper is safe).
 _VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "none": "none"}
 _OPS = _ops.OPS
+# The same ops as the dispatcher's callables (what OpOverload.__call__ calls: one Python frame
+# less per eager call); torch.compile traces the OpOverload.
+_EAGER = {op: overload._op for op, overload in _OPS.items()}
 
 
 def _call(op: str, args: tuple, backend, validate):
     """``torch.ops.dualops.<op>`` on ``args`` (the op's schema arguments in order, an object
     argument already packed), with errors that name the op and the argument."""
     try:
-        return _OPS[op](*args, backend or "", _mode(validate))
+        mode = _VALIDATE[validate]
+    except (KeyError, TypeError):
+        raise ValueError(f"validate must be True, False, 'basic', 'full' or 'none', got {validate!r}") from None
+    try:
+        return (_OPS if torch.compiler.is_compiling() else _EAGER)[op](*args, backend or "", mode)
     except (ValueError, TypeError, NotImplementedError, RuntimeError) as e:
         raise _explained(op, args, e) from None
 
@@ -41,13 +48,6 @@ def _explained(op: str, args: tuple, e: Exception) -> Exception:
     if type(e) not in (ValueError, TypeError, NotImplementedError) or msg.startswith(f"{op}:"):
         return e
     return type(e)(f"{op}: {msg}").with_traceback(e.__traceback__)
-
-
-def _mode(validate) -> str:
-    try:
-        return _VALIDATE[validate]
-    except (KeyError, TypeError):
-        raise ValueError(f"validate must be True, False, 'basic', 'full' or 'none', got {validate!r}") from None
 
 
 def _packed_plan(plan):

@@ -36,29 +36,27 @@ _PLAN_ARG = "plan"
 # ----------------------------------------------------------------------------- per-op glue
 
 
+def _f32(t):
+    return None if t is None else t.to(torch.float32).contiguous()
+
+
 def _ifa_backend_kwargs(a: dict, d: dict) -> dict:
     """IFA: kv_lens filled, mask / pse_shift broadcast to [B, H_q, S_q, S_kv], scales fp32."""
-    q = a["q"]
-    B, S_q, H_q = d["B"], d["S_q"], d["H_q"]
-    full = (B, H_q, S_q, d["S_kv"])
-    kv_lens = a["kv_lens"]
+    kv_lens, mask, pse, k_scale = a["kv_lens"], a["atten_mask"], a["pse_shift"], a["k_scale"]
     if kv_lens is None:
-        kv_lens = torch.full((B,), d["S_max"], dtype=torch.int32, device=q.device)
-    mask = a["atten_mask"]
+        kv_lens = torch.full((d["B"],), d["S_max"], dtype=torch.int32, device=a["q"].device)
     if mask is not None:
-        mask = mask.expand(full)
-    pse = a["pse_shift"]
+        mask = mask.expand(d["B"], d["H_q"], d["S_q"], d["S_kv"])
     if pse is not None:
-        pse = pse.to(torch.float32).expand(full)
-
-    def f32(t):
-        return None if t is None else t.to(torch.float32).contiguous()
-
-    return dict(q=q, k_cache=a["k_cache"], v_cache=a["v_cache"], kv_lens=kv_lens,
-                block_table=a["block_table"], softmax_scale=float(a["softmax_scale"]),
-                causal=bool(a["causal"]), atten_mask=mask, pse_shift=pse,
-                k_scale=f32(a["k_scale"]), v_scale=f32(a["v_scale"]),
-                k_offset=f32(a["k_offset"]), v_offset=f32(a["v_offset"]))
+        pse = pse.to(torch.float32).expand(d["B"], d["H_q"], d["S_q"], d["S_kv"])
+    kw = dict(q=a["q"], k_cache=a["k_cache"], v_cache=a["v_cache"], kv_lens=kv_lens,
+              block_table=a["block_table"], softmax_scale=float(a["softmax_scale"]),
+              causal=bool(a["causal"]), atten_mask=mask, pse_shift=pse,
+              k_scale=None, v_scale=None, k_offset=None, v_offset=None)
+    if k_scale is not None:     # a quantized cache
+        kw.update(k_scale=_f32(k_scale), v_scale=_f32(a["v_scale"]), k_offset=_f32(a["k_offset"]),
+                  v_offset=_f32(a["v_offset"]))
+    return kw
 
 
 def _plain_kwargs(a: dict, d: dict) -> dict:
@@ -120,17 +118,22 @@ def ifa_backend_kwargs(v: schema.Validated) -> dict:
 # ----------------------------------------------------------------------------- the eager path
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class Prepared:
     """What the first call of a signature on a backend found: the defaults validation filled,
-    the dims, modes and features, whether every call runs the value checks, and the launch."""
+    the dims, modes and features, whether every call runs the value checks, and the launch.
+    ``plan``: the last plan object found to fit this signature (a decode step hands every layer
+    the same one: checked once); never set where the value checks run, which read each call's
+    lengths."""
 
     filled: dict
     dims: dict
     modes: dict
     features: dict
     value_checks: bool
-    launch: Callable
+    launch: Optional[Callable]      # None: the backend module's op function (``module``)
+    module: object
+    plan: object = None
 
 
 # (signature, backend) -> Prepared
@@ -141,18 +144,65 @@ tuning.on_change(_PREPARED.clear)  # prepared launches hold plans made under the
 _VALIDATE_MODES = ("none", "basic", "full")
 
 
-def run(op: str, args: tuple, backend: str = "", validate: str = "basic"):
-    """The eager kernel of ``torch.ops.dualops.<op>``: ``args`` are the op's schema arguments in
+def _kernel(op: str):
+    """The eager kernel of ``torch.ops.dualops.<op>``. A call of a prepared signature has its plan
+    checked against the call (once per plan object), its value checks run where the backend needs
+    them, and launches; any other goes through ``run``."""
+    names, skip, glue = ARG_NAMES[op], _PLAN_AT.get(op), GLUE[op]
+    n = len(names)
+
+    def kernel(*args):
+        args, backend, validate = args[:n], args[n], args[n + 1]
+        if validate == "full":
+            return run(op, args, backend, validate)
+        key = _key(args, skip, backend)
+        hit = _PREPARED.get(key)
+        if hit is None:
+            return run(op, args, backend, validate, key)
+        values = dict(zip(names, args))
+        plan = values.pop(_PLAN_ARG) if skip is not None else None
+        if hit.filled:
+            values.update(hit.filled)
+        if hit.value_checks:
+            schema.check_values(schema.Validated(op, values, hit.dims, hit.modes, hit.features))
+        if plan is not None:
+            plan = glue.plan_from_packed(plan)
+            if plan is not hit.plan:
+                glue.check_plan(plan, values, hit.dims, hit.value_checks)
+                if not hit.value_checks:
+                    hit.plan = plan
+        return (hit.launch or getattr(hit.module, op))(plan=plan, **glue.backend_kwargs(values, hit.dims))
+
+    return kernel
+
+
+_SCALARS = frozenset((type(None), bool, int, float, str, torch.dtype))
+
+
+def _key(args: tuple, skip, backend: str) -> tuple:
+    """The (signature, backend) key of a call that came through the dispatcher, which fixed each
+    argument's type: the shapes, dtypes, devices and strides of its tensors, the values of its
+    scalars, whether the plan (at ``skip``) was given. (``schema.signature`` is the general form.)"""
+    sig = []
+    add = sig.append
+    for v in args:
+        if v.__class__ in _SCALARS:
+            add(v)
+        else:
+            add((v.shape, v.dtype, v.device, v.stride()))
+    if skip is not None:
+        sig[skip] = args[skip] is None
+    add(backend)
+    return tuple(sig)
+
+
+def run(op: str, args: tuple, backend: str = "", validate: str = "basic", key=None):
+    """Validate, dispatch, prepare and launch one call: ``args`` are the op's schema arguments in
     order (an object argument such as MLA's plan as its packed tensor). ``validate``: "basic"
     (shapes, dtypes, layouts, the plan's shape fields: checked once per signature), "full" (also
     device values: lengths and block ids against the cache, the plan's schedule) or "none" (as
-    basic: its checks keep every kernel in bounds and cost nothing after the first call)."""
-    key = None
-    if validate != "full":
-        key = (schema.signature(args, _PLAN_AT.get(op)), backend)
-        hit = _PREPARED.get(key) if key[0] is not None else None
-        if hit is not None:
-            return _launch(op, hit, args)
+    basic: its checks keep every kernel in bounds and cost nothing after the first call).
+    ``key``: the call's signature key, under which its prepared launch is kept (None: not kept)."""
     if validate not in _VALIDATE_MODES:
         raise ValueError(f"{op}: validate must be 'none', 'basic' or 'full', got {validate!r}")
     values = dict(zip(ARG_NAMES[op], args))
@@ -169,28 +219,13 @@ def run(op: str, args: tuple, backend: str = "", validate: str = "basic"):
     kw = glue.backend_kwargs(v.args, v.dims)
     kw.pop(_PLAN_ARG, None)
     launch = backends.prepare(name, op, kw)
-    if key is not None and key[0] is not None:
+    module = backends.op_module(name, op)
+    if key is not None and validate != "full":
         if len(_PREPARED) >= _PREPARED_MAX:
             _PREPARED.clear()
         _PREPARED[key] = Prepared(schema.filled_defaults(values, v), v.dims, v.modes, v.features,
-                                  value_checks, launch)
-    return launch(plan=plan, **kw)
-
-
-def _launch(op: str, hit: Prepared, args: tuple):
-    """A call whose signature was prepared: its plan checked against it, its value checks run
-    where the backend needs them, then the prepared launch."""
-    glue = GLUE[op]
-    values = dict(zip(ARG_NAMES[op], args))
-    plan = values.pop(_PLAN_ARG, None) if glue.plan_from_packed is not None else None
-    if hit.filled:
-        values.update(hit.filled)
-    if hit.value_checks:
-        schema.check_values(schema.Validated(op, values, hit.dims, hit.modes, hit.features))
-    if plan is not None:
-        plan = glue.plan_from_packed(plan)
-        glue.check_plan(plan, values, hit.dims, hit.value_checks)
-    return hit.launch(plan=plan, **glue.backend_kwargs(values, hit.dims))
+                                  value_checks, launch, module)
+    return (launch or getattr(module, op))(plan=plan, **kw)
 
 
 def _device_of(op: str, args: dict):
@@ -215,10 +250,6 @@ def _schema_string(op: str) -> str:
     outs = schema.load(op).raw["outputs"]
     ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return f"{op}({', '.join(parts)}) -> {ret}"
-
-
-def _eager_impl(op: str, n: int, *args):
-    return run(op, args[:n], args[n], args[n + 1])
 
 
 def _output_shape(spec: dict, v: schema.Validated) -> tuple:
@@ -252,7 +283,7 @@ _LIBRARY = torch.library.Library(LIB, "DEF")
 
 def _register(op: str) -> None:
     _LIBRARY.define(_schema_string(op))
-    kernel = functools.partial(_eager_impl, op, len(ARG_NAMES[op]))
+    kernel = _kernel(op)
     _LIBRARY.impl(op, kernel, "CompositeExplicitAutograd")
     # NPU tensors (torch_npu's PrivateUse1 key) get the same eager kernel, which picks the npu
     # backend by the tensors' device.

@@ -246,39 +246,6 @@ def check_kinds(op: str, values: dict) -> None:
             _check_kind(op, spec, values[spec.name])
 
 
-_PLAIN = frozenset((type(None), bool, int, float, str))
-
-
-def signature(args, skip: int | None = None):
-    """A call's signature from its arguments in schema order (hashable: shapes, dtypes, devices
-    and strides of its tensors, type and value of its scalars; the argument at ``skip``, a plan,
-    only as given or not), or None where it has none (symbolic shapes, other objects): two calls
-    with the same one validate alike."""
-    import torch
-
-    sig = []
-    add = sig.append
-    tensor, dtype = torch.Tensor, torch.dtype
-    for i, v in enumerate(args):
-        c = v.__class__
-        if i == skip:
-            add(v is None)
-        elif c in _PLAIN or c is dtype:
-            add((c, v))
-        elif isinstance(v, tensor):
-            add((v.shape, v.dtype, v.device, v.stride()))
-        elif isinstance(v, (bool, int, float, str)):  # subclasses of the scalars
-            add((c, v))
-        else:
-            return None
-    sig = tuple(sig)
-    try:
-        hash(sig)
-    except TypeError:  # symbolic shapes under torch.compile: no caching
-        return None
-    return sig
-
-
 def filled_defaults(values: dict, v: Validated) -> dict:
     """The arguments validation filled in (given as None or left out, set in ``v``)."""
     return {k: x for k, x in v.args.items() if values.get(k) is None and x is not None}

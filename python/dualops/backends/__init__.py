@@ -46,24 +46,12 @@ def implementation(name: str, op: str):
 
 def prepare(name: str, op: str, kw: dict):
     """The launch of ``op`` on backend ``name`` for validated keywords ``kw`` (docs/internals.md
-    "Backend module interface"): ``prepare_<op>(plan=None, **kw)`` where the module has one,
-    else its op function (nothing to prepare). Called as ``launch(plan=plan, **kw)``
-    with the tensors of any call of the same signature."""
+    "Backend module interface"): ``prepare_<op>(plan=None, **kw)`` where the module has one, else
+    None: the op function is the launch (nothing to prepare; looked up per call, so a test may
+    replace it). Called as ``launch(plan=plan, **kw)`` with the tensors of any call of the same
+    signature."""
     _, prep = implementation(name, op)
-    return prep(plan=None, **kw) if prep is not None else _Unprepared(op_module(name, op), op)
-
-
-class _Unprepared:
-    """The launch of a module with nothing to prepare: its op function, looked up per call (a
-    module attribute, which a test may replace)."""
-
-    __slots__ = ("mod", "op")
-
-    def __init__(self, mod, op: str):
-        self.mod, self.op = mod, op
-
-    def __call__(self, **kw):
-        return getattr(self.mod, self.op)(**kw)
+    return prep(plan=None, **kw) if prep is not None else None
 
 
 @functools.lru_cache(maxsize=None)
