@@ -53,7 +53,7 @@ def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
     def prepare(q, k_cache, v_cache, *, plan, softmax_scale, causal, **kw0):
         made.append((tuple(q.stride()), softmax_scale, causal))
 
-        def launch(q, k_cache, v_cache, **kw):
+        def launch(q, k_cache, v_cache, plan=None, **kw):
             kw.update(softmax_scale=softmax_scale, causal=causal)  # what the prepared launch holds
             return ref.incre_flash_attention(q, k_cache, v_cache, plan=None, **kw)
         return launch

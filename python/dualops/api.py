@@ -1,6 +1,6 @@
-"""The public functions (README.md, docs/ops.md). Each one hands its arguments, by name, to the
-op's eager implementation (``ops.run``), or to the custom op ``torch.ops.dualops.<op>`` while
-torch.compile traces it; both validate against the schema, pick the backend and run it."""
+"""The public functions (README.md, docs/ops.md). Each one hands its arguments, in the schema's
+order, to the custom op ``torch.ops.dualops.<op>`` (eager calls and torch.compile alike), whose
+kernel validates them, picks the backend and runs it (``ops.run``)."""
 from __future__ import annotations
 
 import torch
@@ -13,50 +13,53 @@ from . import schema
 # a sync), False / "none" (the cheapest mode: as "basic", whose checks are cached per signature
 # and keep every kernel in bounds, so nothing cheaper is safe).
 _VALIDATE = {True: "basic", "basic": "basic", "full": "full", False: "none", "none": "none"}
+_OPS = _ops.OPS
+# The same ops as the dispatcher's callables (what OpOverload.__call__ calls: one Python frame
+# less per eager call); torch.compile traces the OpOverload.
+_EAGER = {op: overload._op for op, overload in _OPS.items()}
 
 
-def _call(op: str, given: dict):
-    """Run ``op`` with the arguments of ``given``: a public function's arguments by name (the
-    schema arguments plus backend / validate), in a dict of its own: ``run`` may modify it. (Not
-    ``locals()``: torch.compile's tracer of torch 2.11 does not follow it.)"""
-    if torch.compiler.is_compiling():
-        values = {name: given[name] for name in _ops.ARG_NAMES[op]}
-        plan = values.get("plan")
-        if plan is not None and not isinstance(plan, torch.Tensor):
-            values["plan"] = _packed_plan(plan)
-        return getattr(torch.ops.dualops, op)(*values.values(), given["backend"] or "",
-                                              _mode(given["validate"]))
-    backend = given.pop("backend") or ""
-    validate = _mode(given.pop("validate"))
-    given.pop("return_lse", None)
+def _call(op: str, args: tuple, backend, validate):
+    """``torch.ops.dualops.<op>`` on ``args`` (the op's schema arguments in order, an object
+    argument already packed), with errors that name the op and the argument."""
     try:
-        return _ops.run(op, given, backend, validate)
-    except (ValueError, TypeError, NotImplementedError) as e:
-        raise _with_op(op, e) from None
+        mode = _VALIDATE[validate]
+    except (KeyError, TypeError):
+        raise ValueError(f"validate must be True, False, 'basic', 'full' or 'none', got {validate!r}") from None
+    try:
+        return (_OPS if torch.compiler.is_compiling() else _EAGER)[op](*args, backend or "", mode)
+    except (ValueError, TypeError, NotImplementedError, RuntimeError) as e:
+        raise _explained(op, args, e) from None
 
 
-def _with_op(op: str, e: Exception) -> Exception:
+def _explained(op: str, args: tuple, e: Exception) -> Exception:
     """``e`` with its message prefixed by the op's name, as the schema's own messages are (a
-    backend's check of a device value says only what is wrong), else ``e`` itself."""
+    backend's message says only what is wrong). The dispatcher's refusal of an argument's type
+    (a RuntimeError) becomes the schema's TypeError naming the argument."""
+    if torch.compiler.is_compiling():
+        return e
+    if type(e) is RuntimeError:
+        try:
+            schema.check_kinds(op, dict(zip(_ops.ARG_NAMES[op], args)))
+        except TypeError as clear:
+            return clear
+        return e
     msg = str(e)
     if type(e) not in (ValueError, TypeError, NotImplementedError) or msg.startswith(f"{op}:"):
         return e
     return type(e)(f"{op}: {msg}").with_traceback(e.__traceback__)
 
 
-def _mode(validate) -> str:
-    try:
-        return _VALIDATE[validate]
-    except (KeyError, TypeError):
-        raise ValueError(f"validate must be True, False, 'basic', 'full' or 'none', got {validate!r}") from None
-
-
 def _packed_plan(plan):
+    """A plan object as the custom op takes it: its packed int32 tensor, which carries the
+    object (``ops.plan_memo``)."""
     packed = getattr(plan, "_dualops_packed", None)
     if packed is None:
         if not hasattr(plan, "pack"):
             raise TypeError(f"plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
         packed = plan.pack()
+        if not torch.compiler.is_compiling():
+            _ops.plan_memo(packed, plan)
     return packed
 
 
@@ -73,11 +76,9 @@ def incre_flash_attention(q, k_cache, v_cache, *, kv_lens=None, block_table=None
     ``validate="full"`` also checks kv_lens and block ids against the cache (a device sync)."""
     if not isinstance(return_lse, bool):
         raise TypeError(f"incre_flash_attention: return_lse must be a bool, got {type(return_lse).__name__}")
-    out, lse = _call("incre_flash_attention", dict(
-        q=q, k_cache=k_cache, v_cache=v_cache, kv_lens=kv_lens, block_table=block_table,
-        softmax_scale=softmax_scale, causal=causal, atten_mask=atten_mask, pse_shift=pse_shift,
-        k_scale=k_scale, v_scale=v_scale, k_offset=k_offset, v_offset=v_offset, return_lse=return_lse,
-        backend=backend, validate=validate))
+    out, lse = _call("incre_flash_attention", (
+        q, k_cache, v_cache, kv_lens, block_table, softmax_scale, causal, atten_mask, pse_shift,
+        k_scale, v_scale, k_offset, v_offset, return_lse), backend, validate)
     return (out, lse) if return_lse else out
 
 
@@ -105,7 +106,9 @@ def get_mla_metadata(cache_seqlens, num_heads_q, num_heads_k=1, s_q=1, *, kv_for
                            kv_format=kv_format, topk=topk, extra_topk=extra_topk,
                            page_block_size=page_block_size,
                            device=profile)
-    object.__setattr__(plan, "_dualops_packed", plan.pack())
+    packed = plan.pack()
+    object.__setattr__(plan, "_dualops_packed", packed)
+    _ops.plan_memo(packed, plan)
     return plan
 
 
@@ -154,13 +157,16 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v=512, plan=
                backend=None, validate=True):
     """MLA decode with FlashMLA semantics. Returns (out [B, S_q, H_q, 512], lse [B, H_q, S_q] fp32).
     See ``ops/mla_decode.yaml``."""
-    if plan is not None and not isinstance(plan, torch.Tensor) and not _is_mla_plan(plan):
-        raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
-    return _call("mla_decode", dict(
-        q=q, kv_cache=kv_cache, block_table=block_table, cache_seqlens=cache_seqlens, head_dim_v=head_dim_v,
-        plan=plan, softmax_scale=softmax_scale, causal=causal, kv_format=kv_format, indices=indices,
-        topk_length=topk_length, attn_sink=attn_sink, extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
-        extra_topk_length=extra_topk_length, backend=backend, validate=validate))
+    if plan is not None and not isinstance(plan, torch.Tensor):
+        packed = getattr(plan, "_dualops_packed", None)   # get_mla_metadata's plans carry it
+        if packed is None:
+            if not _is_mla_plan(plan):
+                raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
+            packed = _packed_plan(plan)
+        plan = packed
+    return _call("mla_decode", (
+        q, kv_cache, block_table, cache_seqlens, head_dim_v, plan, softmax_scale, causal, kv_format, indices,
+        topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length), backend, validate)
 
 
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None,
@@ -168,9 +174,8 @@ def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", 
     """Grouped GEMM, NT layout: y[rows of group g] = x[rows of group g] @ w[g].T.
     Contiguous layout (x [M, K] + group_offsets [G+1]) or masked (x [G, M_max, K] + masked_m [G]).
     See ``ops/grouped_gemm.yaml``."""
-    return _call("grouped_gemm", dict(
-        x=x, w=w, group_offsets=group_offsets, masked_m=masked_m, scale_mode=scale_mode, x_scale=x_scale,
-        w_scale=w_scale, out_dtype=out_dtype, backend=backend, validate=validate))
+    return _call("grouped_gemm", (x, w, group_offsets, masked_m, scale_mode, x_scale, w_scale, out_dtype),
+                 backend, validate)
 
 
 def supports(op: str, backend: str, **variant) -> bool:

@@ -40,12 +40,14 @@ def block_table_ids_in_range(v):
         return
     if v.op == "incre_flash_attention":
         _used_blocks_in_range(v.op, "block_table", a["block_table"], a["kv_lens"], d["BS"], d["NB"])
-    else:
+    elif a.get("indices") is None:   # sparse MLA decode reads keys through indices, not the table
         _used_blocks_in_range(v.op, "block_table", a["block_table"], a["cache_seqlens"], d["PBS"], d["NB"])
 
 
 def seqlens_in_capacity(v):
     d = v.dims
+    if v.args.get("indices") is not None:   # sparse: cache_seqlens gives the batch only
+        return
     _check_range(v.op, "cache_seqlens", v.args["cache_seqlens"], 0, d["MB"] * d["PBS"])
 
 

@@ -248,43 +248,6 @@ def check_kinds(op: str, values: dict) -> None:
             _check_kind(op, spec, values[spec.name])
 
 
-# Structural validation results by call signature (shapes, dtypes, devices, layouts, scalar
-# values): a decode loop calls each op with the same signature every layer and step, so the
-# checks run once and later calls only rebuild the signature (a few microseconds).
-_VALIDATED: dict = {}
-_VALIDATED_MAX = 512
-
-
-_PLAIN = frozenset((type(None), bool, int, float, str))
-
-
-def signature(op: str, values: dict):
-    """A call's signature (hashable: shapes, dtypes, devices and strides of its tensors, type and
-    value of its scalars), or None where it has none (symbolic shapes, other objects): two calls
-    with the same one validate alike."""
-    import torch
-
-    sig = [op]
-    add = sig.append
-    tensor, dtype = torch.Tensor, torch.dtype
-    for name, v in values.items():
-        c = v.__class__
-        if c in _PLAIN or c is dtype:
-            add((name, c, v))
-        elif isinstance(v, tensor):
-            add((name, v.shape, v.dtype, v.device, v.stride()))
-        elif isinstance(v, (bool, int, float, str)):  # subclasses of the scalars
-            add((name, c, v))
-        else:
-            return None
-    sig = tuple(sig)
-    try:
-        hash(sig)
-    except TypeError:  # symbolic shapes under torch.compile: no caching
-        return None
-    return sig
-
-
 def filled_defaults(values: dict, v: Validated) -> dict:
     """The arguments validation filled in (given as None or left out, set in ``v``)."""
     return {k: x for k, x in v.args.items() if values.get(k) is None and x is not None}
@@ -294,27 +257,20 @@ def validate(op: str, values: dict, *, full: bool = False) -> Validated:
     """Check one call's arguments against the schema; return them with defaults filled.
 
     Raises TypeError (wrong kind or dtype) or ValueError (shape, range, consistency) naming the
-    argument, what was expected and what was given. ``full=True`` also runs the schema's
-    ``full_checks`` that read tensor values (a device sync); those are never cached."""
-    sig = signature(op, values)
-    hit = _VALIDATED.get(sig) if sig is not None else None
-    if hit is not None:
-        filled, dims, modes, features = hit
-        args = {a.name: values.get(a.name) for a in load(op).args}
-        args.update(filled)
-        out = Validated(op, args, dims, modes, features)
-    else:
-        out = _validate(op, values)
-        if sig is not None:
-            if len(_VALIDATED) >= _VALIDATED_MAX:
-                _VALIDATED.clear()
-            _VALIDATED[sig] = (filled_defaults(values, out), out.dims, out.modes, out.features)
+    argument, what was expected and what was given. ``full=True`` also runs the value checks
+    (``check_values``)."""
+    out = _validate(op, values)
     if full:
-        from . import full_checks
-
-        for check in load(op).raw.get("full_checks", []):
-            getattr(full_checks, check)(out)
+        check_values(out)
     return out
+
+
+def check_values(v: Validated) -> None:
+    """The schema's ``full_checks`` of a validated call: they read tensor values (a device sync)."""
+    from . import full_checks
+
+    for check in load(v.op).raw.get("full_checks", []):
+        getattr(full_checks, check)(v)
 
 
 def _validate(op: str, values: dict) -> Validated:

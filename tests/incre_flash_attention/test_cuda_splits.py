@@ -302,11 +302,11 @@ def test_prepared_launch_reused_across_calls(case):
         q, k, v, kw = make_case(B=3, seed=seed, lens=lens, **case)
         check(q, k, v, kw, name=f"reuse {seed}")
         assert len(ops._PREPARED) == 1
-    launch = next(iter(ops._PREPARED.values()))[2]
+    launch = next(iter(ops._PREPARED.values())).launch
     assert isinstance(launch, cuda_backend.IfaLaunch)
     flat = torch.empty(k.numel() + 16, dtype=k.dtype, device=k.device)
     k_off = flat[1:1 + k.numel()].view(k.shape)  # same shape and strides, start 1 element in
     k_off.copy_(k)
-    with pytest.raises(ValueError, match="k_cache must start on a 16-byte boundary"):
+    with pytest.raises(ValueError, match="k and v caches must start on a 16-byte boundary"):
         dualops.incre_flash_attention(q, k_off, v, backend="cuda", **kw)
     assert len(ops._PREPARED) == 1

@@ -105,7 +105,7 @@ def test_user_plan_reused_and_checked():
         out, lse = dualops.mla_decode(**inp, plan=plan, backend="ascend_sim")
         _check(inp, out, lse)
         other = dualops.get_mla_metadata(torch.tensor([300, 64], dtype=torch.int32), 16, 1, 1, device=prof)
-        with pytest.raises(ValueError, match="plan covers"):
+        with pytest.raises(ValueError, match="other request lengths"):   # the sim's calls check values
             dualops.mla_decode(**inp, plan=other, backend="ascend_sim")
 
 
@@ -229,23 +229,28 @@ def test_capabilities():
 
 
 def test_fault_read_past_the_cache_is_caught():
-    """A block id past the cache, with the host checks off: the simulator stops the GM read."""
+    """A block id past the cache, handed to the glue straight (the API's value checks would refuse
+    it first): the simulator stops the GM read."""
     inp = _inputs(parity_cases._mla("oob", B=1, lens=(40,), h_q=4))
     inp["block_table"][0, 0] = 1_000_000   # ~70 GB past the cache, far from any other buffer
     with ascend_sim.use_profile("ascend910b2", cores=2):
         with pytest.raises(RuntimeError, match="ascend_sim: kernel 'mla_decode'.*outside every buffer"):
-            sim_mla.mla_decode(**_kwargs(inp), _host_checks=False)
+            sim_mla.mla_decode(**_kwargs(inp))
+        with pytest.raises(ValueError, match=r"block_table\[0, 0\] = 1000000"):
+            _run(inp)
 
 
-def test_fault_oversize_tile_is_caught():
-    """A doctored launch (512-key tiles: L1 / UB overflow) with the host checks off: the simulator's
-    capacity check faults; with the checks on the host refuses it first."""
+def test_fault_oversize_tile_is_caught(monkeypatch):
+    """A doctored launch (512-key tiles: L1 / UB overflow): the kernel's tiling check refuses it;
+    with that check off the simulator's capacity check faults."""
     inp = _inputs(parity_cases._mla("big", B=1, lens=(40,), h_q=4))
+    monkeypatch.setattr(sim_mla, "KV_TILE", 512)
     with ascend_sim.use_profile("ascend910b2", cores=2):
-        with pytest.raises(RuntimeError, match="ascend_sim: kernel 'mla_decode'.*InitBuffer"):
-            sim_mla.mla_decode(**_kwargs(inp), _host_checks=False, _kv_tile=512)
         with pytest.raises(ValueError, match="kv_tile"):
-            sim_mla.mla_decode(**_kwargs(inp), _kv_tile=512)
+            sim_mla.mla_decode(**_kwargs(inp))
+        monkeypatch.setattr(sim_mla, "check_tiling", lambda *a: None)
+        with pytest.raises(RuntimeError, match="ascend_sim: kernel 'mla_decode'.*InitBuffer"):
+            sim_mla.mla_decode(**_kwargs(inp))
 
 
 def _kwargs(inp):

@@ -264,7 +264,7 @@ def test_eager_calls_reuse_one_prepared_launch(monkeypatch):
         check(make_inputs(g, lens=(700, 1, 0, 130), h_q=16, s_q=1, kv_format="bf16", sink=True), plan=plan,
               q_view=q_view)
     assert len(ops._PREPARED) == 1
-    assert isinstance(next(iter(ops._PREPARED.values()))[2], cuda_mla.MlaLaunch)
+    assert isinstance(next(iter(ops._PREPARED.values())).launch, cuda_mla.MlaLaunch)
 
 
 # ----------------------------------------------------------------------------- NaN semantics

@@ -9,9 +9,12 @@
 
 namespace dualops::cuda {
 
-// nullptr when the call can run, else what is wrong (checked before launch).
+// nullptr when the call can run, else what is wrong: the checks that keep the kernel in bounds
+// (the argument checks are the Python API's, docs/internals.md).
 const char* grouped_gemm_check(const GroupedGemmParams& p, int tile_m);
-// Launch on `stream`; nullptr or an error message.
+// The launch alone on `stream`, for callers that ran grouped_gemm_check; nullptr or an error message.
+const char* grouped_gemm_launch(const GroupedGemmParams& p, int tile_m, cudaStream_t stream);
+// grouped_gemm_check, then grouped_gemm_launch.
 const char* grouped_gemm(const GroupedGemmParams& p, int tile_m, cudaStream_t stream);
 
 // The CUTLASS sm90 path (compute-bound groups; docs/grouped_gemm_cuda.md): built only with the
@@ -24,7 +27,11 @@ bool grouped_gemm_sm90_built();
 const char* grouped_gemm_sm90_check(const GroupedGemmParams& p, int config);
 // Device workspace bytes of the call (per-group arrays, converted scales, CUTLASS's own).
 const char* grouped_gemm_sm90_workspace(const GroupedGemmParams& p, int config, size_t* bytes);
-// Launch with `ws_bytes` of device workspace at `ws` (256-byte aligned).
+// Launch with `ws_bytes` of device workspace at `ws` (256-byte aligned), for callers that ran
+// grouped_gemm_sm90_check.
+const char* grouped_gemm_sm90_launch(const GroupedGemmParams& p, int config, void* ws, size_t ws_bytes,
+                                     cudaStream_t stream);
+// grouped_gemm_sm90_check, then grouped_gemm_sm90_launch.
 const char* grouped_gemm_sm90(const GroupedGemmParams& p, int config, void* ws, size_t ws_bytes,
                               cudaStream_t stream);
 

@@ -23,7 +23,7 @@ void register_cuda_grouped_gemm(py::module_& m) {
         const char* err = nullptr;
         {
           py::gil_scoped_release nogil;
-          err = cuda::grouped_gemm(p, tile_m, reinterpret_cast<cudaStream_t>(stream));
+          err = cuda::grouped_gemm_launch(p, tile_m, reinterpret_cast<cudaStream_t>(stream));  // checked above
         }
         if (err) throw std::runtime_error(err);
       },
@@ -51,8 +51,8 @@ void register_cuda_grouped_gemm(py::module_& m) {
         const char* err = nullptr;
         {
           py::gil_scoped_release nogil;
-          err = cuda::grouped_gemm_sm90(p, config, reinterpret_cast<void*>(ws), ws_bytes,
-                                        reinterpret_cast<cudaStream_t>(stream));
+          err = cuda::grouped_gemm_sm90_launch(p, config, reinterpret_cast<void*>(ws), ws_bytes,
+                                               reinterpret_cast<cudaStream_t>(stream));  // checked above
         }
         if (err) throw std::runtime_error(err);
       },

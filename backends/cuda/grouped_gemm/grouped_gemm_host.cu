@@ -50,6 +50,10 @@ const char* grouped_gemm_check(const GroupedGemmParams& p, int tile_m) {
 
 const char* grouped_gemm(const GroupedGemmParams& p, int tile_m, cudaStream_t stream) {
   if (const char* err = grouped_gemm_check(p, tile_m)) return err;
+  return grouped_gemm_launch(p, tile_m, stream);
+}
+
+const char* grouped_gemm_launch(const GroupedGemmParams& p, int tile_m, cudaStream_t stream) {
   switch (recipe_of(p.in_dtype, p.scale_mode)) {
     case gg::kBf16: return gg::launch_recipe<gg::kBf16>(p, tile_m, stream);
     case gg::kFp16: return gg::launch_recipe<gg::kFp16>(p, tile_m, stream);

@@ -93,6 +93,11 @@ const char* grouped_gemm_sm90_workspace(const GroupedGemmParams& p, int config, 
 const char* grouped_gemm_sm90(const GroupedGemmParams& p, int config, void* ws, size_t ws_bytes,
                               cudaStream_t stream) {
   if (const char* err = grouped_gemm_sm90_check(p, config)) return err;
+  return grouped_gemm_sm90_launch(p, config, ws, ws_bytes, stream);
+}
+
+const char* grouped_gemm_sm90_launch(const GroupedGemmParams& p, int config, void* ws, size_t ws_bytes,
+                                     cudaStream_t stream) {
   if (!ws) return "grouped_gemm: the sm90 path needs a workspace";
   return dispatch(p, config, ws, &ws_bytes, stream);
 }

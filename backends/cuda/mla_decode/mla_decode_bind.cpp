@@ -24,7 +24,7 @@ void register_cuda_mla_decode(py::module_& m) {
         const char* err = nullptr;
         {
           py::gil_scoped_release nogil;
-          err = cuda::mla_decode(p, t, reinterpret_cast<cudaStream_t>(stream));
+          err = cuda::mla_decode_launch(p, t, reinterpret_cast<cudaStream_t>(stream));  // checked above
         }
         if (err) throw std::runtime_error(err);
       },

@@ -133,6 +133,10 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
 
 const char* mla_decode(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
   if (const char* err = mla_decode_check(p, t)) return err;
+  return mla_decode_launch(p, t, stream);
+}
+
+const char* mla_decode_launch(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
   const bool need_combine = t.total_splits < 0 || t.total_splits > t.batch;
   cudaError_t err = p.key_rows != nullptr ? mla::launch_sparse_rows(p, t, stream) : cudaSuccess;
   if (err == cudaSuccess) err = variant_of(p)(p, t, need_combine, stream);

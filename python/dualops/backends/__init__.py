@@ -44,6 +44,24 @@ def implementation(name: str, op: str):
     return getattr(mod, op), getattr(mod, f"prepare_{op}", None)
 
 
+def prepare(name: str, op: str, kw: dict):
+    """The launch of ``op`` on backend ``name`` for validated keywords ``kw`` (docs/internals.md
+    "Backend module interface"): ``prepare_<op>(plan=None, **kw)`` where the module has one, else
+    None: the op function is the launch (nothing to prepare; looked up per call, so a test may
+    replace it). Called as ``launch(plan=plan, **kw)`` with the tensors of any call of the same
+    signature."""
+    _, prep = implementation(name, op)
+    return prep(plan=None, **kw) if prep is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def checks_values(name: str) -> bool:
+    """Whether every call to backend ``name`` runs the value checks of ``validate="full"``: its
+    kernels trust device values (lengths, block ids, group offsets) to stay in bounds; the
+    backend package says so with ``CHECK_VALUES = True``."""
+    return bool(getattr(module(name), "CHECK_VALUES", False))
+
+
 def status(name: str) -> tuple[bool, str]:
     """(available here?, why / what)."""
     try:

@@ -250,31 +250,35 @@ def plan_mla_decode(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_
     return plan
 
 
-def check_plan_for_call(plan: MlaPlan, args: dict, dims: dict, *, full: bool = False) -> None:
-    """Raise ValueError naming every shape-level field where ``plan`` differs from the call
-    (``args``: the validated mla_decode arguments, ``dims``: their schema dims); cheap, run on
-    every call that passes a plan. ``full``: also check that the plan's schedule (parts and
-    num_splits) is the one made for this call's request lengths (reads cache_seqlens: a sync)."""
+_SHAPE_FIELDS = ("batch", "s_q", "h_q", "h_kv", "kv_format", "sparse", "topk", "extra_topk", "page_block_size")
+
+
+def check_plan_for_call(plan, args: dict, dims: dict, *, full: bool = False) -> None:
+    """Raise ValueError naming every shape-level field where ``plan`` (an ``MlaPlan`` or a plan
+    made on the GPU) differs from the call (``args``: the validated mla_decode arguments, ``dims``:
+    their schema dims); cheap, run on every call that passes a plan. ``full``: also check that a
+    host plan's schedule (parts and num_splits) is the one made for this call's request lengths
+    (reads cache_seqlens: a sync)."""
     sparse = args.get("indices") is not None
     extra = sparse and args.get("extra_indices") is not None
-    want = (("batch", dims["B"], "the call's batch (q / cache_seqlens)"),
-            ("s_q", dims["S_q"], "the call's s_q (q.shape[1])"),
-            ("h_q", dims["H_q"], "the call's query heads (q.shape[2])"),
-            ("h_kv", 1, "the call's KV heads (kv_cache.shape[2])"),
-            ("kv_format", KV_FORMATS.get(args.get("kv_format"), -1), "the call's kv_format"),
-            ("sparse", int(sparse), "whether the call passes indices"),
-            ("topk", dims.get("TOPK", 0) if sparse else 0, "the call's topk (indices.shape[2])"),
-            ("extra_topk", dims.get("TOPK2", 0) if extra else 0,
-             "the call's extra topk (extra_indices.shape[2])"),
-            ("page_block_size", dims["PBS"], "the call's page_block_size (kv_cache.shape[1])"))
-    bad = [(f, getattr(plan, f), v, what) for f, v, what in want if getattr(plan, f) != v]
-    if bad:
+    want = (dims["B"], dims["S_q"], dims["H_q"], 1, KV_FORMATS.get(args.get("kv_format"), -1), int(sparse),
+            dims.get("TOPK", 0) if sparse else 0, dims.get("TOPK2", 0) if extra else 0, dims["PBS"])
+    got = tuple(getattr(plan, f) for f in _SHAPE_FIELDS)
+    if got != want:
+        what = ("the call's batch (q / cache_seqlens)", "the call's s_q (q.shape[1])",
+                "the call's query heads (q.shape[2])", "the call's KV heads (kv_cache.shape[2])", "the call's kv_format",
+                "whether the call passes indices", "the call's topk (indices.shape[2])",
+                "the call's extra topk (extra_indices.shape[2])", "the call's page_block_size (kv_cache.shape[1])")
         names = {v: k for k, v in KV_FORMATS.items()}
         shown = lambda f, v: repr(names.get(v, v)) if f == "kv_format" else (bool(v) if f == "sparse" else v)  # noqa: E731
-        diffs = "; ".join(f"plan.{f} = {shown(f, p)} but {what} is {shown(f, c)}" for f, p, c, what in bad)
+        diffs = "; ".join(f"plan.{f} = {shown(f, p)} but {w} is {shown(f, c)}"
+                          for f, p, c, w in zip(_SHAPE_FIELDS, got, want, what) if p != c)
         raise ValueError(f"mla_decode: the plan was made for another call: {diffs}; make it with "
                          f"dualops.get_mla_metadata for this call's shapes")
-    if full:
+    packed = getattr(plan, "packed", None)     # a plan made on the GPU
+    if packed is not None and packed.device != args["q"].device:
+        raise ValueError(f"mla_decode: the plan lives on {packed.device}, the tensors on {args['q'].device}")
+    if full and isinstance(plan, MlaPlan):
         lengths = request_lengths(args["cache_seqlens"], topk=plan.topk if plan.sparse else None,
                                   extra_topk=plan.extra_topk if plan.sparse else None)
         payload, parts, num_splits = schedule(lengths, plan.num_sm_parts, plan.fixed_overhead)
@@ -284,4 +288,3 @@ def check_plan_for_call(plan: MlaPlan, args: dict, dims: dict, *, full: bool = F
                              f"than this call's cache_seqlens {lengths[:8]}{' ...' if len(lengths) > 8 else ''}"
                              f"; make the plan with dualops.get_mla_metadata(cache_seqlens, ...) "
                              f"for this step")
-

@@ -175,20 +175,6 @@ def last_dim_unit(t, name):
     return t.contiguous()
 
 
-def check_block_ids(block_table, kv_lens, block_size, num_blocks):
-    lens = kv_lens.to(torch.int64)
-    used = (lens + block_size - 1) // block_size                      # blocks each request reads
-    cols = torch.arange(block_table.shape[1], device=block_table.device).unsqueeze(0)
-    in_use = cols < used.unsqueeze(1)
-    bad = in_use & ((block_table < 0) | (block_table >= num_blocks))
-    if bool(bad.any()):
-        b, j = (int(x) for x in bad.nonzero()[0])
-        raise ValueError(f"block_table[{b}, {j}] = {int(block_table[b, j])} is outside [0, {num_blocks}) "
-                         f"but request {b} reads it (kv_lens[{b}] = {int(kv_lens[b])})")
-
-
-
-
 def launch(op: str, kernel: str, num_cores: int, args: list[int], regions: Regions, prof, plan) -> dict:
     """Run a registered kernel on the simulator and keep its counters for the cost model."""
     C = native.require()

@@ -21,57 +21,12 @@ def _cdiv(a, b):
 
 
 def _group_rows(x, w, group_offsets, masked_m):
-    """Rows per group from the host copies of group_offsets / masked_m, checked (a kernel must
-    never read past x)."""
-    G = int(w.shape[0])
+    """Rows per group from the host copies of group_offsets / masked_m (checked by the API:
+    ``CHECK_VALUES``; the planner needs them)."""
     if masked_m is not None:
-        if x.dim() != 3 or int(x.shape[0]) != G:
-            raise ValueError(f"x must be [G={G}, M_max, K] with masked_m, got {tuple(x.shape)}")
-        if tuple(masked_m.shape) != (G,):
-            raise ValueError(f"masked_m must have shape [{G}], got {tuple(masked_m.shape)}")
-        m_max = int(x.shape[1])
-        rows = [int(v) for v in masked_m.tolist()]
-        for g, r in enumerate(rows):
-            if not 0 <= r <= m_max:
-                raise ValueError(f"masked_m[{g}] = {r} is outside [0, M_max={m_max}]")
-        return rows
-    if x.dim() != 2:
-        raise ValueError(f"x must be [M, K] with group_offsets, got {tuple(x.shape)}")
-    if group_offsets is None or tuple(group_offsets.shape) != (G + 1,):
-        got = None if group_offsets is None else tuple(group_offsets.shape)
-        raise ValueError(f"group_offsets must have shape [{G + 1}] (w has G={G} groups), got {got}")
+        return [int(v) for v in masked_m.tolist()]
     offs = [int(v) for v in group_offsets.tolist()]
-    if offs[0] != 0:
-        raise ValueError(f"group_offsets[0] must be 0, got {offs[0]}")
-    for g in range(G):
-        if offs[g + 1] < offs[g]:
-            raise ValueError(f"group_offsets must not decrease: group_offsets[{g}] = {offs[g]} > "
-                             f"group_offsets[{g + 1}] = {offs[g + 1]}")
-    if offs[-1] > x.shape[0]:
-        raise ValueError(f"group_offsets[{G}] = {offs[-1]} is past the {x.shape[0]} rows of x")
-    return [offs[g + 1] - offs[g] for g in range(G)]
-
-
-def _check_scales(x, w, scale_mode, x_scale, w_scale):
-    G, N, K = (int(s) for s in w.shape)
-    lead = tuple(int(s) for s in x.shape[:-1])
-    kb, nb = _cdiv(K, BLOCK), _cdiv(N, BLOCK)
-    want = {"per_tensor": (None, (G,)), "rowwise": (lead, (G, N)),
-            "blockwise": (lead + (kb,), (G, nb, kb))}.get(scale_mode)
-    if want is None:
-        if x_scale is not None or w_scale is not None:
-            raise ValueError("scale_mode 'none' takes no x_scale / w_scale")
-        return
-    xs_shape, ws_shape = want
-    if w_scale is None or tuple(w_scale.shape) != ws_shape:
-        raise ValueError(f"w_scale must have shape {list(ws_shape)} for scale_mode {scale_mode!r}, got "
-                         f"{None if w_scale is None else tuple(w_scale.shape)}")
-    if scale_mode == "per_tensor":
-        if x_scale is not None and x_scale.numel() != 1:
-            raise ValueError(f"per_tensor x_scale must hold one value, got shape {tuple(x_scale.shape)}")
-    elif x_scale is None or tuple(x_scale.shape) != xs_shape:
-        raise ValueError(f"x_scale must have shape {list(xs_shape)} for scale_mode {scale_mode!r}, got "
-                         f"{None if x_scale is None else tuple(x_scale.shape)}")
+    return [offs[g + 1] - offs[g] for g in range(int(w.shape[0]))]
 
 
 def _check_plan(plan, rows, *, masked, m_max, n, k, dtype, scale_mode):
@@ -96,19 +51,17 @@ def _check_plan(plan, rows, *, masked, m_max, n, k, dtype, scale_mode):
 def grouped_gemm(x, w, *, group_offsets=None, masked_m=None, scale_mode="none", x_scale=None, w_scale=None,
                  out_dtype=torch.bfloat16, plan=None, _target=SIM):
     """docs/internals.md "Backend module interface". Returns y. (_target: where the kernel runs,
-    the simulator or an NPU, backends/npu.)"""
+    the simulator or an NPU, backends/npu.) A plan handed in directly (the API has no grouped-GEMM
+    plan argument) is checked against the call here."""
     C = native.require()
     target = _target
     for name, t in (("x", x), ("w", w)):
         target.check_device(name, t)
     prof = target.profile()
     dtype = str(x.dtype).removeprefix("torch.")
-    if dtype not in IN_DTYPES or w.dtype != x.dtype:
-        raise TypeError(f"{target.name}: x and w must share one of {list(IN_DTYPES)}, got {x.dtype} and {w.dtype}")
     G, N, K = (int(s) for s in w.shape)
     masked = masked_m is not None
     rows = _group_rows(x, w, group_offsets, masked_m)
-    _check_scales(x, w, scale_mode, x_scale, w_scale)
     m_max = int(x.shape[1]) if masked else 0
     if plan is None:
         if masked:
@@ -299,6 +252,7 @@ def estimate_shape(rows, *, n, k, dtype, scale_mode="none", masked=False, m_max=
 
 def estimate_grouped_gemm(inputs: dict, profile) -> dict:
     """ascend_sim.estimate's hook for this op: the public-API arguments of one call -> estimate_shape."""
+    schema.validate(_OP, {k: v for k, v in inputs.items() if k != "validate"}, full=True)
     x, w = inputs["x"], inputs["w"]
     masked = inputs.get("masked_m") is not None
     rows = _group_rows(x, w, inputs.get("group_offsets"), inputs.get("masked_m"))

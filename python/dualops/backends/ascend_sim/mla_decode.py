@@ -12,10 +12,11 @@ import torch
 
 from ... import native, plan_contract, schema
 from ...heuristics import ascend as _heuristics
-from ...tiling.mla_decode import KV_FORMATS, MlaPlan, plan_mla_decode, request_lengths
-from ._common import SIM, Regions, check_block_ids, ptr
+from ...tiling.mla_decode import KV_FORMATS, MlaPlan, plan_mla_decode
+from ._common import SIM, Regions, ptr
 
 _OP = "mla_decode"
+KV_TILE = _heuristics.MLA_KV_TILE   # keys per tile (a module attribute: a planted-fault test doctors it)
 KERNEL = "mla_decode"
 
 
@@ -26,45 +27,31 @@ def launch_header(plan: MlaPlan, *, num_cores: int, d_qk: int, q_dtype: torch.dt
     return plan_contract.pack_struct(_OP, "ascend", **_heuristics.mla_launch(
         plan, num_cores=num_cores, d_qk=d_qk, q_dtype=q_dtype, page_block_size=page_block_size,
         extra_page_block_size=extra_page_block_size, topk_cols=topk_cols, extra_topk_cols=extra_topk_cols,
-        kv_tile=kv_tile))
+        kv_tile=kv_tile or KV_TILE))
 
 
 def tiling_bytes(header: list[int], plan: MlaPlan) -> bytes:
     return torch.cat([torch.tensor(header, dtype=torch.int32), plan.pack()]).numpy().tobytes()
 
 
-def _check_plan(plan: MlaPlan, *, B, S_q, H_q, kv_format, pbs, topk, extra_topk, lengths):
-    want = dict(batch=B, s_q=S_q, h_q=H_q, h_kv=1, kv_format=KV_FORMATS[kv_format], sparse=int(topk is not None),
-                topk=topk or 0, extra_topk=extra_topk or 0, page_block_size=pbs)
-    for k, v in want.items():
-        if getattr(plan, k) != v:
-            raise ValueError(f"mla_decode: plan.{k} = {getattr(plan, k)} but the call needs {v} "
-                             f"(make the plan with dualops.get_mla_metadata for these inputs)")
-    covered = [0] * B
-    for _, r, begin, end, _slot in plan.token_ranges(lengths):
-        if begin != covered[r] and end > begin:
-            raise ValueError(f"mla_decode: the plan's pieces of request {r} are not contiguous")
-        covered[r] = max(covered[r], end)
-    for r, (got, n) in enumerate(zip(covered, lengths)):
-        if got != n:
-            raise ValueError(f"mla_decode: the plan covers {got} keys of request {r}, which has {n} "
-                             f"(was it made for other cache_seqlens / topk?)")
+def check_tiling(tiling: bytes, target, plan) -> None:
+    """The Ascend kernel's own check of a launch (header sizes against the core's buffers, plan
+    layout): a ValueError naming what cannot run."""
+    why = native.require().ascend_mla_check_tiling(tiling)
+    if why is not None:
+        raise ValueError(f"{target.name}: the plan cannot run on the Ascend MLA kernel: {why} ({plan.describe()})")
 
 
 def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, softmax_scale, causal, kv_format,
-               indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length,
-               _host_checks=True, _kv_tile=None, _target=SIM):
-    """docs/internals.md "Backend module interface". Returns (out, lse).
-    (_host_checks / _kv_tile exist for the planted-fault tests only; _target: where the kernel
-    runs, the simulator or an NPU, backends/npu.)"""
+               indices, topk_length, attn_sink, extra_kv_cache, extra_indices, extra_topk_length, _target=SIM):
+    """docs/internals.md "Backend module interface". Returns (out, lse). (_target: where the
+    kernel runs, the simulator or an NPU, backends/npu.)"""
     C = native.require()
     target = _target
     target.check_device("q", q)
     prof = target.profile()
     dev = q.device
-    if head_dim_v != 512:
-        raise NotImplementedError(f"{target.name} mla_decode: head_dim_v must be 512, got {head_dim_v}")
-    if kv_format == "bf16" and kv_cache.dtype != q.dtype:
+    if kv_format == "bf16" and kv_cache.dtype != q.dtype:   # a variant the kernel does not have
         raise NotImplementedError(f"{target.name} mla_decode: a 16-bit cache must have q's dtype ({q.dtype}), "
                                   f"got {kv_cache.dtype}")
     B, S_q, H_q, d_qk = (int(x) for x in q.shape)
@@ -74,30 +61,18 @@ def mla_decode(q, kv_cache, block_table, cache_seqlens, *, head_dim_v, plan, sof
     topk = int(indices.shape[-1]) if sparse else None
     extra_topk = int(extra_indices.shape[-1]) if extra else None
     seqlens = cache_seqlens.to(torch.int32).contiguous()
-    lengths = request_lengths(seqlens, topk=topk, extra_topk=extra_topk)
     if plan is None:
         plan = plan_mla_decode(seqlens, num_heads_q=H_q, num_heads_k=1, s_q=S_q, kv_format=kv_format, topk=topk,
                                extra_topk=extra_topk, page_block_size=pbs, device=prof)
-    elif _host_checks:
-        _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs, topk=topk, extra_topk=extra_topk,
-                    lengths=lengths)
     table = block_table.to(torch.int32)
     if table.stride(-1) != 1:
         table = table.contiguous()
-    if not sparse and _host_checks:
-        cap = int(table.shape[1]) * pbs
-        if bool((seqlens < 0).any()) or bool((seqlens > cap).any()):
-            raise ValueError(f"cache_seqlens must be in [0, {cap}] (block_table width x page size), got {seqlens.tolist()}")
-        check_block_ids(table, seqlens, pbs, int(kv_cache.shape[0]))
 
     header = launch_header(plan, num_cores=prof.num_cores, d_qk=d_qk, q_dtype=q.dtype, page_block_size=pbs,
                            extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0,
-                           topk_cols=topk or 0, extra_topk_cols=extra_topk or 0, kv_tile=_kv_tile)
+                           topk_cols=topk or 0, extra_topk_cols=extra_topk or 0)
     tiling = tiling_bytes(header, plan)
-    if _host_checks:
-        why = C.ascend_mla_check_tiling(tiling)
-        if why is not None:
-            raise ValueError(f"{target.name}: the plan cannot run on the Ascend MLA kernel: {why} ({plan.describe()})")
+    check_tiling(tiling, target, plan)
 
     def i32(t):
         return None if t is None else t.to(torch.int32).contiguous()

@@ -42,19 +42,6 @@ def make_ifa_plan(q, k_cache, block_table):
     return plan_for_tensors(q, k_cache, block_table, detect(q.device))
 
 
-def _check_cache_start(name, t):
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start on a 16-byte boundary, got address {t.data_ptr():#x}")
-
-
-def _check_cache_strides(name, t):
-    es = t.element_size()
-    for dim in range(3):
-        if (t.stride(dim) * es) % 16:
-            raise ValueError(f"{name} strides must be multiples of 16 bytes (head rows are copied 16 B "
-                             f"at a time), got stride {t.stride(dim)} elements in dim {dim}")
-
-
 # ----------------------------------------------------------------------------- the op
 
 class IfaLaunch:
@@ -70,12 +57,8 @@ class IfaLaunch:
                  atten_mask, pse_shift, k_scale, v_scale, k_offset, v_offset, plan):
         if plan is None:
             plan = make_ifa_plan(q, k_cache, block_table)
-        else:
+        else:   # a plan handed to the backend directly (the API has no IFA plan argument)
             check_plan_for_tensors(plan, q, k_cache, block_table)
-        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-            _check_cache_strides(name, t)
-        if atten_mask is not None and atten_mask.dtype != torch.bool:
-            raise TypeError(f"atten_mask must be bool, got {atten_mask.dtype}")
         B, S_q, H_q, D = q.shape
         self.plan, self.plan_bytes = plan, _plan_bytes(plan)
         self.out_shape, self.lse_shape = (B, S_q, H_q, D), (B, H_q, S_q)  # out: q's dtype
@@ -110,10 +93,9 @@ class IfaLaunch:
     def __call__(self, q, k_cache, v_cache, *, kv_lens, block_table, atten_mask, pse_shift,
                  k_scale, v_scale, k_offset, v_offset, **_fixed):
         """Launch on the current stream. The tensors must have the shapes, dtypes and strides of
-        the ones this object was made from (``_fixed``: the scalars it already holds)."""
+        the ones this object was made from (``_fixed``: the scalars it already holds). The
+        caches' alignment and strides are checked by the host entry (incre_flash_attention_check)."""
         C = self.C
-        _check_cache_start("k_cache", k_cache)
-        _check_cache_start("v_cache", v_cache)
         dev = q.device
         if self.convert_kv_lens:
             kv_lens = kv_lens.to(device=dev, dtype=torch.int32).contiguous()

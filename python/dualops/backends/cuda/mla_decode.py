@@ -18,7 +18,7 @@ import struct
 
 import torch
 
-from ... import kernel_params, native, schema
+from ... import kernel_params, native, ops, schema
 from ...devices import detect
 from ...heuristics.cuda import MLA_CUDA_KERNELS, cuda_mla_kernel, cuda_mla_sort_keys
 from ...tiling.mla_decode import (KV_FORMATS, MLA_BLOCK_TOKENS, MLA_Q_BLOCK_ROWS, MLA_VERSION, PART_STRIDE, MlaPlan,
@@ -49,6 +49,7 @@ class MlaDevicePlan:
     def __init__(self, packed, *, batch, s_q, h_q, h_kv, num_sm_parts, kv_format, page_block_size, fixed_overhead,
                  topk=None, extra_topk=None):
         self.packed = self._dualops_packed = packed
+        ops.plan_memo(packed, self)    # a call handed the packed tensor gets this object back
         self.batch, self.s_q, self.h_q, self.h_kv = batch, s_q, h_q, h_kv
         self.num_sm_parts, self.kv_format, self.page_block_size = num_sm_parts, kv_format, page_block_size
         self.sparse, self.topk, self.extra_topk = int(topk is not None), topk or 0, extra_topk or 0
@@ -115,19 +116,18 @@ def plan_on_device(cache_seqlens, *, num_heads_q: int, num_heads_k: int = 1, s_q
     return plan
 
 
-# Device copies of host plans (a step's plan is reused by every layer): by plan object first
-# (cheap), then by value (a plan rebuilt from the same packed tensor). Many are kept: a CUDA graph
-# captured with a host plan reads its copy at every replay.
+# Device copies of host plans (a step's plan is reused by every layer): kept on the plan object
+# (one attribute look-up per call) and, by value, here: a CUDA graph captured with a host plan
+# reads its copy at every replay, so many are kept alive, whatever becomes of the plan object.
 _DEVICE_COPIES: dict = {}
-_BY_ID: dict = {}
 _DEVICE_COPIES_MAX = 256
 
 
 def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
     """(the packed plan on `dev`, its header bytes), made once per plan."""
-    hit = _BY_ID.get((id(plan), dev))
-    if hit is not None and hit[0] is plan:
-        return hit[1]
+    mine = plan.__dict__.get("_dualops_device_copy")
+    if mine is not None and mine[0] == dev:
+        return mine[1]
     key = (plan, dev)
     t = _DEVICE_COPIES.get(key)
     if t is None:
@@ -139,9 +139,7 @@ def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
         if len(_DEVICE_COPIES) >= _DEVICE_COPIES_MAX:
             _DEVICE_COPIES.pop(next(iter(_DEVICE_COPIES)))
         _DEVICE_COPIES[key] = t
-    if len(_BY_ID) >= _DEVICE_COPIES_MAX:
-        _BY_ID.clear()
-    _BY_ID[(id(plan), dev)] = (plan, t)
+    object.__setattr__(plan, "_dualops_device_copy", (dev, t))
     return t
 
 
@@ -150,20 +148,12 @@ def _device_copy(plan: MlaPlan, dev) -> tuple[torch.Tensor, bytes]:
 _MERGE_COUNTERS = MergeCounters(in_capture=True)
 
 
-def _check_plan(plan, *, B, S_q, H_q, kv_format, pbs, topk, extra_topk):
-    got = (plan.batch, plan.s_q, plan.h_q, plan.h_kv, plan.kv_format, plan.page_block_size, plan.sparse,
-           plan.topk, plan.extra_topk)
-    want = (B, S_q, H_q, 1, KV_FORMATS[kv_format], pbs, int(topk is not None), topk or 0, extra_topk or 0)
-    if got != want:
-        names = ("batch", "s_q", "h_q", "h_kv", "kv_format", "page_block_size", "sparse", "topk", "extra_topk")
-        diff = ", ".join(f"{n} {g} (call: {w})" for n, g, w in zip(names, got, want) if g != w)
-        raise ValueError(f"mla_decode: plan does not match this call: {diff}; make it with "
-                         f"dualops.get_mla_metadata for these shapes")
-
-
 def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs, topk=None, extra_topk=None):
     """(plan header bytes, device plan tensor, partial-buffer rows or 0). topk / extra_topk:
-    sparse decode's index widths (None: dense; extra_topk None: no extra pool)."""
+    sparse decode's index widths (None: dense; extra_topk None: no extra pool). A given plan was
+    checked against the call by the API (tiling.mla_decode.check_plan_for_call); a bare packed
+    device plan takes the call's shapes, and only its size is checked here (the kernel reads
+    that many ints)."""
     B, S_q, H_q, _ = q.shape
     dev = q.device
     if plan is None:
@@ -183,13 +173,7 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs, topk=None, extra_topk=
                              fixed_overhead=mla_fixed_overhead(profile, q_rows=S_q * H_q), topk=topk,
                              extra_topk=extra_topk)
     if isinstance(plan, MlaDevicePlan):
-        _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs, topk=topk, extra_topk=extra_topk)
-        if plan.packed.device != dev:
-            raise ValueError(f"mla_decode: plan lives on {plan.packed.device}, the tensors on {dev}")
         return plan.header_bytes, plan.packed, B + plan.num_sm_parts
-    if not isinstance(plan, MlaPlan):
-        raise TypeError(f"mla_decode: plan must come from dualops.get_mla_metadata, got {type(plan).__name__}")
-    _check_plan(plan, B=B, S_q=S_q, H_q=H_q, kv_format=kv_format, pbs=pbs, topk=topk, extra_topk=extra_topk)
     rows = plan.total_splits if plan.total_splits > plan.batch else 0
     packed, header = _device_copy(plan, dev)
     return header, packed, rows
@@ -203,8 +187,7 @@ _U64 = struct.Struct("<Q")
 
 
 class MlaLaunch:
-    """What a CUDA MLA decode call's shapes, dtypes, strides and flags fix: the checks, the split
-    kernel, the conversions its tensors need and the constant fields of the params struct.
+    """What a CUDA MLA decode call's shapes, dtypes, strides and flags fix: the split kernel, the conversions its tensors need and the constant fields of the params struct.
     ``ops.py`` keeps one per call signature, so the layers of a decode step only resolve their
     plan, gather pointers, allocate the outputs and launch."""
 
@@ -218,19 +201,9 @@ class MlaLaunch:
         # sparse decode: the index widths (the plan's topk / extra_topk); None: dense, no extra pool
         self.topk = int(indices.shape[-1]) if sparse else None
         self.extra_topk = int(extra_indices.shape[-1]) if extra else None
-        if sparse and causal:
-            raise ValueError("mla_decode: causal applies to dense decode; sparse decode masks through indices")
-        if extra and (not extra_kv_cache.is_contiguous() or extra_kv_cache.dtype != kv_cache.dtype):
-            raise ValueError("mla_decode: extra_kv_cache must be contiguous, with kv_cache's dtype")
-        if head_dim_v != D_V:
-            raise ValueError(f"mla_decode: head_dim_v must be {D_V}, got {head_dim_v}")
-        if q.dtype not in (torch.bfloat16, torch.float16):
-            raise TypeError(f"mla_decode: q must be bfloat16 or float16, got {q.dtype}")
-        if kv_format == "bf16" and kv_cache.dtype != q.dtype:
+        if kv_format == "bf16" and kv_cache.dtype != q.dtype:   # a variant the kernels do not have
             raise NotImplementedError(f"mla_decode on backend 'cuda' needs a kv_cache of q's dtype for kv_format "
                                       f"'bf16' (q {q.dtype}, kv_cache {kv_cache.dtype})")
-        if not kv_cache.is_contiguous():
-            raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
         B, S_q, H_q, D = q.shape
         self.dev, self.dev_index, self.shape = q.device, q.get_device(), (B, S_q, H_q)
         self.kv_format, self.pbs = kv_format, int(kv_cache.shape[1])
@@ -272,15 +245,12 @@ class MlaLaunch:
     def __call__(self, q, kv_cache, block_table, cache_seqlens, *, plan=None, attn_sink=None, indices=None,
                  topk_length=None, extra_kv_cache=None, extra_indices=None, extra_topk_length=None, **_fixed):
         """Launch on the current stream. The tensors must have the shapes, dtypes and strides of
-        the ones this object was made from (``_fixed``: the scalars it already holds)."""
-        if kv_cache.data_ptr() % 16:
-            raise ValueError("mla_decode: kv_cache must be contiguous and start on a 16-byte boundary")
+        the ones this object was made from (``_fixed``: the scalars it already holds). The cache
+        addresses' alignment is checked by the host entry (mla_decode_check)."""
         sparse = self.topk is not None
         if sparse:
             if self.extra_topk is None:
                 extra_kv_cache = extra_indices = extra_topk_length = None
-            elif extra_kv_cache.data_ptr() % 16:
-                raise ValueError("mla_decode: extra_kv_cache must start on a 16-byte boundary")
             indices, topk_length, extra_indices, extra_topk_length = (
                 None if t is None else _int32_on(t, self.dev)
                 for t in (indices, topk_length, extra_indices, extra_topk_length))
@@ -327,7 +297,7 @@ def _int32_on(t, dev):
 
 
 def prepare_mla_decode(q, kv_cache, block_table, cache_seqlens, **kw) -> MlaLaunch:
-    """The reusable part of ``mla_decode`` for these tensors' signature (ops.py caches it per
+    """The reusable part of ``mla_decode`` for these tensors' signature (ops.py keeps it per
     signature, with or without a plan); call the result with the tensors (and the call's plan) to
     launch."""
     kw.pop("plan", None)

@@ -18,6 +18,8 @@ import importlib.util
 from ... import native
 
 NAME = "npu"
+# As on the simulator: the kernels trust device values, so the API checks them on every call.
+CHECK_VALUES = True
 
 
 def _cann_install_version() -> str | None:
