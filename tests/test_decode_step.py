@@ -170,10 +170,16 @@ def test_reference_and_ascend_sim_agree(model, kv_format, moe_dtype):
     assert b == "ascend_sim" and c.ok and c.numel == cfg.batch * (cfg.hidden if model == "mla" else cfg.gqa_hidden)
 
 
-@pytest.mark.parametrize("fault", ["mla_drops_a_key", "ifa_drops_a_key", "expert_scale"])
-def test_cross_backend_check_catches_planted_faults(fault, monkeypatch):
+@pytest.mark.parametrize("fault, moe_dtype", [("mla_drops_a_key", "bf16"), ("ifa_drops_a_key", "bf16"),
+                                              ("expert_scale", "bf16"), ("mla_drops_a_key", "fp8"),
+                                              ("expert_scale", "fp8")])
+def test_cross_backend_check_catches_planted_faults(fault, moe_dtype, monkeypatch):
     """The step check with its end-to-end bound still fails a dropped key (one request attends one
-    key too few) and an expert output off by 1 %: the 'faulty' backend is the reference with the fault."""
+    key too few) and an expert output off by 1 %: the 'faulty' backend is the reference with the
+    fault. With fp8 experts the bound includes the step's measured sensitivity (fp8_sensitivity):
+    their activations carry e4m3's precision, so the expert fault is one e4m3 rounding (2^-4) there
+    (the grouped GEMM's own parity tests, on identical fp8 inputs, resolve 1 %)."""
+    off = 1.01 if moe_dtype == "bf16" else 1 + 2.0 ** -4
     real = {n: getattr(dualops, n) for n in ("mla_decode", "incre_flash_attention", "grouped_gemm")}
 
     def drop_key(lens):
@@ -191,14 +197,15 @@ def test_cross_backend_check_catches_planted_faults(fault, monkeypatch):
 
     def gemm(x, w, **kw):
         y = real["grouped_gemm"](x, w, **dict(kw, backend="reference"))
-        return (y.float() * 1.01).to(y.dtype) if kw["backend"] == "ascend_sim" else y
+        return (y.float() * off).to(y.dtype) if kw["backend"] == "ascend_sim" else y
 
     model = "gqa" if fault == "ifa_drops_a_key" else "mla"
     name, fake = {"mla_drops_a_key": ("mla_decode", mla), "ifa_drops_a_key": ("incre_flash_attention", ifa),
                   "expert_scale": ("grouped_gemm", gemm)}[fault]
     monkeypatch.setattr(dualops, name, fake)
     with pytest.raises(AssertionError, match="ascend_sim vs reference"):
-        ds.check_backends(model, TINY, ["reference", "ascend_sim"], device="cpu")
+        ds.check_backends(model, dataclasses.replace(TINY, moe_dtype=moe_dtype), ["reference", "ascend_sim"],
+                          device="cpu")
 
 
 # ----------------------------------------------------------------------------------- GPU
