@@ -2,11 +2,13 @@
 # One job for the GPU machine: install carried wheels, build dualops (CUDA on), run the CUDA
 # tests, the IFA benchmark sweep and the compute-sanitizer memcheck + racecheck passes.
 #
-#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [host]
+#   scripts/gpu_job.sh [build] [test] [suite] [parity] [bench] [quickbench] [sanitize] [step] [flashmla] [host]
 #   test: the CUDA tests of every op; suite: the whole test suite (CUDA, simulator, everything);
 #   parity: `python -m dualops parity --full` on every backend here, cuda vs ascend_sim pairs
 #   included; bench / quickbench: the IFA benchmark sweep; sanitize: compute-sanitizer over a
-#   selection of the CUDA tests (SANITIZE_TOOLS="memcheck racecheck" by default); host: host time
+#   selection of the CUDA tests (SANITIZE_TOOLS="memcheck racecheck" by default); step: the decode
+#   step example in every mode and against the reference; flashmla: FlashMLA's own decode tests
+#   through dualops.compat.flash_mla (FLASHMLA_ARGS: e.g. --time-limit / --first); host: host time
 #   of eager calls (benchmarks/cuda/host_overhead.py; HOST_BASELINE=DIR, the python/ folder of
 #   another copy of the package, alternates that copy and this one)
 #   (default: build test bench sanitize)
@@ -144,6 +146,24 @@ if has sanitize; then
     OUT="$OUT" bash benchmarks/cuda/run_racecheck_barriers.sh || status=1
   fi
 fi
+if has step; then
+  echo "== decode step (examples/decode_step.py): every mode, then cuda against reference"
+  for args in "--mode all" "--mode all --model mla --kv-format fp8_v32 --moe-dtype fp8" \
+              "--check-backends reference,cuda --size small"; do
+    timeout 300 $PY examples/decode_step.py $args 2>&1 | tee -a "$OUT/step.log" | tail -30
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+fi
+
+if has flashmla; then
+  # FlashMLA's own decode tests through dualops.compat.flash_mla (docs/compat.md); needs the
+  # folder `scripts/flashmla_tests.sh prepare` makes (.flashmla_src), carried with the checkout
+  echo "== FlashMLA's dense and sparse decode tests through the shim"
+  timeout 900 $PY scripts/flashmla_tests.py --src "${FLASHMLA_SRC:-.flashmla_src}" ${FLASHMLA_ARGS:-} 2>&1 \
+    | tee "$OUT/flashmla.log" | grep -E "passed|FAILED" | tail -20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
 if has host; then
   echo "== host overhead of eager calls"
   base=${HOST_BASELINE:-}
