@@ -9,7 +9,7 @@ the plan or the params struct and decide nothing themselves.
   backends/cuda/incre_flash_attention/ifa_config.cuh and ifa_split_kernel.cuh (``Cfg``,
   ``SmemLayout``, ``ClusterMergeLayout``); the C++ side checks that the plan names a variant it
   builds. Why each rule is as it is: docs/tuning.md.
-- MLA decode: the split kernel (``cuda_mla_kernel``, MlaDecodeParams::kernel) and the sparse key
+- MLA decode: the split kernel (``cuda_mla_kernel``, MlaDecodeCudaParams::kernel) and the sparse key
   sort (``cuda_mla_sort_keys``).
 - Grouped GEMM: the mma.sync kernel or a CUTLASS sm90 kernel (``cuda_kernel_for``).
 
@@ -214,7 +214,7 @@ def describe_ifa_launch(launch: IfaLaunchFields) -> str:
 
 # ============================================================================ MLA decode
 
-# The CUDA split kernels (MlaDecodeParams.kernel: MlaCudaKernel codes; designs in
+# The CUDA split kernels (MlaDecodeCudaParams.kernel: MlaCudaKernel codes; designs in
 # docs/mla_decode_cuda.md). The plan's choice, rule by rule, with its
 # reason (the measurements behind the bounds: BENCHMARKS.md, benchmarks/cuda/mla_kernel_ab.py):
 #   * GPUs whose blocks cannot opt into MLA_CUDA_WGMMA_SMEM_BYTES of shared memory: mma.sync
@@ -333,6 +333,7 @@ SM90_MID_ROWS = {2: ((65, 128), (257, 384)), 1: ((65, 384),)}   # by x / w eleme
 
 def _elem_bytes(dtype: str) -> int:
     return 1 if dtype in ("int8", "float8_e4m3fn") else 2
+
 
 
 def sm90_min_rows(dtype: str, device: DeviceProfile, scale_mode: str = "none") -> int:
