@@ -127,6 +127,9 @@ def test_op_docs_come_from_the_schema():
         for a in schema.load(op).args:
             assert f"`{a.name}`" in text, (op, a.name)
     assert "| cuda | any | any | any | [64, 128, 256]" in text  # the IFA capability row
+    # value checks: every call to the backends whose kernels trust device values, else validate="full"
+    assert text.count("The API runs them on every call to `ascend_sim`, `npu`") == len(schema.OPS)
+    assert "With `validate=\"full\"` also" not in text
 
 
 def test_readme_support_matrix_comes_from_the_capabilities():
