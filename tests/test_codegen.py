@@ -19,18 +19,32 @@ def test_committed_generated_files_are_up_to_date():
     assert codegen.main(["--check", "--root", str(ROOT)]) == 0
 
 
+def _params_structs():
+    """(op, backend or None, C struct name) of every params struct: the shared one of each op and
+    one per backend with fields of its own."""
+    for op in schema.OPS:
+        yield op, None, schema.params_struct_name(op)
+        for backend in schema.load(op).backend_kernel_params:
+            yield op, backend, schema.params_struct_name(op, backend)
+
+
 def test_params_struct_matches_pack_params(tmp_path):
-    """Compile a probe against params.h/tiling.h and compare C offsets with schema.params_layout."""
+    """Compile a probe against params.h/tiling.h and compare C offsets with schema.params_layout:
+    every field of every params struct (shared and per backend), each struct's size, and that each
+    is standard-layout (so offsetof is well-defined, and a backend struct's shared head is laid out
+    exactly as the shared struct)."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler on this machine")
-    lines = ['#include <cstdio>', '#include <cstddef>', '#include "dualops/params.h"',
+    lines = ['#include <cstdio>', '#include <cstddef>', '#include <type_traits>', '#include "dualops/params.h"',
              '#include "dualops/tiling.h"', "int main() {"]
-    for op in schema.OPS:
-        struct = codegen._camel(op) + "Params"
-        for name, _, _ in schema.params_layout(op):
-            lines.append(f'  std::printf("{op} {name} %zu\\n", offsetof(dualops::{struct}, {name}));')
-        lines.append(f'  std::printf("{op} sizeof %zu\\n", sizeof(dualops::{struct}));')
+    structs = list(_params_structs())
+    assert {b for _, b, _ in structs} >= {None, "cuda"}
+    for op, backend, struct in structs:
+        lines.append(f"  static_assert(std::is_standard_layout<dualops::{struct}>::value, \"{struct}\");")
+        for name, _, _ in schema.params_layout(op, backend):
+            lines.append(f'  std::printf("{struct} {name} %zu\\n", offsetof(dualops::{struct}, {name}));')
+        lines.append(f'  std::printf("{struct} sizeof %zu\\n", sizeof(dualops::{struct}));')
     for op in schema.OPS:
         sp = plan_contract.spec(op)
         for st in (sp.header, *sp.backends.values()):
@@ -46,10 +60,17 @@ def test_params_struct_matches_pack_params(tmp_path):
     subprocess.run([cxx, "-std=c++17", f"-I{codegen.include_dir(ROOT).parent}", str(src), "-o", str(exe)],
                    check=True)
     got = dict(((a, b), int(c)) for a, b, c in (l.split() for l in subprocess.check_output([str(exe)], text=True).splitlines()))
-    for op in schema.OPS:
-        for name, _, off in schema.params_layout(op):
-            assert got[(op, name)] == off, (op, name)
-        assert got[(op, "sizeof")] == schema.params_size(op)
+    for op, backend, struct in structs:
+        lay = schema.params_layout(op, backend)
+        for name, _, off in lay:
+            assert got[(struct, name)] == off, (struct, name)
+        assert got[(struct, "sizeof")] == schema.params_size(op, backend), struct
+    for op, backend, struct in structs:
+        if backend is not None:     # the shared fields head the backend's struct, at the same offsets
+            shared = schema.params_layout(op)
+            assert schema.params_layout(op, backend)[:len(shared)] == shared, struct
+            assert {n for n, _, _ in schema.params_layout(op, backend)[len(shared):]}.isdisjoint(
+                n for n, _, _ in shared), struct
     for op in schema.OPS:
         sp = plan_contract.spec(op)
         assert got[(op, sp.header.struct)] == 4 * len(sp.header.fields)
@@ -106,6 +127,9 @@ def test_op_docs_come_from_the_schema():
         for a in schema.load(op).args:
             assert f"`{a.name}`" in text, (op, a.name)
     assert "| cuda | any | any | any | [64, 128, 256]" in text  # the IFA capability row
+    # value checks: every call to the backends whose kernels trust device values, else validate="full"
+    assert text.count("The API runs them on every call to `ascend_sim`, `npu`") == len(schema.OPS)
+    assert "With `validate=\"full\"` also" not in text
 
 
 def test_readme_support_matrix_comes_from_the_capabilities():

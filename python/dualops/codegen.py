@@ -2,8 +2,8 @@
 
 - ``ops/include/dualops/enums.h``: every named code the params and plan fields hold (``DType``
   from ``schema.DTYPE_CODES``, the ``enums`` of each op's ``plan:`` section);
-- ``ops/include/dualops/params.h``: one struct per op from ``kernel_params`` in ``ops/<op>.yaml``
-  (the bytes ``schema.pack_params`` makes);
+- ``ops/include/dualops/params.h``: one struct per op from ``kernel_params`` in ``ops/<op>.yaml``,
+  and one per backend that has ``backend_kernel_params`` (the bytes ``schema.pack_params`` makes);
 - ``ops/include/dualops/tiling.h``: the plan structs of each op's ``plan:`` section
   (``dualops.plan_contract``): the shared header and the per-backend structs;
 - ``docs/ops.md``: the op reference (arguments, shapes, dtypes, defaults, constraints, variant
@@ -69,18 +69,46 @@ def _struct_lines(name: str, fields: dict, *, base: str | None = None, version: 
     return lines
 
 
+def _field_line(name: str, typ: str, doc: str = "") -> str:
+    return f"  {_CTYPES[typ]} {name};" + (f"  // {doc}" if doc else "")
+
+
 def params_header() -> str:
-    lines = [_HEADER.format(src="ops/*.yaml (kernel_params)"), "#pragma once", "#include <cstdint>", "",
-             '#include "enums.h"', "", "namespace dualops {", ""]
+    """One struct per op from ``kernel_params``. An op with ``backend_kernel_params`` also gets
+    ``<Op><Backend>Params``: a flat struct of the shared fields (one macro, so the two structs
+    share their initial sequence token for token) then the backend's own. Flat rather than
+    derived, so both are standard-layout and ``offsetof`` is well-defined on every field
+    (tests/test_codegen.py checks each offset against ``schema.params_layout``)."""
+    lines = [_HEADER.format(src="ops/*.yaml (kernel_params, backend_kernel_params)"), "#pragma once",
+             "#include <cstdint>", "", '#include "enums.h"', "", "namespace dualops {", ""]
     for op in schema.OPS:
         sch = schema.load(op)
+        name = schema.params_struct_name(op)
+        shared = [_field_line(n, t) for n, t in sch.kernel_params]
         lines.append(f"// {sch.summary}")
-        lines.append(f"struct {_camel(op)}Params {{")
-        for name, typ in sch.kernel_params:
-            lines.append(f"  {_CTYPES[typ]} {name};")
-        lines.append("};")
-        lines.append(f"static_assert(sizeof({_camel(op)}Params) == {schema.params_size(op)}, "
+        own = sch.backend_kernel_params
+        if own:
+            macro = f"DUALOPS_{op.upper()}_PARAMS_FIELDS"
+            lines.append(f"// The shared fields ({name}, and the head of each backend's own struct).")
+            width = max(len(x) for x in [*shared, f"#define {macro}"])
+            lines += [f"#define {macro}".ljust(width) + " \\"] + [x.ljust(width) + " \\" for x in shared[:-1]]
+            lines.append(shared[-1])
+            body = [f"  {macro}"]
+        else:
+            body = shared
+        lines += [f"struct {name} {{", *body, "};"]
+        lines.append(f"static_assert(sizeof({name}) == {schema.params_size(op)}, "
                      f"\"{op} params layout differs from schema.pack_params\");")
+        for backend in own:
+            bname = schema.params_struct_name(op, backend)
+            docs = {p["name"]: p.get("doc", "") for p in sch.raw["backend_kernel_params"][backend]}
+            lines.append("")
+            lines.append(f"// {op}, {backend} only: {name}'s fields, then those only the {backend} kernels read.")
+            lines += [f"struct {bname} {{", f"  {macro}"]
+            lines += [_field_line(n, t, docs.get(n, "")) for n, t in sch.backend_kernel_params[backend]]
+            lines.append("};")
+            lines.append(f"static_assert(sizeof({bname}) == {schema.params_size(op, backend)}, "
+                         f"\"{op} {backend} params layout differs from schema.pack_params\");")
         lines.append("")
     lines.append("}  // namespace dualops")
     return "\n".join(lines) + "\n"
@@ -119,6 +147,20 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ").strip()
 
 
+def _value_checks_text(op: str, checks) -> str:
+    """Where the API runs an op's value checks (``full_checks``, python/dualops/full_checks.py): on
+    every call to a backend whose kernels trust device values (``CHECK_VALUES = True`` in its
+    package, ``backends.checks_values``), and with ``validate="full"`` on any backend."""
+    from .backends import NAMES, checks_values
+
+    always = [b for b in schema.load(op).capabilities if b in NAMES and checks_values(b)]
+    text = "Value checks (device values read on the host): " + ", ".join(f"`{c}`" for c in checks) + "."
+    if always:
+        return (text + " The API runs them on every call to " + ", ".join(f"`{b}`" for b in always)
+                + " (whose kernels trust these values), and on any backend with `validate=\"full\"`.")
+    return text + " The API runs them with `validate=\"full\"`."
+
+
 def ops_markdown() -> str:
     """The op reference page, from ops/*.yaml."""
     out = ["<!-- Generated by `python -m dualops.codegen` from ops/*.yaml. Do not edit. -->", "",
@@ -155,7 +197,7 @@ def ops_markdown() -> str:
         if raw.get("constraints"):
             out += ["Constraints:", ""] + [f"- `{c['expr']}`" for c in raw["constraints"]] + [""]
         if raw.get("full_checks"):
-            out += ["With `validate=\"full\"` also: " + ", ".join(f"`{c}`" for c in raw["full_checks"]) + ".", ""]
+            out += [_value_checks_text(op, raw["full_checks"]), ""]
         feats = raw.get("features", {})
         out += ["Capabilities (features a backend does not list are unrestricted; a backend not listed "
                 "does not implement the op):", "", "| backend | " + " | ".join(feats) + " |",

@@ -16,7 +16,9 @@ The YAML vocabulary (see ``ops/incre_flash_attention.yaml`` for a full example):
 - ``constraints``: expressions over dims, modes and scalar args, with a message template.
 - ``features`` + ``capabilities``: variant features computed from the call, and per backend the
   allowed values (list), ranges (``{min, max, multiple_of}``) of each feature.
-- ``kernel_params``: the C params struct fields (``ptr``, ``i64``, ``i32``, ``f32``).
+- ``kernel_params``: the C params struct fields (``ptr``, ``i64``, ``i32``, ``f32``) every backend
+  reads; ``backend_kernel_params``: per backend, the fields its kernels alone read, which follow
+  the shared ones in that backend's struct (``MlaDecodeCudaParams``).
 - ``plan``: the plan contract, shared header, per-backend structs and named codes
   (``dualops.plan_contract``).
 """
@@ -96,6 +98,12 @@ class OpSchema:
     @property
     def kernel_params(self) -> list[tuple[str, str]]:
         return [(p["name"], p["type"]) for p in self.raw.get("kernel_params", [])]
+
+    @property
+    def backend_kernel_params(self) -> dict[str, list[tuple[str, str]]]:
+        """Per backend, the params fields its kernels alone read (after the shared ones)."""
+        return {b: [(p["name"], p["type"]) for p in fields]
+                for b, fields in (self.raw.get("backend_kernel_params") or {}).items()}
 
     @property
     def capabilities(self) -> dict:
@@ -452,4 +460,5 @@ def supports(op: str, backend: str, **variant) -> bool:
 
 
 # The kernel params structs derived from `kernel_params` (python/dualops/kernel_params.py).
-from .kernel_params import dtype_code, pack_params, params_layout, params_size  # noqa: E402,F401
+from .kernel_params import (dtype_code, pack_params, params_layout, params_size,  # noqa: E402,F401
+                            params_struct_name)

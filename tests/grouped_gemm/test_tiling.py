@@ -51,6 +51,21 @@ def test_tile_m_table():
         assert tile_m_for(avg, ASCEND_910B2) == math.ceil(tile / 16) * 16, avg
 
 
+def test_cuda_mma_tile_m():
+    """The mma.sync kernel's tile M (heuristics.cuda.gg_mma_tile_m): the planner's tile M rounded up
+    to an instantiated one, or a bigger one that pads the groups no more. Ranges of average rows
+    per group -> tile M, on both CUDA profiles."""
+    from dualops.heuristics.cuda import GG_MMA_TILE_MS, gg_mma_tile_m, gg_mma_tile_m_of
+
+    ranges = [(0, 8, 8), (9, 16, 16), (17, 32, 32), (33, 48, 48), (49, 64, 64), (65, 96, 48),
+              (97, 128, 64), (129, 144, 48), (145, 1024, 64)]
+    for dev in (H100, H200):
+        for lo, hi, tile in ranges:
+            assert {gg_mma_tile_m(avg, dev) for avg in range(lo, hi + 1)} == {tile}, (dev.name, lo, hi)
+    assert [gg_mma_tile_m_of(t) for t in (1, 8, 9, 40, 48, 49, 64, 128)] == [8, 8, 16, 48, 48, 64, 64, 64]
+    assert set(GG_MMA_TILE_MS) == {8, 16, 32, 48, 64}
+
+
 @pytest.mark.parametrize("dev", ALL, ids=lambda d: d.name)
 def test_contiguous_varlen_coverage_and_capacity(dev):
     rng = random.Random(dev.num_cores)

@@ -27,15 +27,21 @@ from ifa_cuda_cases import (  # noqa: F401
 def test_fast_params_packing_matches_schema():
     vals = dict(q=0x1000, k=0x2000, out=0x3000, kv_lens=7, q_stride_b=-3, num_blocks=1 << 40,
                 softmax_scale=0.125, causal=1, q_dtype=2, kv_dtype=4, pse_stride_k=5)
-    assert cuda_backend.pack_ifa_params(**vals) == schema.pack_params("incre_flash_attention", **vals)
+    assert cuda_backend.pack_ifa_params(**vals) == schema.pack_params("incre_flash_attention", "cuda", **vals)
     with pytest.raises(ValueError, match="unknown field"):
         cuda_backend.pack_ifa_params(bogus=1)
-    # IfaLaunch packs the leading pointers per call and appends the rest, packed once
-    ptrs = {f: 0x100 * (i + 1) for i, f in enumerate(cuda_backend._PTR_FIELDS)}
+    # IfaLaunch packs the pointers per call (the shared ones first, the merge counters after the
+    # shared fields) around the rest, packed once
+    ptrs = {f: 0x100 * (i + 1) for i, f in enumerate(cuda_backend._PTR_FIELDS + cuda_backend._CALL_PTR_FIELDS)}
     rest = dict(q_stride_b=-3, num_blocks=1 << 40, softmax_scale=0.125, causal=1, q_dtype=2, kv_dtype=4)
     head = cuda_backend._ptr_head()
-    tail = cuda_backend.pack_ifa_params(**rest)[head.size:]
-    assert head.pack(*ptrs.values()) + tail == schema.pack_params("incre_flash_attention", **ptrs, **rest)
+    run, off = cuda_backend._call_ptrs()
+    full = cuda_backend.pack_ifa_params(**rest)
+    launch = head.pack(*(ptrs[f] for f in cuda_backend._PTR_FIELDS)) + full[head.size:off] \
+        + run.pack(*(ptrs[f] for f in cuda_backend._CALL_PTR_FIELDS)) + full[off + run.size:]
+    assert launch == schema.pack_params("incre_flash_attention", "cuda", **ptrs, **rest)
+    with pytest.raises(ValueError, match="unknown field"):
+        schema.pack_params("incre_flash_attention", merge_counters=1)   # CUDA only
 
 
 def test_plan_packs_to_the_tiling_header():

@@ -38,10 +38,23 @@ D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512, "int8_v32": 576}
 def test_params_pack_like_the_schema():
     vals = dict(q=0x1000, kv_cache=0x2000, out=0x3000, plan=0x4000, q_stride_b=-3, num_blocks=1 << 40,
                 softmax_scale=0.125, causal=1, kv_format=2, q_dtype=2, head_dim=512, page_block_size=16)
-    from dualops.backends.cuda._common import pack_params
+    from dualops.backends.cuda._common import pack_params, ptr_head, ptr_run
 
-    assert pack_params("mla_decode", **vals) == schema.pack_params("mla_decode", **vals)
+    assert pack_params("mla_decode", **vals) == schema.pack_params("mla_decode", "cuda", **vals)
     assert cuda_mla._HEADER.size == 4 * len(MlaPlan.FIELDS)
+    # MlaLaunch packs the pointers per call (the shared ones first, the CUDA-only ones after the
+    # shared fields) around the rest, packed once
+    ptrs = {f: 0x100 * (i + 1) for i, f in enumerate(cuda_mla._PTR_FIELDS + cuda_mla._CALL_PTR_FIELDS)}
+    rest = {k: v for k, v in vals.items() if k not in ptrs}
+    full = pack_params("mla_decode", **rest, sort_keys=1, kernel=3)
+    head = ptr_head("mla_decode", cuda_mla._PTR_FIELDS)
+    run, off = ptr_run("mla_decode", cuda_mla._CALL_PTR_FIELDS)
+    launch = head.pack(*(ptrs[f] for f in cuda_mla._PTR_FIELDS)) + full[head.size:off] \
+        + run.pack(*(ptrs[f] for f in cuda_mla._CALL_PTR_FIELDS)) + full[off + run.size:]
+    assert launch == schema.pack_params("mla_decode", "cuda", **ptrs, **rest, sort_keys=1, kernel=3)
+    # the shared struct (what the Ascend kernel reads) has none of the CUDA-only fields
+    with pytest.raises(ValueError, match="unknown field"):
+        schema.pack_params("mla_decode", kernel=1)
 
 
 def test_capabilities():

@@ -2,7 +2,7 @@
 #include "ifa_launch.cuh"
 
 namespace dualops::cuda::ifa {
-cudaError_t launch_bf16_int8(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t, cudaStream_t s) {
+cudaError_t launch_bf16_int8(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t, cudaStream_t s) {
   return launch_family<__nv_bfloat16, int8_t>(p, t, s);
 }
 int smem_bf16_int8(const IncreFlashAttentionCudaTiling& t) { return smem_family<__nv_bfloat16, int8_t>(t); }

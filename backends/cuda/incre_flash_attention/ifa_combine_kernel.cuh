@@ -19,7 +19,7 @@ constexpr int kCombineCols = 32;  // head-dim columns of one combine CTA
 
 template <typename QT, int D>
 __global__ void __launch_bounds__(kCombineThreads)
-    ifa_combine_kernel(const __grid_constant__ IncreFlashAttentionParams p,
+    ifa_combine_kernel(const __grid_constant__ IncreFlashAttentionCudaParams p,
                        const __grid_constant__ IncreFlashAttentionCudaTiling t) {
   constexpr int TPG = kCombineCols / 4;          // threads per split group (one float4 each)
   constexpr int GROUPS = kCombineThreads / TPG;  // splits g, g + GROUPS, ... per group

@@ -2,7 +2,7 @@
 #include "ifa_launch.cuh"
 
 namespace dualops::cuda::ifa {
-cudaError_t launch_f16_fp8(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t, cudaStream_t s) {
+cudaError_t launch_f16_fp8(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t, cudaStream_t s) {
   return launch_family<__half, __nv_fp8_e4m3>(p, t, s);
 }
 int smem_f16_fp8(const IncreFlashAttentionCudaTiling& t) { return smem_family<__half, __nv_fp8_e4m3>(t); }

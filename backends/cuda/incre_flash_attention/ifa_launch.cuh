@@ -51,7 +51,7 @@ int max_active_clusters(int size) {
 // the arrival counters (absent in a graph captured before the glue allocated them: then the
 // combine kernel).
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
-int merge_mode(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t) {
+int merge_mode(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t) {
   int mode = t.merge;
   if (mode == kMergeCluster) {
     const int64_t clusters = static_cast<int64_t>(t.batch) * t.h_kv * ((t.q_rows + M_TILE - 1) / M_TILE);
@@ -65,7 +65,7 @@ int merge_mode(const IncreFlashAttentionParams& p, const IncreFlashAttentionCuda
 }
 
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
-cudaError_t launch_variant(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+cudaError_t launch_variant(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                            cudaStream_t stream) {
   using C = Cfg<QT, KVT, D, SHAPE>;
   constexpr int smem = SmemLayout<QT, KVT, D, M_TILE, SHAPE>::kTotal;
@@ -187,14 +187,14 @@ bool variant_built_m(int shape) {
 }
 
 template <typename QT, typename KVT, int D, int M_TILE>
-cudaError_t launch_m(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t, cudaStream_t stream) {
+cudaError_t launch_m(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t, cudaStream_t stream) {
   return with_variant<QT, KVT, D, M_TILE>(t.variant, [&](auto shape) {
     return launch_variant<QT, KVT, D, M_TILE, decltype(shape)::value>(p, t, stream);
   });
 }
 
 template <typename QT, typename KVT, int D>
-cudaError_t launch_head_dim(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+cudaError_t launch_head_dim(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                             cudaStream_t stream) {
   constexpr int kMax = max_m_tile<D>();
   switch (t.cta_m_tile) {
@@ -235,7 +235,7 @@ int smem_head_dim(const IncreFlashAttentionCudaTiling& t) {
 }
 
 template <typename QT, typename KVT>
-cudaError_t launch_family(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+cudaError_t launch_family(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                           cudaStream_t stream) {
   switch (t.head_dim) {
     case 64:
@@ -266,7 +266,7 @@ int smem_family(const IncreFlashAttentionCudaTiling& t) {
 // One declaration per family, defined in ifa_<q>_<kv>.cu.
 #define DUALOPS_IFA_FAMILY(NAME)                                                                     \
   namespace dualops::cuda::ifa {                                                                     \
-  cudaError_t launch_##NAME(const IncreFlashAttentionParams&, const IncreFlashAttentionCudaTiling&, \
+  cudaError_t launch_##NAME(const IncreFlashAttentionCudaParams&, const IncreFlashAttentionCudaTiling&, \
                             cudaStream_t);                                                           \
   int smem_##NAME(const IncreFlashAttentionCudaTiling&);                                                 \
   }

@@ -27,7 +27,7 @@ namespace dualops::cuda::ifa {
 // argument: the plan's second_fill_keys): there HBM would otherwise idle while
 // the first copies come from L2.
 template <typename C>
-__device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionParams& p,
+__device__ __forceinline__ void prefetch_fill(const IncreFlashAttentionCudaParams& p,
                                               const IncreFlashAttentionCudaTiling& t, int b, int kvh,
                                               int k_from, int k_cap, int span, int warp0) {
   constexpr int D = C::kD;

@@ -31,7 +31,7 @@ namespace dualops::cuda::ifa {
 
 template <typename QT, typename KVT, int D, int M_TILE, int SHAPE>
 __global__ void __launch_bounds__(Cfg<QT, KVT, D, SHAPE>::kWarps * 32, Cfg<QT, KVT, D, SHAPE>::kCtasPerSm)
-    ifa_split_kernel(const __grid_constant__ IncreFlashAttentionParams p,
+    ifa_split_kernel(const __grid_constant__ IncreFlashAttentionCudaParams p,
                      const __grid_constant__ IncreFlashAttentionCudaTiling t, int merge_mode, int stagger_ctas,
                      int stagger_ns, int second_fill_keys, int lockstep_burst) {
   using K = Kern<QT, KVT, D, M_TILE, SHAPE>;

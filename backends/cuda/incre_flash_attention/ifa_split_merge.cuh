@@ -21,7 +21,7 @@ namespace dualops::cuda::ifa {
 // splits; rounds of 16 would take the kernel's registers up and the main loop compiled around
 // them would slow down).
 template <typename QT, int D, int M_TILE, int NW>
-__device__ __forceinline__ void merge_splits(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+__device__ __forceinline__ void merge_splits(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                              int b, int kvh, int64_t ubase, int row0) {
   constexpr int NT = NW * 32, C4 = D / 4;
   const int tid = threadIdx.x;

@@ -16,7 +16,7 @@ namespace dualops::cuda::ifa {
 // in shared memory: fp8): loaded right after the main loop, so that the round trip runs under
 // the merge barriers instead of at the store. vsc[k]: scale d0, d1, offset d0, d1 of round k.
 template <class K>
-__device__ __forceinline__ void v_scales_early(float (&vsc)[K::kSlotRounds][4], const IncreFlashAttentionParams& p,
+__device__ __forceinline__ void v_scales_early(float (&vsc)[K::kSlotRounds][4], const IncreFlashAttentionCudaParams& p,
                                                const Unit& u) {
   using C = typename K::C;
   constexpr int D = K::D, NT = K::NT, NTILES = K::NTILES, kSlots = K::kSlots;
@@ -131,7 +131,7 @@ __device__ __forceinline__ void stash_fragments(const RowState<K>& rs, const Sme
 // (kStageOut, cluster merge). Returns whether this thread wrote an inf or NaN (then
 // the exact stage, ifa_stage_exact.cuh, then redoes the tile's rows).
 template <class K>
-__device__ __forceinline__ bool write_rows(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
+__device__ __forceinline__ bool write_rows(const IncreFlashAttentionCudaParams& p, const Unit& u, const SmemRegions& sm,
                                            const float (&vsc)[K::kSlotRounds][4], int n_active, bool half_rows,
                                            int merge_mode) {
   using QT = typename K::QT;
@@ -204,7 +204,7 @@ __device__ __forceinline__ bool write_rows(const IncreFlashAttentionParams& p, c
 // kStageOut: the CTA's rows from shared memory to out or the partials, whole 16-B runs of a row
 // (not when a cluster merge reads them there).
 template <class K>
-__device__ __forceinline__ void write_staged_rows(const IncreFlashAttentionParams& p, const Unit& u,
+__device__ __forceinline__ void write_staged_rows(const IncreFlashAttentionCudaParams& p, const Unit& u,
                                                   const SmemRegions& sm, int merge_mode) {
   using QT = typename K::QT;
   constexpr int D = K::D, NT = K::NT, M_TILE = K::M_TILE, kOutPitch = K::kOutPitch;
@@ -230,7 +230,7 @@ __device__ __forceinline__ void write_staged_rows(const IncreFlashAttentionParam
 
 // The rows' lse: to lse (no split), the partials' lse, or shared memory (cluster merge).
 template <class K>
-__device__ __forceinline__ void write_lse(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
+__device__ __forceinline__ void write_lse(const IncreFlashAttentionCudaParams& p, const Unit& u, const SmemRegions& sm,
                                           int merge_mode) {
   const int tid = K::tid();
   if (tid < K::M_TILE && K::row0() + tid < u.q_rows) {
@@ -249,7 +249,7 @@ __device__ __forceinline__ void write_lse(const IncreFlashAttentionParams& p, co
 // rows x (D / 4) columns, reading all CTAs' partials through distributed shared memory;
 // the second barrier keeps each CTA's shared memory alive until the others are done.
 template <class K>
-__device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+__device__ __forceinline__ void cluster_merge(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                               const Unit& u, const SmemRegions& sm) {
   using QT = typename K::QT;
   constexpr int D = K::D, M_TILE = K::M_TILE, kOutPitch = K::kOutPitch;
@@ -279,7 +279,7 @@ __device__ __forceinline__ void cluster_merge(const IncreFlashAttentionParams& p
 // and acquires the other CTAs'; the CTA that brings the count to ns merges (true: this CTA).
 // (Two __threadfence() -- a fence.sc per thread before, one after -- would cost more.)
 template <class K>
-__device__ __forceinline__ bool counter_arrive(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+__device__ __forceinline__ bool counter_arrive(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                                const Unit& u, const SmemRegions& sm, int*& ctr) {
   __syncthreads();
   ctr = static_cast<int*>(p.merge_counters) + (static_cast<int64_t>(u.b) * t.h_kv + u.kvh) * gridDim.y + blockIdx.y;

@@ -30,7 +30,7 @@ __device__ __forceinline__ float cache_f32(T x) {
 
 // A warp per row, lane pairs of columns (2 lane + 64 c); K / V rows read from global memory.
 template <class K>
-__device__ __forceinline__ void exact_rows(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+__device__ __forceinline__ void exact_rows(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                            uint8_t* smem, int merge_mode) {
   using QT = typename K::QT;
   using KVT = typename K::KVT;

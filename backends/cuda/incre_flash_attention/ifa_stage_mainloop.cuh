@@ -174,7 +174,7 @@ __device__ __forceinline__ void step_softmax(uint32_t (&pa)[K::MTILES][K::PP][K:
                                              float (&s)[K::MTILES][2 * K::SUB][4], RowState<K>& rs,
                                              const StepChunks<K>& ch, const bool (&blk_ok)[K::SUB],
                                              const RowLimits<K>& rl, const ScoreBias& bias, float score_mul,
-                                             const IncreFlashAttentionParams& p, const SmemRegions& sm,
+                                             const IncreFlashAttentionCudaParams& p, const SmemRegions& sm,
                                              const Unit& u) {
   using MT = typename K::MT;
   constexpr int MTILES = K::MTILES, SUB = K::SUB, NTILES = K::NTILES, PP = K::PP;

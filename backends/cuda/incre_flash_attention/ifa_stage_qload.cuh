@@ -27,7 +27,7 @@ __device__ __forceinline__ int block_window(const KvSources<K>& kv, const Unit& 
 // The copies of this warp's chunk j into stage j % STAGES (keys past k_end: zero-filled rows).
 // bad_blocks bit (j % 32): chunk j's block id is out of range (its keys are hidden).
 template <class K>
-__device__ __forceinline__ void issue_chunk(const IncreFlashAttentionParams& p, const Unit& u,
+__device__ __forceinline__ void issue_chunk(const IncreFlashAttentionCudaParams& p, const Unit& u,
                                             const KvSources<K>& kv, BlockWindow& win, uint32_t& bad_blocks,
                                             int k_end, int lane, int j) {
   using C = typename K::C;
@@ -112,7 +112,7 @@ __device__ __forceinline__ void load_q_raw(QRaw<K>& qr, const QSources<K>& qs, c
 // Returns the log2-domain score multiplier; ends with the barrier after which the fragments
 // and row_add are visible.
 template <class K>
-__device__ __forceinline__ float q_fragments(const IncreFlashAttentionParams& p, const Unit& u, const SmemRegions& sm,
+__device__ __forceinline__ float q_fragments(const IncreFlashAttentionCudaParams& p, const Unit& u, const SmemRegions& sm,
                                              const QSources<K>& qs, const QRaw<K>& qr) {
   using QT = typename K::QT;
   using MT = typename K::MT;
@@ -198,7 +198,7 @@ struct RowLimits {
 };
 
 template <class K>
-__device__ __forceinline__ void row_limits(RowLimits<K>& rl, const IncreFlashAttentionParams& p, const Unit& u,
+__device__ __forceinline__ void row_limits(RowLimits<K>& rl, const IncreFlashAttentionCudaParams& p, const Unit& u,
                                            const SmemRegions& sm, int kv_len, int k_end) {
 #pragma unroll
   for (int mt = 0; mt < K::MTILES; ++mt)

@@ -174,7 +174,7 @@ __device__ __forceinline__ SmemRegions smem_regions(uint8_t* smem) {
 }
 
 // Final output / lse positions of tile row rr.
-__device__ __forceinline__ int64_t out_row_final(const IncreFlashAttentionParams& p, const Unit& u, int rr) {
+__device__ __forceinline__ int64_t out_row_final(const IncreFlashAttentionCudaParams& p, const Unit& u, int rr) {
   const int r = u.row0 + rr, gh = r / u.s_q, i = r - gh * u.s_q;
   return u.b * p.out_stride_b + i * p.out_stride_s + (u.kvh * u.group + gh) * p.out_stride_h;
 }
@@ -217,7 +217,7 @@ struct QSources {
 };
 
 template <class K>
-__device__ __forceinline__ void q_sources(QSources<K>& s, const IncreFlashAttentionParams& p, const Unit& u) {
+__device__ __forceinline__ void q_sources(QSources<K>& s, const IncreFlashAttentionCudaParams& p, const Unit& u) {
   using QT = typename K::QT;
   using C = typename K::C;
   constexpr int D = K::D;
@@ -263,7 +263,7 @@ __device__ __forceinline__ void q_sources(QSources<K>& s, const IncreFlashAttent
 // lane 0 -- this loop was over half of the pre-wait code, exposed wherever nothing runs ahead
 // of the kernel. 16-bit kernels gain nothing from it and keep lane 0 of each warp.
 template <class K>
-__device__ __forceinline__ void row_offsets(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+__device__ __forceinline__ void row_offsets(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                             const Unit& u, const SmemRegions& sm) {
   constexpr int D = K::D, M_TILE = K::M_TILE, NT = K::NT, NW = K::NW;
   auto one = [&](int rr) {
@@ -308,7 +308,7 @@ struct KvSources {
 };
 
 template <class K>
-__device__ __forceinline__ void kv_sources(KvSources<K>& s, const IncreFlashAttentionParams& p, const Unit& u,
+__device__ __forceinline__ void kv_sources(KvSources<K>& s, const IncreFlashAttentionCudaParams& p, const Unit& u,
                                            const SmemRegions& sm) {
   using C = typename K::C;
   constexpr int D = K::D, NT = K::NT;

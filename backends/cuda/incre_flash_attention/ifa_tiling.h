@@ -6,7 +6,7 @@
 #include <dualops/tiling.h>
 
 namespace dualops::cuda::ifa {
-// int32 arrival counters in IncreFlashAttentionParams::merge_counters (one per batch x KV head x
+// int32 arrival counters in IncreFlashAttentionCudaParams::merge_counters (one per batch x KV head x
 // q tile group; calls with more groups use the combine kernel).
 constexpr int kMaxMergeGroups = 1 << 16;
 }  // namespace dualops::cuda::ifa

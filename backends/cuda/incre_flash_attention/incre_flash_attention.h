@@ -12,20 +12,20 @@
 namespace dualops::cuda {
 
 // Argument / plan checks alone (what incre_flash_attention runs first): nullptr when fine.
-const char* incre_flash_attention_check(const IncreFlashAttentionParams& params,
+const char* incre_flash_attention_check(const IncreFlashAttentionCudaParams& params,
                                         const IncreFlashAttentionCudaTiling& tiling);
 
 // Checks, then launches on `stream`: nullptr on success, else what went wrong.
-const char* incre_flash_attention(const IncreFlashAttentionParams& params,
+const char* incre_flash_attention(const IncreFlashAttentionCudaParams& params,
                                   const IncreFlashAttentionCudaTiling& tiling, cudaStream_t stream);
 
 // The launch alone, for callers that ran incre_flash_attention_check on these arguments.
-const char* incre_flash_attention_launch(const IncreFlashAttentionParams& params,
+const char* incre_flash_attention_launch(const IncreFlashAttentionCudaParams& params,
                                          const IncreFlashAttentionCudaTiling& tiling, cudaStream_t stream);
 
 // Shared-memory bytes and threads per CTA of the split kernel chosen for this call (for the
 // benchmark notes and tests); 0 when the call is not supported.
-int incre_flash_attention_smem_bytes(const IncreFlashAttentionParams& params,
+int incre_flash_attention_smem_bytes(const IncreFlashAttentionCudaParams& params,
                                      const IncreFlashAttentionCudaTiling& tiling);
 
 }  // namespace dualops::cuda

@@ -20,7 +20,7 @@ const char* fail(const char* fmt, long long a = 0, long long b = 0) {
   return g_message.c_str();
 }
 
-using Launch = cudaError_t (*)(const IncreFlashAttentionParams&, const IncreFlashAttentionCudaTiling&, cudaStream_t);
+using Launch = cudaError_t (*)(const IncreFlashAttentionCudaParams&, const IncreFlashAttentionCudaTiling&, cudaStream_t);
 using Smem = int (*)(const IncreFlashAttentionCudaTiling&);
 
 struct Family {
@@ -45,7 +45,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t) {
+const char* incre_flash_attention_check(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t) {
   if (t.version != 3) return fail("plan version %lld, this build reads version 3", t.version);
   if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
     return fail("head_dim must be 64, 128 or 256, got %lld", t.head_dim);
@@ -107,13 +107,13 @@ const char* incre_flash_attention_check(const IncreFlashAttentionParams& p, cons
   return nullptr;
 }
 
-const char* incre_flash_attention(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+const char* incre_flash_attention(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                   cudaStream_t stream) {
   if (const char* err = incre_flash_attention_check(p, t)) return err;
   return incre_flash_attention_launch(p, t, stream);
 }
 
-const char* incre_flash_attention_launch(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t,
+const char* incre_flash_attention_launch(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t,
                                          cudaStream_t stream) {
   const cudaError_t err = family_of(p.q_dtype, p.kv_dtype).launch(p, t, stream);
   if (err != cudaSuccess) {
@@ -123,7 +123,7 @@ const char* incre_flash_attention_launch(const IncreFlashAttentionParams& p, con
   return nullptr;
 }
 
-int incre_flash_attention_smem_bytes(const IncreFlashAttentionParams& p, const IncreFlashAttentionCudaTiling& t) {
+int incre_flash_attention_smem_bytes(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t) {
   if (incre_flash_attention_check(p, t)) return 0;  // (0 too for a variant not built)
   return family_of(p.q_dtype, p.kv_dtype).smem(t);
 }

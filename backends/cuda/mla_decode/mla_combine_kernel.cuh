@@ -10,7 +10,7 @@ constexpr int kCombineWarps = 4;  // one q row per warp, 16 value columns per la
 
 template <typename MT>
 __global__ void __launch_bounds__(kCombineWarps * 32)
-    mla_combine_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+    mla_combine_kernel(const __grid_constant__ MlaDecodeCudaParams p, const __grid_constant__ MlaDecodeTiling t) {
   pdl_wait();  // the split kernel's partials are complete and visible
   const int b = blockIdx.y, lane = threadIdx.x & 31;
   const int row = blockIdx.x * kCombineWarps + (threadIdx.x >> 5);

@@ -14,7 +14,7 @@ enum KvFormat : int {
   kFmtModel1 = MlaKvFormat::kFp8Model1,
   kFmtI8V32 = MlaKvFormat::kInt8V32
 };
-// The split kernel of a call (MlaDecodeParams::kernel, chosen by the plan glue): mma.sync, wgmma
+// The split kernel of a call (MlaDecodeCudaParams::kernel, chosen by the plan glue): mma.sync, wgmma
 // (both run every format) or the transposed-tile wgmma kernel (every format, at most 32 q rows).
 // wgmma_seesaw: the wgmma kernel with the seesaw tile loop (16-bit caches).
 enum KernelKind : int {
@@ -40,8 +40,8 @@ constexpr int kHandSoftmax = 0, kHandPB = 1, kHandCta = 2, kHandTile = 3, kHandS
 // of query token i of request b holds key_list_cols entries from kr * key_list_cols; the lists'
 // lengths follow all lists, from key_list_lengths. The split grid's x runs over
 // sparse_row_blocks (query token, block of 64 heads) pairs (mla_row0 in mla_piece.cuh).
-__host__ __device__ __forceinline__ int key_list_cols(const MlaDecodeParams& p) { return p.topk + p.extra_topk; }
-__host__ __device__ __forceinline__ int64_t key_list_lengths(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+__host__ __device__ __forceinline__ int key_list_cols(const MlaDecodeCudaParams& p) { return p.topk + p.extra_topk; }
+__host__ __device__ __forceinline__ int64_t key_list_lengths(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t) {
   return static_cast<int64_t>(t.batch) * t.s_q * key_list_cols(p);
 }
 __host__ __device__ __forceinline__ int sparse_heads_blocks(const MlaDecodeTiling& t) {

@@ -13,11 +13,11 @@ namespace dualops::cuda {
 
 // The checks that keep the kernels in bounds (plan header, kernel choice, pointers, alignment):
 // nullptr when fine. The argument checks are the Python API's (docs/internals.md).
-const char* mla_decode_check(const MlaDecodeParams& params, const MlaDecodeTiling& tiling);
+const char* mla_decode_check(const MlaDecodeCudaParams& params, const MlaDecodeTiling& tiling);
 // The launch alone, for callers that ran mla_decode_check on these arguments.
-const char* mla_decode_launch(const MlaDecodeParams& params, const MlaDecodeTiling& tiling, cudaStream_t stream);
+const char* mla_decode_launch(const MlaDecodeCudaParams& params, const MlaDecodeTiling& tiling, cudaStream_t stream);
 // mla_decode_check, then mla_decode_launch.
-const char* mla_decode(const MlaDecodeParams& params, const MlaDecodeTiling& tiling, cudaStream_t stream);
+const char* mla_decode(const MlaDecodeCudaParams& params, const MlaDecodeTiling& tiling, cudaStream_t stream);
 
 // Fills `plan` (int32, device, header + parts + num_splits of the header's sizes) with the MLA
 // schedule for the device lengths `cache_seqlens` [header.batch]; `header` gives the shape fields.

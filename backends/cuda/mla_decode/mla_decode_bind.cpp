@@ -13,12 +13,12 @@ namespace py = pybind11;
 namespace dualops {
 
 void register_cuda_mla_decode(py::module_& m) {
-  m.attr("cuda_mla_params_bytes") = py::int_(sizeof(MlaDecodeParams));
+  m.attr("cuda_mla_params_bytes") = py::int_(sizeof(MlaDecodeCudaParams));
   m.attr("cuda_mla_tiling_bytes") = py::int_(sizeof(MlaDecodeTiling));
   m.def(
       "cuda_mla_decode",
       [](const py::bytes& params, const py::bytes& tiling, std::uintptr_t stream) {
-        const auto p = struct_from_bytes<MlaDecodeParams>(params, "params");
+        const auto p = struct_from_bytes<MlaDecodeCudaParams>(params, "params");
         const auto t = struct_prefix_from_bytes<MlaDecodeTiling>(tiling, "tiling");
         if (const char* err = cuda::mla_decode_check(p, t)) throw py::value_error(err);
         const char* err = nullptr;
@@ -29,7 +29,7 @@ void register_cuda_mla_decode(py::module_& m) {
         if (err) throw std::runtime_error(err);
       },
       py::arg("params"), py::arg("tiling"), py::arg("stream"),
-      "MLA decode on a CUDA stream. params: packed MlaDecodeParams (plan: the device copy of the packed plan); "
+      "MLA decode on a CUDA stream. params: packed MlaDecodeCudaParams (plan: the device copy of the packed plan); "
       "tiling: the packed plan header (total_splits -1 for a plan made on the device); stream: cudaStream_t.");
   m.def(
       "cuda_mla_plan",

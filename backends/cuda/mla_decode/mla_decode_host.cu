@@ -19,9 +19,9 @@ const char* fail(const char* fmt, A... a) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-using Launch = cudaError_t (*)(const MlaDecodeParams&, const MlaDecodeTiling&, bool, cudaStream_t);
+using Launch = cudaError_t (*)(const MlaDecodeCudaParams&, const MlaDecodeTiling&, bool, cudaStream_t);
 
-Launch variant_of(const MlaDecodeParams& p) {
+Launch variant_of(const MlaDecodeCudaParams& p) {
   using namespace mla;
   const bool bf = p.q_dtype == static_cast<int>(DType::kBfloat16);
   if (!bf && p.q_dtype != static_cast<int>(DType::kFloat16)) return nullptr;
@@ -47,7 +47,7 @@ Launch variant_of(const MlaDecodeParams& p) {
 // Sparse decode: the plan and the call agree, the kernel takes index lists (its copies address
 // tokens one by one: mma.sync, wgmma, or wgmma_t with an FP8 cache), the pools and the key-list
 // workspace are set.
-const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+const char* sparse_check(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t) {
   const bool sparse = p.indices != nullptr;
   if (static_cast<bool>(t.sparse) != sparse)
     return fail(sparse ? "mla_decode: the plan was made for dense decode; this call is sparse (indices)"
@@ -87,7 +87,7 @@ const char* sparse_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
 
 }  // namespace
 
-const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+const char* mla_decode_check(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t) {
   if (t.version != MlaDecodeTiling::kVersion)
     return fail("mla_decode: plan version must be %d, got %d", MlaDecodeTiling::kVersion, t.version);
   if (t.h_kv != 1) return fail("mla_decode (cuda): one latent KV head, got h_kv %d", t.h_kv);
@@ -131,12 +131,12 @@ const char* mla_decode_check(const MlaDecodeParams& p, const MlaDecodeTiling& t)
   return nullptr;
 }
 
-const char* mla_decode(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
+const char* mla_decode(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
   if (const char* err = mla_decode_check(p, t)) return err;
   return mla_decode_launch(p, t, stream);
 }
 
-const char* mla_decode_launch(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
+const char* mla_decode_launch(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
   const bool need_combine = t.total_splits < 0 || t.total_splits > t.batch;
   cudaError_t err = p.key_rows != nullptr ? mla::launch_sparse_rows(p, t, stream) : cudaSuccess;
   if (err == cudaSuccess) err = variant_of(p)(p, t, need_combine, stream);

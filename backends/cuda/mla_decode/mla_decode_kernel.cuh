@@ -11,7 +11,7 @@ namespace dualops::cuda::mla {
 
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t) {
+    mla_split_kernel(const __grid_constant__ MlaDecodeCudaParams p, const __grid_constant__ MlaDecodeTiling t) {
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* sq = smem;
   unsigned char* sp = smem + Tr::kOffP;

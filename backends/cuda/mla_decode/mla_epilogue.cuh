@@ -25,7 +25,7 @@ __device__ __forceinline__ void pair_sync(int g, common::MbarHandoffs* cta) {
 // tile loop (red_sum[row], wg_put_sums, before its last hand-off; has_tiles: the piece had a
 // tile, else every sum is 0). Otherwise both halves' sums are exchanged through red_sum.
 template <class Tr, bool kHanded = false>
-__device__ __forceinline__ void write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, RowState& st,
+__device__ __forceinline__ void write_piece(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, RowState& st,
                                             float* red_sum, int b, int row0, int row_end, int n_splits, int slot, int g,
                                             int c, common::MbarHandoffs* cta = nullptr, bool has_tiles = true) {
   using MT = typename Tr::MT;

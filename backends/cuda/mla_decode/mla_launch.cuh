@@ -17,7 +17,7 @@ namespace dualops::cuda::mla {
 // kernels (rows of d_qk values, boxes of 64 values x kv_box_rows(page) tokens, 128-byte swizzle),
 // encoded per call.
 template <class Tw>
-bool encode_kv_tmap(const MlaDecodeParams& p, CUtensorMap* tmap) {
+bool encode_kv_tmap(const MlaDecodeCudaParams& p, CUtensorMap* tmap) {
   const int pbs = p.page_block_size;
   return common::make_tmap_2d_16bit_sw128(tmap, p.kv_cache, Tw::D, static_cast<uint64_t>(p.num_blocks) * pbs,
                                           Tw::kRowBytes, kv_box_rows(pbs));
@@ -25,7 +25,7 @@ bool encode_kv_tmap(const MlaDecodeParams& p, CUtensorMap* tmap) {
 
 // The transposed-tile kernel for NQ >= q_rows (NQ 8, 16, 32).
 template <class Tw, int NQ>
-cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_wt(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
   constexpr int smem = WtLayout<Tw, NQ>::kSmemBytes;
   static const cudaError_t attr =
       cudaFuncSetAttribute(mla_wt_split_kernel<Tw, NQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -40,7 +40,7 @@ cudaError_t launch_wt(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 g
 
 // The transposed-tile kernel for a CTA of `rows` q rows (at most 32).
 template <class Tw>
-cudaError_t launch_wt_rows(const MlaDecodeParams& p, const MlaDecodeTiling& t, int rows, dim3 grid,
+cudaError_t launch_wt_rows(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, int rows, dim3 grid,
                            cudaStream_t stream) {
   return rows <= 8 ? launch_wt<Tw, 8>(p, t, grid, stream)
                    : rows <= 16 ? launch_wt<Tw, 16>(p, t, grid, stream) : launch_wt<Tw, 32>(p, t, grid, stream);
@@ -49,7 +49,7 @@ cudaError_t launch_wt_rows(const MlaDecodeParams& p, const MlaDecodeTiling& t, i
 // The wgmma kernel (pipelined / serial tile loops, or the seesaw loop whose 16-bit KV copies go
 // through the cache's tensor map).
 template <class Tw>
-cudaError_t launch_wg(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_wg(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
   static const cudaError_t attr =
       cudaFuncSetAttribute(mla_wg_split_kernel<Tw>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tw::kSmemBytes);
   if (attr != cudaSuccess) return attr;
@@ -63,7 +63,7 @@ cudaError_t launch_wg(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 g
 
 // The mma.sync kernel (GPUs without the wgmma kernels' shared memory, and few q rows).
 template <class Tr>
-cudaError_t launch_mma(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_mma(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
   // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
   static const cudaError_t attr =
       cudaFuncSetAttribute(mla_split_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -75,7 +75,7 @@ cudaError_t launch_mma(const MlaDecodeParams& p, const MlaDecodeTiling& t, dim3 
 // need_combine: some request of the plan has more than one split (always for device plans,
 // whose split count the host does not know).
 template <typename MT, int FMT, int D>
-cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
+cudaError_t launch_variant(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream) {
   // Sparse decode: a CTA's rows share one query token's key list (mla_row0 in mla_piece.cuh).
   const int row_blocks = p.key_rows != nullptr ? sparse_row_blocks(t) : t.num_m_blocks;
@@ -124,7 +124,7 @@ cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, b
 }
 
 #define DUALOPS_MLA_INSTANTIATE(MT, FMT, D)                                                                  \
-  template cudaError_t launch_variant<MT, FMT, D>(const MlaDecodeParams&, const MlaDecodeTiling&, bool, \
+  template cudaError_t launch_variant<MT, FMT, D>(const MlaDecodeCudaParams&, const MlaDecodeTiling&, bool, \
                                                   cudaStream_t);
 
 }  // namespace dualops::cuda::mla

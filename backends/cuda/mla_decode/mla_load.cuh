@@ -13,7 +13,7 @@ namespace dualops::cuda::mla {
 // q rows row0 .. row0 + 63 of request b (row = query token * h_q + head; zeros from row_end on)
 // into the swizzled Q tile.
 template <class Tr>
-__device__ __forceinline__ void load_q(const MlaDecodeParams& p, unsigned char* sq, int b, int row0, int row_end,
+__device__ __forceinline__ void load_q(const MlaDecodeCudaParams& p, unsigned char* sq, int b, int row0, int row_end,
                                        int h_q) {
   using MT = typename Tr::MT;
   const MT* q = static_cast<const MT*>(p.q);
@@ -30,13 +30,13 @@ __device__ __forceinline__ void load_q(const MlaDecodeParams& p, unsigned char* 
 
 // Block id of token `tok` of request r (a block-table read), or -1 when the token is past `end`
 // or past the block table's width; block_base checks the id against the cache.
-__device__ __forceinline__ int token_block_id(const MlaDecodeParams& p, int r, int tok, int end) {
+__device__ __forceinline__ int token_block_id(const MlaDecodeCudaParams& p, int r, int tok, int end) {
   if (tok >= end) return -1;
   const int col = tok / p.page_block_size;
   if (col >= p.max_blocks) return -1;  // past the block table's width
   return static_cast<const int*>(p.block_table)[r * p.block_table_stride + col];
 }
-__device__ __forceinline__ const unsigned char* block_base(const MlaDecodeParams& p, int blk, int64_t block_bytes) {
+__device__ __forceinline__ const unsigned char* block_base(const MlaDecodeCudaParams& p, int blk, int64_t block_bytes) {
   if (blk < 0 || blk >= p.num_blocks) return nullptr;
   return static_cast<const unsigned char*>(p.kv_cache) + blk * block_bytes;
 }
@@ -50,7 +50,7 @@ __device__ __forceinline__ const unsigned char* block_base(const MlaDecodeParams
 // token_bytes: bytes of one cached token. token_block: both.
 constexpr int kNoEntry = INT_MIN;
 template <bool kSparse>
-__device__ __forceinline__ int token_entry(const MlaDecodeParams& p, int r, int tok, int end) {
+__device__ __forceinline__ int token_entry(const MlaDecodeCudaParams& p, int r, int tok, int end) {
   if constexpr (kSparse) {
     return tok < end ? static_cast<const int*>(p.key_rows)[static_cast<int64_t>(r) * key_list_cols(p) + tok] : kNoEntry;
   } else {
@@ -58,7 +58,7 @@ __device__ __forceinline__ int token_entry(const MlaDecodeParams& p, int r, int 
   }
 }
 template <bool kSparse>
-__device__ __forceinline__ const unsigned char* entry_block(const MlaDecodeParams& p, int entry, int tok,
+__device__ __forceinline__ const unsigned char* entry_block(const MlaDecodeCudaParams& p, int entry, int tok,
                                                             int64_t token_bytes, int& off, int& pbs) {
   pbs = p.page_block_size;
   if constexpr (kSparse) {
@@ -75,7 +75,7 @@ __device__ __forceinline__ const unsigned char* entry_block(const MlaDecodeParam
   }
 }
 template <bool kSparse>
-__device__ __forceinline__ const unsigned char* token_block(const MlaDecodeParams& p, int r, int tok, int end,
+__device__ __forceinline__ const unsigned char* token_block(const MlaDecodeCudaParams& p, int r, int tok, int end,
                                                             int64_t token_bytes, int& off, int& pbs) {
   return entry_block<kSparse>(p, token_entry<kSparse>(p, r, tok, end), tok, token_bytes, off, pbs);
 }
@@ -93,10 +93,10 @@ __host__ __device__ __forceinline__ int kv_box_rows(int page) { return page % 64
 // Tensor row of the box starting at token `tok` of request r; past the range end, past the block
 // table's width or in a block outside the cache: a row out of bounds (the box arrives as zeros).
 // kv_box_row_of: the same from the token's block id (token_block_id), read beforehand.
-__device__ __forceinline__ int kv_box_row_of(const MlaDecodeParams& p, int blk, int tok) {
+__device__ __forceinline__ int kv_box_row_of(const MlaDecodeCudaParams& p, int blk, int tok) {
   return blk >= 0 && blk < p.num_blocks ? blk * p.page_block_size + tok % p.page_block_size : -kTile;
 }
-__device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int tok, int end) {
+__device__ __forceinline__ int kv_box_row(const MlaDecodeCudaParams& p, int r, int tok, int end) {
   return kv_box_row_of(p, token_block_id(p, r, tok, end), tok);
 }
 
@@ -105,7 +105,7 @@ __device__ __forceinline__ int kv_box_row(const MlaDecodeParams& p, int r, int t
 // into a staging tile (rows of Tr::kRawRow). kStream: the 16-byte copies with the evict-first L2
 // policy (a request's tiles read by one CTA only: the wgmma_t kernel).
 template <class Tr, int kPer, bool kStream = false>
-__device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t base, int token, int sub,
+__device__ __forceinline__ void load_kv_token(const MlaDecodeCudaParams& p, uint32_t base, int token, int sub,
                                               const unsigned char* blk, int off, int pbs) {
   auto copy16 = [](uint32_t dst, const void* src, uint32_t n) {
     if constexpr (kStream) {
@@ -140,7 +140,7 @@ __device__ __forceinline__ void load_kv_token(const MlaDecodeParams& p, uint32_t
 // 16-bit cache row of token `tok` of request r: its address in `src` and 16 (bytes per copy),
 // or the cache base and 0 (zero fill) when the token is past `end` or its block is out of range.
 template <class Tr>
-__device__ __forceinline__ uint32_t kv_row_src(const MlaDecodeParams& p, int r, int tok, int end,
+__device__ __forceinline__ uint32_t kv_row_src(const MlaDecodeCudaParams& p, int r, int tok, int end,
                                                const unsigned char*& src) {
   int off, pbs;
   const unsigned char* blk = token_block<Tr::kSparse>(p, r, tok, end, Tr::kRowBytes, off, pbs);
@@ -160,7 +160,7 @@ __device__ __forceinline__ void copy_kv_row(uint32_t base, int token, int sub, c
 // Tile of tokens tile0 .. tile0 + 63 of request r, by kLoaders threads (tid: 0 .. kLoaders - 1;
 // 4 per token for the whole CTA).
 template <class Tr, int kLoaders = kThreads>
-__device__ __forceinline__ void load_kv_tile(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
+__device__ __forceinline__ void load_kv_tile(const MlaDecodeCudaParams& p, unsigned char* dst, int r, int tile0,
                                              int end, unsigned tid = threadIdx.x) {
   constexpr int kPer = kLoaders / kTile;  // threads per token
   static_assert(kPer * kTile == kLoaders && (kPer == 2 || kPer == 4), "2 or 4 threads per token");

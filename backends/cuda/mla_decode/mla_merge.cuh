@@ -12,7 +12,7 @@ namespace dualops::cuda::mla {
 // The merged row's out / lse from the running max m_use, the weight sum and the lane's 16 value
 // columns (acc[4k + e] is column (32k + lane) * 4 + e).
 template <typename MT>
-__device__ __forceinline__ void mla_merge_write(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b, int row,
+__device__ __forceinline__ void mla_merge_write(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, int b, int row,
                                                 float m_use, float sum, const float (&acc)[16], int lane) {
   const bool empty = sum == 0.f;
   const float lse = empty ? INFINITY : m_use + logf(sum);
@@ -44,7 +44,7 @@ __device__ __forceinline__ void mla_merge_add(float (&acc)[16], float w, const f
 // 16 value columns per lane, slot by slot. The partials come from other CTAs: L2 loads (__ldcg),
 // not L1.
 template <typename MT>
-__device__ __forceinline__ void mla_merge_row_many(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b, int row,
+__device__ __forceinline__ void mla_merge_row_many(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, int b, int row,
                                               int first, int n, int lane) {
   const float* la = static_cast<const float*>(p.lse_accum);
   const float* oa = static_cast<const float*>(p.o_accum);
@@ -75,7 +75,7 @@ constexpr int kMergeFewSlots = 4;
 // are loaded before the first use, so the row waits for one round trip to L2 per pair of slots
 // instead of two per slot. The arithmetic is mla_merge_row_many's, in the same order.
 template <typename MT>
-__device__ __forceinline__ void mla_merge_row_few(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b, int row,
+__device__ __forceinline__ void mla_merge_row_few(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, int b, int row,
                                                   int first, int n, int lane) {
   const float* la = static_cast<const float*>(p.lse_accum);
   const float* oa = static_cast<const float*>(p.o_accum);
@@ -120,7 +120,7 @@ __device__ __forceinline__ void mla_merge_row_few(const MlaDecodeParams& p, cons
 
 // One warp merges q row `row` of request b (split slots first .. first + n - 1) into out / lse.
 template <typename MT>
-__device__ __forceinline__ void mla_merge_row(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b, int row,
+__device__ __forceinline__ void mla_merge_row(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, int b, int row,
                                               int first, int n, int lane) {
   if (n <= kMergeFewSlots)
     mla_merge_row_few<MT>(p, t, b, row, first, n, lane);
@@ -135,7 +135,7 @@ __device__ __forceinline__ void mla_merge_row(const MlaDecodeParams& p, const Ml
 // acquires the other CTAs'; the CTA that brings the count to n sets it back to 0 (the buffer is
 // all zeros between calls and graph replays) and merges the rows, a warp per row.
 template <typename MT>
-__device__ __forceinline__ void mla_merge_in_kernel(const MlaDecodeParams& p, const MlaDecodeTiling& t, int b,
+__device__ __forceinline__ void mla_merge_in_kernel(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, int b,
                                                     int first, int n, int row0, int row_end) {
   __syncthreads();
   bool last = false;

@@ -47,7 +47,7 @@ struct MlaPart {
 
 // kSparse: the lengths are the compacted key lists'.
 template <bool kSparse = false>
-__device__ __forceinline__ MlaPart mla_part(const MlaDecodeParams& p, const MlaDecodeTiling& t) {
+__device__ __forceinline__ MlaPart mla_part(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t) {
   const int* plan = static_cast<const int*>(p.plan);
   const int* rec = plan + kHeaderInts + blockIdx.z * t.part_stride;
   MlaPart w;

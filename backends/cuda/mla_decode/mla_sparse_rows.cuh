@@ -88,7 +88,7 @@ __device__ __forceinline__ int clamped_length(const void* lens, int b, int cols)
 }
 
 // lists = batch * s_q (key_list_lengths = lists * key_list_cols).
-__global__ void __launch_bounds__(kSparseThreads) mla_sparse_rows_kernel(const __grid_constant__ MlaDecodeParams p,
+__global__ void __launch_bounds__(kSparseThreads) mla_sparse_rows_kernel(const __grid_constant__ MlaDecodeCudaParams p,
                                                                          int s_q, int lists) {
   __shared__ int warp_sums[kSparseThreads / 32];
   __shared__ typename KeySort::TempStorage sort_storage;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kSparseThreads) mla_sparse_rows_kernel(const _
   if (threadIdx.x == 0) rows[static_cast<int64_t>(lists) * cols + kr] = total;
 }
 
-inline cudaError_t launch_sparse_rows(const MlaDecodeParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
+inline cudaError_t launch_sparse_rows(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, cudaStream_t stream) {
   const int lists = t.batch * t.s_q;
   mla_sparse_rows_kernel<<<lists, kSparseThreads, 0, stream>>>(p, t.s_q, lists);
   return cudaGetLastError();

@@ -8,11 +8,11 @@
 #include <dualops/tiling.h>
 
 namespace dualops::cuda::mla {
-// MlaDecodeParams::kernel codes (mla_config.cuh KernelKind) and the most q rows (s_q * h_q) of
+// MlaDecodeCudaParams::kernel codes (mla_config.cuh KernelKind) and the most q rows (s_q * h_q) of
 // the transposed-tile wgmma kernel (code 2).
 constexpr int kNumKernels = MlaCudaKernel::kCount;
 constexpr int kWtMaxRows = 32;
 template <typename MT, int FMT, int D>
-cudaError_t launch_variant(const MlaDecodeParams& p, const MlaDecodeTiling& t, bool need_combine,
+cudaError_t launch_variant(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, bool need_combine,
                            cudaStream_t stream);
 }  // namespace dualops::cuda::mla

@@ -17,7 +17,7 @@ namespace dualops::cuda::mla {
 
 template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_wg_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t,
+    mla_wg_split_kernel(const __grid_constant__ MlaDecodeCudaParams p, const __grid_constant__ MlaDecodeTiling t,
                         const __grid_constant__ CUtensorMap tmap) {
   static_assert(Tr::kWg && Tr::kNumKvBufs == 2, "wgmma layout, two KV buffers");
   extern __shared__ __align__(1024) unsigned char smem_wg[];

@@ -42,7 +42,7 @@ struct Fp8Src {
 };
 
 template <class Tr>
-__device__ __forceinline__ Fp8Src fp8_src(const MlaDecodeParams& p, int r, int tok, int end) {
+__device__ __forceinline__ Fp8Src fp8_src(const MlaDecodeCudaParams& p, int r, int tok, int end) {
   using F = Fp8Tile<Tr>;
   int off, pbs;
   const unsigned char* blk = token_block<Tr::kSparse>(p, r, tok, end, F::kTokenBytes, off, pbs);
@@ -56,7 +56,7 @@ __device__ __forceinline__ Fp8Src fp8_src(const MlaDecodeParams& p, int r, int t
 // staging): part 0 = the e4m3 bytes of blocks 0 .. 3 and the scales, part 1 = the other e4m3
 // blocks and the RoPE part. Not committed.
 template <class Tr, int kPart>
-__device__ __forceinline__ void load_kv_raw_part(const MlaDecodeParams& p, uint32_t base, int t, int h, Fp8Src s) {
+__device__ __forceinline__ void load_kv_raw_part(const MlaDecodeCudaParams& p, uint32_t base, int t, int h, Fp8Src s) {
   using F = Fp8Tile<Tr>;
   const unsigned char* any = static_cast<const unsigned char*>(p.kv_cache);
   const uint32_t n = s.row ? 16u : 0u;
@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_kv_raw_part(const MlaDecodeParams& p, uint3
 // Raw bytes of tokens tile0 .. tile0 + 63 of request r into KV buffer dst (in-buffer staging),
 // by the 128 threads of warpgroup 1 (tid 0 .. 127, two per token). Not waited for.
 template <class Tr>
-__device__ __forceinline__ void load_kv_raw_wg(const MlaDecodeParams& p, unsigned char* dst, int r, int tile0,
+__device__ __forceinline__ void load_kv_raw_wg(const MlaDecodeCudaParams& p, unsigned char* dst, int r, int tile0,
                                                int end, int tid) {
   const int t = tid >> 1, h = tid & 1;
   const Fp8Src s = fp8_src<Tr>(p, r, tile0 + t, end);

@@ -44,9 +44,9 @@ template <class Tr, bool kRaw = !Tr::kDirect>
 struct WgArrival {
   const unsigned char* src = nullptr;
   uint32_t n = 0;
-  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { n = kv_row_src<Tr>(p, r, tok, end, src); }
+  __device__ void locate(const MlaDecodeCudaParams& p, int r, int tok, int end) { n = kv_row_src<Tr>(p, r, tok, end, src); }
   template <int kPart>
-  __device__ void copy(const MlaDecodeParams&, unsigned char* kv, int tid) const {
+  __device__ void copy(const MlaDecodeCudaParams&, unsigned char* kv, int tid) const {
     constexpr int kHalf = kDv / 16;  // chunks of value columns 0 .. 255: blocks 0 .. 3
     copy_kv_row<Tr, 2>(smem_addr(kv), tid >> 1, tid & 1, src, n, kPart ? kHalf : 0, kPart ? Tr::kChunks : kHalf);
   }
@@ -71,9 +71,9 @@ template <class Tr>
 struct WgArrival<Tr, true> {
   static constexpr bool kBatch = true;  // dequant_blocks: raw bytes of all its blocks read first
   Fp8Src src{nullptr, nullptr};
-  __device__ void locate(const MlaDecodeParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
+  __device__ void locate(const MlaDecodeCudaParams& p, int r, int tok, int end) { src = fp8_src<Tr>(p, r, tok, end); }
   template <int kPart>
-  __device__ void copy(const MlaDecodeParams& p, unsigned char* kv, int tid) const {
+  __device__ void copy(const MlaDecodeCudaParams& p, unsigned char* kv, int tid) const {
     load_kv_raw_part<Tr, kPart>(p, smem_addr(kv), tid >> 1, tid & 1, src);
   }
   __device__ bool land(unsigned char* nxt, int tid, int t0, int t1, common::MbarHandoffs& hs) const {
@@ -180,7 +180,7 @@ __device__ __forceinline__ void wg_pipe_scores(RowState& st, const WgPipeSmem<Tr
 
 // Warpgroup 1's part of one request piece (tid 0 .. 127).
 template <class Tr>
-__device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowState& st, const WgPipeSmem<Tr>& sm,
+__device__ __forceinline__ void wg_pipe_values(const MlaDecodeCudaParams& p, RowState& st, const WgPipeSmem<Tr>& sm,
                                                const MlaPiece& pc, int r, int g, int tid, bool exact,
                                                common::MbarHandoffs& hs) {
   const int lane = threadIdx.x & 31, r0 = g * 16 + (lane >> 2);
@@ -235,7 +235,7 @@ __device__ __forceinline__ void wg_pipe_values(const MlaDecodeParams& p, RowStat
 
 // One request piece with tile 0's copies issued by the whole CTA (and Q's).
 template <class Tr>
-__device__ __forceinline__ void wg_pipe_piece(const MlaDecodeParams& p, RowState& st, unsigned char* smem,
+__device__ __forceinline__ void wg_pipe_piece(const MlaDecodeCudaParams& p, RowState& st, unsigned char* smem,
                                               const MlaPiece& pc, int r, float scale_log2, int c, int g,
                                               common::MbarHandoffs& hs) {
   const WgPipeSmem<Tr> sm{smem};

@@ -61,7 +61,7 @@ struct SsCopy {
   int* rows;
   int box;
   bool issuer;
-  __device__ void locate(const MlaDecodeParams& p, int r, int tile0, int end) const {
+  __device__ void locate(const MlaDecodeCudaParams& p, int r, int tile0, int end) const {
     if (!issuer) return;
 #pragma unroll
     for (int x = 0; x < 2; ++x)
@@ -170,7 +170,7 @@ struct SsPair {
 
 // Warpgroup 0's part of one request piece (tid 0 .. 127; cp: its copies, the rows of pair 1 located).
 template <class Tr>
-__device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, const SsSmem<Tr>& sm,
+__device__ __forceinline__ void ss_wg0(const MlaDecodeCudaParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
                                        const SsCopy<Tr>& cp, common::MbarHandoffs& hs) {
   const uint32_t q_base = smem_addr(sm.base), kv0 = smem_addr(sm.kv(0)), kv1 = smem_addr(sm.kv(1));
@@ -212,7 +212,7 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeParams& p, RowState& st, c
 
 // Warpgroup 1's part of one request piece (tid 0 .. 127; cp: its copies, the rows of pair 1 located).
 template <class Tr>
-__device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, const SsSmem<Tr>& sm,
+__device__ __forceinline__ void ss_wg1(const MlaDecodeCudaParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
                                        const SsCopy<Tr>& cp, common::MbarHandoffs& hs) {
   const uint32_t q_base = smem_addr(sm.base), kv0 = smem_addr(sm.kv(0)), kv1 = smem_addr(sm.kv(1));
@@ -257,7 +257,7 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeParams& p, RowState& st, c
 // One request piece, Q's copies issued: the mbarriers set up, each warpgroup's part of tiles 0
 // and 1 copied, then the warpgroups' loops.
 template <class Tr>
-__device__ __forceinline__ void wg_seesaw_piece(const MlaDecodeParams& p, RowState& st, unsigned char* smem,
+__device__ __forceinline__ void wg_seesaw_piece(const MlaDecodeCudaParams& p, RowState& st, unsigned char* smem,
                                                 const CUtensorMap* tmap, const MlaPiece& pc, int r,
                                                 float scale_log2, int c, int g, common::MbarHandoffs& hs) {
   const SsSmem<Tr> sm{smem};

@@ -19,7 +19,7 @@ __device__ __forceinline__ float wt_chain_scale(float m_c, float m, float mu) {
 // xch: the merge areas (float [2 NQ + 4 kAccO 128] per warpgroup, at the start of its ring: the
 // caller has waited for its copies). Called by the whole CTA.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_write_piece(const MlaDecodeParams& p, const MlaDecodeTiling& t, WtState<L>& st,
+__device__ __forceinline__ void wt_write_piece(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, WtState<L>& st,
                                                float* red, float* xch, int b, int row0, int row_end,
                                                int n_splits, int slot, WgBarrier& wb) {
   using MT = typename Tr::MT;

@@ -22,7 +22,7 @@ namespace dualops::cuda::mla {
 
 template <class Tr, int NQ>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_wt_split_kernel(const __grid_constant__ MlaDecodeParams p, const __grid_constant__ MlaDecodeTiling t,
+    mla_wt_split_kernel(const __grid_constant__ MlaDecodeCudaParams p, const __grid_constant__ MlaDecodeTiling t,
                         const __grid_constant__ CUtensorMap tmap) {
   using L = WtLayout<Tr, NQ>;
   using Ld = WtChainLoad<Tr, L>;

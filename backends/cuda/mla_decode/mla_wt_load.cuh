@@ -11,7 +11,7 @@ namespace dualops::cuda::mla {
 
 // q rows row0 .. row0 + NQ - 1 of request b (zero from row_end on) into the blocked Q tile.
 template <class Tr, class L>
-__device__ __forceinline__ void wt_load_q(const MlaDecodeParams& p, const MlaDecodeTiling& t, unsigned char* sq,
+__device__ __forceinline__ void wt_load_q(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, unsigned char* sq,
                                           int b, int row0, int row_end) {
   using MT = typename Tr::MT;
   const MT* q = static_cast<const MT*>(p.q);
@@ -97,7 +97,7 @@ template <class Tr, class L>
 struct WtChainLoad {
   static constexpr int kParts = Tr::kDirect ? 1 : kTile / L::kRawTok;
   static_assert(Tr::kDirect || kParts % L::kRawBufs == 0, "kParts a multiple of kRawBufs (raw part u uses slot u % kRawBufs)");
-  const MlaDecodeParams& p;
+  const MlaDecodeCudaParams& p;
   int c;                  // warpgroup = chain
   int r = 0, end = 0, tok0 = 0;  // request; range end; 16-bit: first token of chain tile 0, FP8: the thread's
   int total = 0;          // blocks (16-bit) or raw parts (FP8) of the chain
@@ -116,7 +116,7 @@ struct WtChainLoad {
   int rows[kTile / 16];
   int next_ids[kTile / 16];
 
-  __device__ __forceinline__ WtChainLoad(const MlaDecodeParams& p_, int c_, uint32_t ring_, uint32_t raw_,
+  __device__ __forceinline__ WtChainLoad(const MlaDecodeCudaParams& p_, int c_, uint32_t ring_, uint32_t raw_,
                                          const CUtensorMap* tmap_, uint32_t bars_)
       : p(p_), c(c_), ring(ring_), raw(raw_), tmap(tmap_), bars(bars_) {
     bbytes = static_cast<int64_t>(p.page_block_size) * token_bytes<Tr>();

@@ -47,7 +47,7 @@ struct MlaKvFormat {
   static constexpr int32_t kCount = 4;
 };
 
-// the CUDA split kernel (MlaDecodeParams::kernel)
+// the CUDA split kernel (MlaDecodeCudaParams::kernel)
 struct MlaCudaKernel {
   static constexpr int32_t kMma = 0;
   static constexpr int32_t kWgmma = 1;

@@ -9,9 +9,10 @@ the plan or the params struct and decide nothing themselves.
   backends/cuda/incre_flash_attention/ifa_config.cuh and ifa_split_kernel.cuh (``Cfg``,
   ``SmemLayout``, ``ClusterMergeLayout``); the C++ side checks that the plan names a variant it
   builds. Why each rule is as it is: docs/tuning.md.
-- MLA decode: the split kernel (``cuda_mla_kernel``, MlaDecodeParams::kernel) and the sparse key
+- MLA decode: the split kernel (``cuda_mla_kernel``, MlaDecodeCudaParams::kernel) and the sparse key
   sort (``cuda_mla_sort_keys``).
-- Grouped GEMM: the mma.sync kernel or a CUTLASS sm90 kernel (``cuda_kernel_for``).
+- Grouped GEMM: the mma.sync kernel or a CUTLASS sm90 kernel (``cuda_kernel_for``), and the
+  mma.sync kernel's tile M (``gg_mma_tile_m``).
 
 Codes come from the plan contract (ops/<op>.yaml ``plan.enums``, generated into
 ops/include/dualops/enums.h).
@@ -214,7 +215,7 @@ def describe_ifa_launch(launch: IfaLaunchFields) -> str:
 
 # ============================================================================ MLA decode
 
-# The CUDA split kernels (MlaDecodeParams.kernel: MlaCudaKernel codes; designs in
+# The CUDA split kernels (MlaDecodeCudaParams.kernel: MlaCudaKernel codes; designs in
 # docs/mla_decode_cuda.md). The plan's choice, rule by rule, with its
 # reason (the measurements behind the bounds: BENCHMARKS.md, benchmarks/cuda/mla_kernel_ab.py):
 #   * GPUs whose blocks cannot opt into MLA_CUDA_WGMMA_SMEM_BYTES of shared memory: mma.sync
@@ -333,6 +334,27 @@ SM90_MID_ROWS = {2: ((65, 128), (257, 384)), 1: ((65, 384),)}   # by x / w eleme
 
 def _elem_bytes(dtype: str) -> int:
     return 1 if dtype in ("int8", "float8_e4m3fn") else 2
+
+
+# The tile Ms the mma.sync kernel is instantiated for (grouped_gemm_host.cu checks the same list).
+GG_MMA_TILE_MS = (8, 16, 32, 48, 64)
+
+
+def gg_mma_tile_m_of(tile_m: int) -> int:
+    """The smallest instantiated mma.sync tile M holding `tile_m` rows (64 above that)."""
+    return min((c for c in GG_MMA_TILE_MS if c >= tile_m), default=GG_MMA_TILE_MS[-1])
+
+
+def gg_mma_tile_m(avg_rows: int, device: DeviceProfile) -> int:
+    """The mma.sync kernel's tile M for groups of `avg_rows` rows on average: the planner's tile M
+    (``tiling.grouped_gemm.tile_m_for``), or a bigger instantiated one that pads the groups no
+    more (each m tile re-reads the group's weights: 128 rows per group run as 2 x 64, not 4 x 32)."""
+    from ..tiling.grouped_gemm import tile_m_for   # that module imports this one
+
+    avg = max(1, avg_rows)
+    t = gg_mma_tile_m_of(tile_m_for(avg, device))
+    pad = lambda c: -(-avg // c) * c - avg  # noqa: E731
+    return max((c for c in GG_MMA_TILE_MS if c >= t and pad(c) <= pad(t)), default=t)
 
 
 def sm90_min_rows(dtype: str, device: DeviceProfile, scale_mode: str = "none") -> int:

@@ -11,14 +11,15 @@ from ... import schema
 
 @functools.lru_cache(maxsize=None)
 def params_struct(op: str) -> tuple[struct.Struct, tuple[str, ...]]:
-    """One struct.Struct for the op's params (same bytes as schema.pack_params, built once:
+    """One struct.Struct for the op's CUDA params (``<Op>CudaParams`` where the op has CUDA-only
+    fields, else the shared struct; same bytes as ``schema.pack_params(op, "cuda")``, built once:
     packing runs on every call) and the field names in order."""
     fmt, pos, names = "<", 0, []
-    for name, typ, off in schema.params_layout(op):
+    for name, typ, off in schema.params_layout(op, "cuda"):
         fmt += "x" * (off - pos) + schema.PARAM_TYPES[typ][0]
         pos = off + schema.PARAM_TYPES[typ][1]
         names.append(name)
-    fmt += "x" * (schema.params_size(op) - pos)
+    fmt += "x" * (schema.params_size(op, "cuda") - pos)
     return struct.Struct(fmt), tuple(names)
 
 
@@ -32,7 +33,7 @@ def fields_template(op: str, **values) -> list:
 
 
 def pack_params(op: str, **values) -> bytes:
-    """Fast equivalent of ``schema.pack_params(op, **values)``."""
+    """Fast equivalent of ``schema.pack_params(op, "cuda", **values)``."""
     return params_struct(op)[0].pack(*fields_template(op, **values))
 
 
@@ -40,10 +41,24 @@ def pack_params(op: str, **values) -> bytes:
 def ptr_head(op: str, fields: tuple[str, ...]) -> struct.Struct:
     """The struct's leading pointer fields, packed per call (the rest is packed once); the schema
     must keep them first, in this order."""
-    names = params_struct(op)[1]
-    if names[:len(fields)] != fields:
-        raise RuntimeError(f"{op} kernel_params must start with the pointers {fields}, got {names}")
-    return struct.Struct("<" + "Q" * len(fields))
+    run, offset = ptr_run(op, fields)
+    if offset != 0:
+        raise RuntimeError(f"{op} CUDA params must start with the pointers {fields}")
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def ptr_run(op: str, fields: tuple[str, ...]) -> tuple[struct.Struct, int]:
+    """(packer, byte offset) of pointer fields packed per call that follow each other in the
+    CUDA params struct, in this order (the schema must keep them so; the rest is packed once)."""
+    lay = schema.params_layout(op, "cuda")
+    first = next((i for i, (n, _, _) in enumerate(lay) if n == fields[0]), None)
+    run = lay[first:first + len(fields)] if first is not None else []
+    if [(n, t) for n, t, _ in run] != [(f, "ptr") for f in fields] or \
+            any(o != run[0][2] + 8 * i for i, (_, _, o) in enumerate(run)):
+        raise RuntimeError(f"{op} CUDA params must hold the pointers {fields} in a row, "
+                           f"got {[n for n, _, _ in lay]}")
+    return struct.Struct("<" + "Q" * len(fields)), run[0][2]
 
 
 def ptr(t) -> int:

@@ -4,9 +4,10 @@
 Nothing here reads device values: the kernel finds its work items from group_offsets /
 masked_m on the device (clamped, so bad values cannot make it leave x or y), so a call can be
 captured in a CUDA graph. Value checks of offsets and masked_m run under validate="full".
-Tile M and the kernel come from the planner (average rows per group: M / G, or M_max when
-masked): the persistent mma.sync kernel (every case) or, for compute-bound groups, the CUTLASS
-sm90 grouped kernel (`heuristics.cuda.cuda_kernel_for`); a plan passed in fixes both.
+Tile M and the kernel come from the CUDA heuristics (average rows per group: M / G, or M_max when
+masked): the mma.sync kernel's tile M (`heuristics.cuda.gg_mma_tile_m`), and the persistent
+mma.sync kernel (every case) or, for compute-bound groups, the CUTLASS sm90 grouped kernel
+(`heuristics.cuda.cuda_kernel_for`); a plan passed in fixes both.
 """
 from __future__ import annotations
 
@@ -14,27 +15,18 @@ import torch
 
 from ... import native, schema
 from ...devices import detect
-from ...heuristics.cuda import SM90_ALONG_N, SM90_CONFIG, cuda_kernel_for, sm90_supports
-from ...tiling.grouped_gemm import SCALE_MODES, GroupedGemmPlan, tile_m_for
+from ...heuristics.cuda import (SM90_ALONG_N, SM90_CONFIG, cuda_kernel_for, gg_mma_tile_m, gg_mma_tile_m_of,
+                               sm90_supports)
+from ...tiling.grouped_gemm import SCALE_MODES, GroupedGemmPlan
 from . import status  # noqa: F401
 from ._common import current_stream, fields_template, params_struct
 
 _OP = "grouped_gemm"
-TILE_MS = (8, 16, 32, 48, 64)
 
 
 def pack_gg_params(**values) -> bytes:
     """Fast equivalent of ``schema.pack_params("grouped_gemm", **values)``."""
     return params_struct(_OP)[0].pack(*fields_template(_OP, **values))
-
-
-def _tile_m(avg_rows: int, device) -> int:
-    """The planner's tile M, or a bigger instantiated one that pads the groups no more (each
-    m tile re-reads the group's weights: 128 rows per group run as 2 x 64, not 4 x 32)."""
-    avg = max(1, avg_rows)
-    t = min((c for c in TILE_MS if c >= tile_m_for(avg, detect(device))), default=TILE_MS[-1])
-    pad = lambda c: -(-avg // c) * c - avg  # noqa: E731
-    return max((c for c in TILE_MS if c >= t and pad(c) <= pad(t)), default=t)
 
 
 def _name(dtype) -> str:
@@ -78,14 +70,14 @@ class GroupedGemmLaunch:
             if (plan.n, plan.k, plan.num_groups) != (N, K, G):
                 raise ValueError(f"plan was made for G={plan.num_groups} N={plan.n} K={plan.k}, "
                                  f"this call has G={G} N={N} K={K}")
-            self.tile_m = min((c for c in TILE_MS if c >= plan.tile_m), default=TILE_MS[-1])
+            self.tile_m = gg_mma_tile_m_of(plan.tile_m)
             self.kernel = plan.cuda_kernel
             self.raster = plan.cuda_raster
             if self.raster not in ("m", "n"):
                 raise ValueError(f"plan.cuda_raster must be 'm' or 'n', got {self.raster!r}")
         else:
             avg = self.m_max if masked else -(-self.m // G)
-            self.tile_m = _tile_m(avg, x.device)
+            self.tile_m = gg_mma_tile_m(avg, detect(x.device))
             self.raster = "m"
             self.kernel = cuda_kernel_for(avg, n=N, dtype=_name(x.dtype), scale_mode=scale_mode,
                                           out_dtype=_name(out_dtype), device=detect(x.device))

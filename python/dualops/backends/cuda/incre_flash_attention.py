@@ -11,7 +11,7 @@ from ...tiling.incre_flash_attention import IfaPlan, check_plan_for_tensors, pla
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
 from ._common import current_stream as _current_stream
 from ._common import f32 as _f32
-from ._common import MergeCounters, fields_template, params_struct, ptr_head
+from ._common import MergeCounters, fields_template, params_struct, ptr_head, ptr_run
 from ._common import ptr as _ptr
 from ._common import strides4 as _strides4
 
@@ -22,7 +22,7 @@ _QUANT = (torch.int8, torch.float8_e4m3fn)
 
 
 def pack_ifa_params(**values) -> bytes:
-    """Fast equivalent of ``schema.pack_params("incre_flash_attention", **values)``."""
+    """Fast equivalent of ``schema.pack_params("incre_flash_attention", "cuda", **values)``."""
     return params_struct(_OP)[0].pack(*fields_template(_OP, **values))
 
 
@@ -50,7 +50,7 @@ class IfaLaunch:
     call signature, so a decode loop's repeated calls only gather pointers, allocate the outputs
     and launch (BENCHMARKS.md, "Host overhead of an eager call")."""
 
-    __slots__ = ("C", "plan", "plan_bytes", "tail", "out_shape", "lse_shape", "n_o", "n_ws",
+    __slots__ = ("C", "plan", "plan_bytes", "mid", "rest", "out_shape", "lse_shape", "n_o", "n_ws",
                  "convert_kv_lens", "convert_block_table", "float_pse", "quant", "splits")
 
     def __init__(self, q, k_cache, v_cache, *, kv_lens, block_table, softmax_scale, causal,
@@ -77,8 +77,9 @@ class IfaLaunch:
         ms, ps = _strides4(atten_mask), _strides4(pse_shift)
         out_strides = (S_q * H_q * D, H_q * D, D)  # torch.empty(B, S_q, H_q, D)
         self.C = native.require()
-        # Every field after the pointers, packed once (the pointers lead the struct: _ptr_head).
-        self.tail = params_struct(_OP)[0].pack(*fields_template(_OP, 
+        # Every field but the pointers, packed once (the shared pointers lead the struct:
+        # _ptr_head; the merge counters follow the shared fields: _call_ptrs).
+        full = params_struct(_OP)[0].pack(*fields_template(_OP,
             q_stride_b=q.stride(0), q_stride_s=q.stride(1), q_stride_h=q.stride(2),
             k_stride_0=k_cache.stride(0), k_stride_1=k_cache.stride(1), k_stride_2=k_cache.stride(2),
             v_stride_0=v_cache.stride(0), v_stride_1=v_cache.stride(1), v_stride_2=v_cache.stride(2),
@@ -88,7 +89,9 @@ class IfaLaunch:
             pse_stride_b=ps[0], pse_stride_h=ps[1], pse_stride_q=ps[2], pse_stride_k=ps[3],
             num_blocks=int(k_cache.shape[0]) if block_table is not None else 0,
             softmax_scale=float(softmax_scale), causal=int(bool(causal)),
-            q_dtype=schema.dtype_code(q.dtype), kv_dtype=schema.dtype_code(k_cache.dtype)))[_ptr_head().size:]
+            q_dtype=schema.dtype_code(q.dtype), kv_dtype=schema.dtype_code(k_cache.dtype)))
+        call_ptrs, off = _call_ptrs()
+        self.mid, self.rest = full[_ptr_head().size:off], full[off + call_ptrs.size:]
 
     def __call__(self, q, k_cache, v_cache, *, kv_lens, block_table, atten_mask, pse_shift,
                  k_scale, v_scale, k_offset, v_offset, **_fixed):
@@ -117,21 +120,28 @@ class IfaLaunch:
         params = _ptr_head().pack(
             q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
             kv_lens.data_ptr(), _ptr(block_table), _ptr(atten_mask), _ptr(pse_shift), _ptr(k_scale),
-            _ptr(v_scale), _ptr(k_offset), _ptr(v_offset), ws, ws + 4 * self.n_o if ws else 0,
-            _MERGE_COUNTERS.get(dev, stream, C.cuda_ifa_merge_groups) if self.splits else 0) + self.tail
+            _ptr(v_scale), _ptr(k_offset), _ptr(v_offset), ws, ws + 4 * self.n_o if ws else 0) + self.mid \
+            + _call_ptrs()[0].pack(_MERGE_COUNTERS.get(dev, stream, C.cuda_ifa_merge_groups) if self.splits else 0) \
+            + self.rest
         C.cuda_incre_flash_attention(params, self.plan_bytes, stream)
         return out, lse
 
 
-# The params fields holding device addresses, in the order IfaLaunch.__call__ packs them.
+# The params fields holding device addresses, in the order IfaLaunch.__call__ packs them: the
+# shared struct's leading pointers, then IncreFlashAttentionCudaParams' own.
 _PTR_FIELDS = ("q", "k", "v", "out", "lse", "kv_lens", "block_table", "atten_mask", "pse_shift",
-               "k_scale", "v_scale", "k_offset", "v_offset", "o_accum", "lse_accum", "merge_counters")
+               "k_scale", "v_scale", "k_offset", "v_offset", "o_accum", "lse_accum")
+_CALL_PTR_FIELDS = ("merge_counters",)
 
 
 def _ptr_head():
-    """The struct's leading pointer fields (IfaLaunch packs them per call and appends the rest,
-    packed once)."""
+    """The struct's leading pointer fields (IfaLaunch packs them per call, and the rest once)."""
     return ptr_head(_OP, _PTR_FIELDS)
+
+
+def _call_ptrs():
+    """(packer, byte offset) of the CUDA-only pointer fields, packed per call."""
+    return ptr_run(_OP, _CALL_PTR_FIELDS)
 
 
 def prepare_incre_flash_attention(q, k_cache, v_cache, **kw) -> IfaLaunch:

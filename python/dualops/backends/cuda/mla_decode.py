@@ -18,13 +18,13 @@ import struct
 
 import torch
 
-from ... import kernel_params, native, ops, schema
+from ... import native, ops, schema
 from ...devices import detect
 from ...heuristics.cuda import MLA_CUDA_KERNELS, cuda_mla_kernel, cuda_mla_sort_keys
 from ...tiling.mla_decode import (KV_FORMATS, MLA_BLOCK_TOKENS, MLA_Q_BLOCK_ROWS, MLA_VERSION, PART_STRIDE, MlaPlan,
                                   mla_fixed_overhead, num_sm_parts_for, request_lengths)
 from . import status  # noqa: F401  (the backend's status, for callers holding this module)
-from ._common import MergeCounters, current_stream, f32, fields_template, params_struct, ptr, ptr_head
+from ._common import MergeCounters, current_stream, f32, fields_template, params_struct, ptr, ptr_head, ptr_run
 
 _OP = "mla_decode"
 HEADER_INTS = len(MlaPlan.FIELDS)
@@ -179,11 +179,11 @@ def _resolve_plan(plan, q, cache_seqlens, kv_format, pbs, topk=None, extra_topk=
     return header, packed, rows
 
 
-# The params fields holding device addresses, in the order MlaLaunch.__call__ packs them.
+# The params fields holding device addresses, in the order MlaLaunch.__call__ packs them: the
+# shared struct's leading pointers, then MlaDecodeCudaParams' own (merge counters, key lists, plan).
 _PTR_FIELDS = ("q", "kv_cache", "block_table", "cache_seqlens", "indices", "topk_length", "attn_sink",
-               "extra_kv_cache", "extra_indices", "extra_topk_length", "out", "lse", "o_accum", "lse_accum",
-               "merge_counters", "key_rows")
-_U64 = struct.Struct("<Q")
+               "extra_kv_cache", "extra_indices", "extra_topk_length", "out", "lse", "o_accum", "lse_accum")
+_CALL_PTR_FIELDS = ("merge_counters", "key_rows", "plan")
 
 
 class MlaLaunch:
@@ -221,10 +221,10 @@ class MlaLaunch:
         self.C = native.require()
         table_stride = int(block_table.shape[1]) if self.convert_table else block_table.stride(0)
         contiguous = (S_q * H_q * D, H_q * D, D)
-        # Every field but the pointers and the plan's address, packed once (for q as it comes and
-        # for a contiguous copy of it); the plan's address is packed per call.
-        off = {name: o for name, _, o in kernel_params.params_layout(_OP)}["plan"]
+        # Every field but the pointers, packed once (for q as it comes and for a contiguous copy
+        # of it); the pointers are packed per call.
         head = ptr_head(_OP, _PTR_FIELDS).size
+        call_ptrs, off = ptr_run(_OP, _CALL_PTR_FIELDS)
 
         def consts(strides):
             full = params_struct(_OP)[0].pack(*fields_template(
@@ -237,7 +237,7 @@ class MlaLaunch:
                 extra_num_blocks=int(extra_kv_cache.shape[0]) if extra else 0,
                 extra_page_block_size=int(extra_kv_cache.shape[1]) if extra else 0,
                 sort_keys=int(sparse and cuda_mla_sort_keys(kv_format=kv_format, h_q=H_q, topk=self.topk))))
-            return full[head:off], full[off + 8:]
+            return full[head:off], full[off + call_ptrs.size:]
 
         self.mid, self.rest = consts(contiguous if self.copy_q else q.stride()[:3])
         self.mid_copied = consts(contiguous)[0]
@@ -283,8 +283,8 @@ class MlaLaunch:
         params = ptr_head(_OP, _PTR_FIELDS).pack(
             q.data_ptr(), kv_cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(), ptr(indices),
             ptr(topk_length), ptr(attn_sink), ptr(extra_kv_cache), ptr(extra_indices), ptr(extra_topk_length),
-            out.data_ptr(), lse.data_ptr(), o_acc, l_acc, counters, ptr(key_rows)) \
-            + mid + _U64.pack(plan_dev.data_ptr()) + self.rest
+            out.data_ptr(), lse.data_ptr(), o_acc, l_acc) \
+            + mid + ptr_run(_OP, _CALL_PTR_FIELDS)[0].pack(counters, ptr(key_rows), plan_dev.data_ptr()) + self.rest
         self.C.cuda_mla_decode(params, header, stream)
         return out, lse
 
