@@ -58,8 +58,9 @@ def step_parity(actual: torch.Tensor, expected: torch.Tensor, name: str, budget=
                   cos_eps=(4 * 2.0 ** -8) ** 2 / 2, budget=budget)
 
 
-def fp8_sensitivity(model: str, cfg, *, device, backend, seed=0, forced_ids=None, trials=2):
-    """Per element, the largest change of the step's output when its input moves by one bf16
+def fp8_sensitivity(model: str, cfg, want: torch.Tensor, *, device, backend, seed=0, forced_ids=None, trials=2):
+    """Per element, the largest change of the step's output ``want`` (that of Step(model, cfg,
+    device=device, backend=backend, seed=seed) with forced_ids) when its input moves by one bf16
     rounding (each element times 1 +- 2^-8, random signs), on ``backend``. With fp8 experts the
     expert inputs are rounded to e4m3 in 1x128 blocks scaled by their largest value: a
     rounding-level difference upstream, as two backends make, can move an activation across an e4m3
@@ -67,8 +68,6 @@ def fp8_sensitivity(model: str, cfg, *, device, backend, seed=0, forced_ids=None
     step, far beyond two bf16 roundings of the output. This measures that on the same weights and
     inputs (the parity method's principle: the bound is computed by the reference, for these
     inputs); where nothing is quantized it is about one bf16 rounding."""
-    base = Step(model, cfg, device=device, backend=backend, seed=seed)
-    want, _, _ = base.eager(forced_ids=forced_ids)
     gen = torch.Generator().manual_seed(seed + 1)
     worst = torch.zeros(want.shape, dtype=torch.float32, device=want.device)
     for _ in range(trials):
@@ -259,8 +258,8 @@ def check_backends(model: str, cfg, backends: list[str], *, device, seed=0):
                    f"{model} router scores, {b} vs {backends[0]}")
         budget = None
         if model == "mla" and cfg.moe_dtype == "fp8":
-            budget = fp8_sensitivity(model, cfg, device=first[0].device, backend=backends[0], seed=seed,
-                                     forced_ids=first[1]).to(out.device)
+            budget = fp8_sensitivity(model, cfg, first[0], device=first[0].device, backend=backends[0],
+                                     seed=seed, forced_ids=first[1]).to(out.device)
         results.append((b, step_parity(out, first[0].to(out.device), f"{model} step output, {b} vs {backends[0]}",
                                        budget=budget)))
     return results
