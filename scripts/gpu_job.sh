@@ -60,7 +60,7 @@ fi
 
 if has suite; then
   echo "== whole suite"
-  timeout 600 $PY -m pytest tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -15
+  timeout ${SUITE_TIMEOUT:-600} $PY -m pytest tests -q -p no:cacheprovider ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
@@ -81,9 +81,17 @@ fi
 if has sanitize; then
   # sanitize TOOL LOG SELECTION [TEST FILE ...]: the CUDA tests SELECTION picks (in the IFA CUDA
   # test files unless others are named) under compute-sanitizer
+  # SANITIZE_PARALLEL=1: every selection in a process of its own, all at once (the GPU has room for
+  # them; each is CPU-bound under the tool), summed up at the end.
   sanitize() {
     local tool=$1 log=$2 sel=$3; shift 3
     local files=("$@"); [ ${#files[@]} -gt 0 ] || files=(tests/incre_flash_attention/test_cuda*.py)
+    if [ -n "${SANITIZE_PARALLEL:-}" ]; then
+      ( timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+          $PY -m pytest "${files[@]}" -q -p no:cacheprovider -k "$sel" > "$OUT/$log.log" 2>&1
+        echo $? > "$OUT/$log.rc" ) &
+      return
+    fi
     timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
       $PY -m pytest "${files[@]}" -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -145,6 +153,13 @@ if has sanitize; then
     echo "== compute-sanitizer racecheck, its barrier model"
     OUT="$OUT" bash benchmarks/cuda/run_racecheck_barriers.sh || status=1
   fi
+  if [ -n "${SANITIZE_PARALLEL:-}" ]; then
+    wait
+    for rc in "$OUT"/*.rc; do
+      echo "-- $(basename "$rc" .rc): exit $(cat "$rc"), $(grep -E "passed|failed|error" "${rc%.rc}.log" | tail -1)"
+      [ "$(cat "$rc")" -eq 0 ] || { status=1; tail -25 "${rc%.rc}.log"; }
+    done
+  fi
 fi
 if has step; then
   echo "== decode step (examples/decode_step.py): every mode, then cuda against reference"
@@ -169,7 +184,8 @@ if has host; then
   base=${HOST_BASELINE:-}
   for round in 1 2 3; do  # with a baseline, both alternately: the host's speed drifts between processes
     if [ -n "$base" ]; then
-      cp -f python/dualops/_C*.so "$base/dualops/" 2>/dev/null
+      # (a baseline without a build of its own takes this one's extension)
+      compgen -G "$base/dualops/_C*.so" > /dev/null || cp -f python/dualops/_C*.so "$base/dualops/" 2>/dev/null
       echo "-- round $round, baseline ($base)"
       PYTHONPATH=$base${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
         $PY benchmarks/cuda/host_overhead.py --json "$OUT/host_base_$round.json" 2>&1 | tee -a "$OUT/host_base.log"
