@@ -182,7 +182,7 @@ fi
 if has host; then
   echo "== host overhead of eager calls"
   base=${HOST_BASELINE:-}
-  for round in 1 2 3; do  # with a baseline, both alternately: the host's speed drifts between processes
+  for round in $(seq ${HOST_ROUNDS:-3}); do  # with a baseline, both alternately: the host's speed drifts between processes
     if [ -n "$base" ]; then
       # (a baseline without a build of its own takes this one's extension)
       compgen -G "$base/dualops/_C*.so" > /dev/null || cp -f python/dualops/_C*.so "$base/dualops/" 2>/dev/null
