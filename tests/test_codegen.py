@@ -106,6 +106,22 @@ def test_plan_classes_pack_the_contract():
         plan_contract.pack_struct("mla_decode", "ascend", num_cores=1)
 
 
+def test_native_code_reads_plan_versions_from_the_contract():
+    """Native code compares a plan's version with the generated constant (``<Struct>::kVersion``),
+    never with a number of its own, which would go stale when the schema's version moves on (a
+    CUDA host once kept reading version 3 after the contract had moved to 4)."""
+    import re
+
+    literal = re.compile(r"\bversion\s*[!=]=\s*\d|\d\s*[!=]=\s*[\w.>-]*version\b")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "backends").rglob("*")) if path.suffix in (".cu", ".cuh", ".cpp", ".h")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if literal.search(line)]
+    assert not found, "plan versions compared with literals:\n" + "\n".join(found)
+    hosts = [ROOT / "backends" / "cuda" / op / f"{op}_host.cu" for op in ("incre_flash_attention", "mla_decode")]
+    for path in hosts:
+        assert "::kVersion" in path.read_text(), path
+
+
 def test_check_fails_on_drift(tmp_path):
     """`codegen --check` reports a generated file that differs from what the schema makes."""
     root = tmp_path / "checkout"

@@ -46,7 +46,8 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 }  // namespace
 
 const char* incre_flash_attention_check(const IncreFlashAttentionCudaParams& p, const IncreFlashAttentionCudaTiling& t) {
-  if (t.version != 3) return fail("plan version %lld, this build reads version 3", t.version);
+  if (t.version != IncreFlashAttentionTiling::kVersion)
+    return fail("plan version %lld, this build reads version %lld", t.version, IncreFlashAttentionTiling::kVersion);
   if (t.head_dim != 64 && t.head_dim != 128 && t.head_dim != 256)
     return fail("head_dim must be 64, 128 or 256, got %lld", t.head_dim);
   if (t.batch < 1 || t.s_q < 1 || t.h_kv < 1 || t.group < 1)

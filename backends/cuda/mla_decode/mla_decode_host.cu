@@ -13,7 +13,11 @@ thread_local char g_msg[512];
 
 template <typename... A>
 const char* fail(const char* fmt, A... a) {
-  std::snprintf(g_msg, sizeof g_msg, fmt, a...);
+  if constexpr (sizeof...(A) == 0) {
+    std::snprintf(g_msg, sizeof g_msg, "%s", fmt);
+  } else {
+    std::snprintf(g_msg, sizeof g_msg, fmt, a...);
+  }
   return g_msg;
 }
 
