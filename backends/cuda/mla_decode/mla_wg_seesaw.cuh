@@ -69,6 +69,20 @@ struct SsCopy {
       for (int b = 0; b < kTile / 16; ++b)
         rows[4 * x + b] = b * box < kTile ? kv_box_row(p, r, tile0 + x * kTile + b * box, end) : -kTile;
   }
+  // The block ids of the two tiles from token tile0 on, read a pair ahead of their use (ids_rows)
+  // so that the read's latency stays off the loop; only for boxes of a whole tile (pages of a
+  // multiple of 64 tokens, as the plan gives this loop), else ids_rows reads them itself.
+  __device__ void fetch_ids(const MlaDecodeCudaParams& p, int r, int tile0, int end, int (&ids)[2]) const {
+    if (!issuer || box < kTile) return;
+    ids[0] = token_block_id(p, r, tile0, end);
+    ids[1] = token_block_id(p, r, tile0 + kTile, end);
+  }
+  __device__ void ids_rows(const MlaDecodeCudaParams& p, int r, int tile0, int end, const int (&ids)[2]) const {
+    if (!issuer) return;
+    if (box < kTile) return locate(p, r, tile0, end);
+    rows[0] = kv_box_row_of(p, ids[0], tile0);
+    rows[4] = kv_box_row_of(p, ids[1], tile0 + kTile);
+  }
   // Warpgroup c's part of tile x into the KV buffer at kv; completion (bytes) on mbarrier bar.
   __device__ void copy(uint32_t kv, int x, int c, uint32_t bar) const {
     if (!issuer) return;
@@ -169,7 +183,8 @@ struct SsPair {
 };
 
 // Warpgroup 0's part of one request piece (tid 0 .. 127; cp: its copies, the rows of pair 1 located).
-template <class Tr>
+// kExact: the piece holds keys hidden from some rows (causal s_q > 1), whose values are checked.
+template <class Tr, bool kExact>
 __device__ __forceinline__ void ss_wg0(const MlaDecodeCudaParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
                                        const SsCopy<Tr>& cp, common::MbarHandoffs& hs) {
@@ -181,8 +196,10 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeCudaParams& p, RowState& s
     const SsPair pr(pc, k);
     const int ta = pr.ta, tb = pr.tb;
     const uint32_t bars = sm.bars();
+    int ids[2];
+    if (pr.far) cp.fetch_ids(p, r, ta + 4 * kTile, pc.end, ids);  // pair k + 2
     if (pc.end - ta < kTile) ss_zero_tail<Tr>(sm.kv(0), pc.end - ta, 0, tid);
-    const bool exact_a = ss_exact<Tr>(sm.kv(0), ta, pc, 0, tid);
+    const bool exact_a = kExact && ss_exact<Tr>(sm.kv(0), ta, pc, 0, tid);
     PFrag f;
     float alpha[2];
     wg_softmax_p<Tr>(st, s, f, alpha, ta, pc.lim, scale_log2, g);
@@ -197,21 +214,21 @@ __device__ __forceinline__ void ss_wg0(const MlaDecodeCudaParams& p, RowState& s
     if (pr.next_a) cp.copy(kv0, 0, 0, bars);
     if (pr.has_b) {
       ss_own_landed(bars, 1, 0, k);  // (its reads of tile B: value blocks 0 .. 3)
-      const bool exact_b = ss_exact<Tr>(sm.kv(1), tb, pc, 0, tid);
+      const bool exact_b = kExact && ss_exact<Tr>(sm.kv(1), tb, pc, 0, tid);
       ss_take<kHandPB>(st, sm.red(1), g, hs);
       if (pc.end - tb < kTile) ss_zero_tail<Tr>(sm.kv(1), pc.end - tb, 0, tid);
       if (exact_b) ss_exact_apply<Tr>(st, sm.kv(1), sm.pt(), tb, pc.lim, 0, tid);
       wg_pv_issue<Tr>(st, smem_addr(sm.pt()), kv1, 0);
       wg_pv_wait(st);
       if (pr.next_b) cp.copy(kv1, 1, 0, bars + 16);
-      if (pr.far) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
+      if (pr.far) cp.ids_rows(p, r, ta + 4 * kTile, pc.end, ids);  // pair k + 2
     }
     if (pr.next_a) ss_scores<Tr>(s, q_base, kv0, bars, 0, k + 1);
   }
 }
 
 // Warpgroup 1's part of one request piece (tid 0 .. 127; cp: its copies, the rows of pair 1 located).
-template <class Tr>
+template <class Tr, bool kExact>
 __device__ __forceinline__ void ss_wg1(const MlaDecodeCudaParams& p, RowState& st, const SsSmem<Tr>& sm,
                                        const MlaPiece& pc, int r, float scale_log2, int g, int tid,
                                        const SsCopy<Tr>& cp, common::MbarHandoffs& hs) {
@@ -223,9 +240,11 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeCudaParams& p, RowState& s
     const SsPair pr(pc, k);
     const int ta = pr.ta, tb = pr.tb;
     const bool has_b = pr.has_b;
+    int ids[2];
+    if (pr.far) cp.fetch_ids(p, r, ta + 4 * kTile, pc.end, ids);  // pair k + 2
     ss_own_landed(bars, 0, 1, k);  // (its reads of tile A: value blocks 4 .. 7)
-    const bool exact_a = ss_exact<Tr>(sm.kv(0), ta, pc, 1, tid);
-    const bool exact_b = has_b && ss_exact<Tr>(sm.kv(1), tb, pc, 1, tid);
+    const bool exact_a = kExact && ss_exact<Tr>(sm.kv(0), ta, pc, 1, tid);
+    const bool exact_b = kExact && has_b && ss_exact<Tr>(sm.kv(1), tb, pc, 1, tid);
     if (has_b && pc.end - tb < kTile) ss_zero_tail<Tr>(sm.kv(1), pc.end - tb, 1, tid);
     ss_take<kHandSoftmax>(st, sm.red(0), g, hs);
     if (pc.end - ta < kTile) ss_zero_tail<Tr>(sm.kv(0), pc.end - ta, 1, tid);
@@ -247,7 +266,7 @@ __device__ __forceinline__ void ss_wg1(const MlaDecodeCudaParams& p, RowState& s
       fence_u32(f.p);
       if (pr.next_b) {
         cp.copy(kv1, 1, 1, bars + 24);
-        if (pr.far) cp.locate(p, r, ta + 4 * kTile, pc.end);  // pair k + 2
+        if (pr.far) cp.ids_rows(p, r, ta + 4 * kTile, pc.end, ids);  // pair k + 2
         ss_scores<Tr>(s, q_base, kv1, bars, 1, k + 1);
       }
     }
@@ -279,10 +298,18 @@ __device__ __forceinline__ void wg_seesaw_piece(const MlaDecodeCudaParams& p, Ro
   cp_async_wait<0>();  // Q
   fence_proxy_async_smem();
   __syncthreads();
+  // pieces without hidden keys (every piece of an s_q = 1 call) run the loops without the exact path
+  const bool exact = pc.hidden0 < pc.end;
   if (c == 0) {
-    ss_wg0<Tr>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
+    if (exact) {
+      ss_wg0<Tr, true>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
+    } else {
+      ss_wg0<Tr, false>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
+    }
+  } else if (exact) {
+    ss_wg1<Tr, true>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
   } else {
-    ss_wg1<Tr>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
+    ss_wg1<Tr, false>(p, st, sm, pc, r, scale_log2, g, tid, cp, hs);
   }
   __syncthreads();  // the rescale factors are read: write_piece's row sums take their place
 }
