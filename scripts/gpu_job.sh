@@ -85,18 +85,20 @@ if has sanitize; then
   # test files unless others are named) under compute-sanitizer
   # SANITIZE_PARALLEL=1: every selection in a process of its own, all at once (the GPU has room for
   # them; each is CPU-bound under the tool), summed up at the end.
+  rm -f "$OUT"/*.rc
   sanitize() {
     local tool=$1 log=$2 sel=$3; shift 3
     local files=("$@"); [ ${#files[@]} -gt 0 ] || files=(tests/incre_flash_attention/test_cuda*.py)
+    run() {
+      timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
+        $PY -m pytest "${files[@]}" -q -p no:cacheprovider -k "$sel"
+    }
     if [ -n "${SANITIZE_PARALLEL:-}" ]; then
-      ( timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-          $PY -m pytest "${files[@]}" -q -p no:cacheprovider -k "$sel" > "$OUT/$log.log" 2>&1
-        echo $? > "$OUT/$log.rc" ) &
-      return
+      ( run > "$OUT/$log.log" 2>&1; echo $? > "$OUT/$log.rc" ) &
+    else
+      run 2>&1 | tee "$OUT/$log.log" | tail -12
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     fi
-    timeout ${SANITIZE_TIMEOUT:-420} compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 20 \
-      $PY -m pytest "${files[@]}" -q -p no:cacheprovider -k "$sel" 2>&1 | tee "$OUT/$log.log" | tail -12
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   }
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     echo "== compute-sanitizer $tool"
@@ -157,7 +159,7 @@ if has sanitize; then
   fi
   if [ -n "${SANITIZE_PARALLEL:-}" ]; then
     wait
-    for rc in "$OUT"/*.rc; do
+    for rc in $(compgen -G "$OUT/*.rc"); do
       echo "-- $(basename "$rc" .rc): exit $(cat "$rc"), $(grep -E "passed|failed|error" "${rc%.rc}.log" | tail -1)"
       [ "$(cat "$rc")" -eq 0 ] || { status=1; tail -25 "${rc%.rc}.log"; }
     done
