@@ -190,8 +190,8 @@ def _main_job(args) -> int:
     print("\n[1/2] parity: the quick cases of every op on each backend against the fp32 reference "
           "(usually under a minute on a 2-core CPU)", flush=True)
     rc_parity = parity.main(out=args.out, command=args.command_line)
-    print(f"\n[2/2] bench: the quick sweeps (IFA, MLA decode, grouped GEMM) on each backend and the peers here, "
-          f"Ascend simulator rows as 910B cost-model estimates (usually 1-2 min on a 2-core CPU)", flush=True)
+    print("\n[2/2] bench: the quick sweeps (IFA, MLA decode, grouped GEMM) on each backend and the peers here, "
+          "Ascend simulator rows as 910B cost-model estimates (usually 1-2 min on a 2-core CPU)", flush=True)
     rc_bench = bench.main(sweep_names=["quick"], out=args.out, command=args.command_line)
     print(f"\nreports in {args.out}/: open {args.out}/index.html (every run so far, and the newest: machine, "
           f"parity matrix, bench tables with spreads and peer ratios, peers, plots, commands); "

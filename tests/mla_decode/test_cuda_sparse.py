@@ -21,13 +21,11 @@ from dualops.parity import cases as parity_cases
 from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
+from mla_cuda_cases import needs_cuda
 from dualops.heuristics.cuda import (MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MIN_HEADS, MLA_CUDA_WGMMA_MIN_Q_ROWS,
                                        MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel,
                                        cuda_mla_sort_keys)
 
-HAS_CUDA = torch.cuda.is_available() and cuda_mla.status()[0] and "mla_decode" in __import__(
-    "dualops.backends.cuda", fromlist=["built_ops"]).built_ops()
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs an sm_90 GPU and dualops._C built with the CUDA MLA kernels")
 
 FORMATS = [("bf16", 576, "bf16"), ("bf16", 512, "fp16"), ("fp8_v32", 576, "bf16"), ("fp8_model1", 512, "bf16"),
            ("fp8_v32", 576, "fp16"), ("int8_v32", 576, "bf16"), ("int8_v32", 576, "fp16")]
