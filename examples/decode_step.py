@@ -217,6 +217,28 @@ def time_ops(step: Step, *, iters: int) -> dict[str, float]:
     return {k: v / iters for k, v in timer.totals.items()}
 
 
+def profile_mode(step: Step, mode: str, *, iters: int, compile_backend: str, rows: int = 12) -> str:
+    """torch.profiler's table of ``iters`` steps in ``mode`` (after a warm-up): the operators and,
+    on a GPU, the kernels that take the most time (device time on a GPU, CPU time otherwise), to
+    see where one mode's step differs from another's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = step.device.type == "cuda"
+    step.reset()
+    run = step.runner(mode, compile_backend)
+    for _ in range(2):
+        run()
+    _sync(step.device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(iters):
+            run()
+        _sync(step.device)
+    sort = "device_time_total" if cuda else "cpu_time_total"
+    return f"{step.model}, {mode}: {iters} steps, by {sort}\n" + prof.key_averages().table(
+        sort_by=sort, row_limit=rows, max_name_column_width=60)
+
+
 def table(model: str, modes: dict[str, float], ops: dict[str, float]) -> str:
     lines = [f"| {model} | ms / step |", "|---|---|"]
     lines += [f"| {m} | {ms:.3f} |" for m, ms in modes.items()]
@@ -289,6 +311,8 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile-backend", default="inductor")
+    p.add_argument("--profile", action="store_true",
+                   help="also print torch.profiler's top operators / kernels of each mode's step")
     p.add_argument("--check", action="store_true", help="check the sharded step against one process")
     p.add_argument("--check-backends", default=None, help="comma-separated backends to compare, first = baseline")
     p.add_argument("--seed", type=int, default=0)
@@ -352,6 +376,9 @@ def main(argv=None):
             times = {m: time_mode(step, m, warmup=args.warmup, iters=args.iters,
                                   compile_backend=args.compile_backend) for m in modes}
             say(table(model, times, time_ops(step, iters=args.iters)))
+            if args.profile:
+                for m in modes:
+                    say(profile_mode(step, m, iters=min(args.iters, 5), compile_backend=args.compile_backend))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -161,6 +161,13 @@ def test_gqa_step_attends_the_cache_and_the_new_token():
     ds.step_parity(out, want, "gqa step against attention by hand")
 
 
+def test_profile_names_the_ops_of_a_step():
+    """--profile's table of a step lists the step's dualops op among the operators it ranks."""
+    step = ds.Step("gqa", TINY, device="cpu", backend="reference")
+    text = ds.profile_mode(step, "eager", iters=2, compile_backend="inductor", rows=50)
+    assert text.startswith("gqa, eager: 2 steps") and "dualops::incre_flash_attention" in text
+
+
 @pytest.mark.skipif(not ascend_sim.status()[0], reason=f"ascend_sim unavailable: {ascend_sim.status()[1]}")
 @pytest.mark.parametrize("model, kv_format, moe_dtype", [("mla", "bf16", "bf16"), ("mla", "fp8_v32", "fp8"),
                                                           ("gqa", "bf16", "bf16")])
