@@ -85,6 +85,35 @@ def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
         dualops.incre_flash_attention(q.float(), k, v, kv_lens=lens, causal=True)
 
 
+def test_refused_launch_keeps_no_prepared_launch(monkeypatch):
+    """A call whose launch refuses its tensors (CUDA: a cache off a 16-byte boundary, checked by
+    the host code on every launch) leaves nothing in the prepared-launch cache; the next good call
+    of the signature prepares and keeps it."""
+    from dualops import ops
+
+    ref = importlib.import_module("dualops.backends.reference")
+    refuse = [True]
+
+    def prepare(q, k_cache, v_cache, *, plan, **kw0):
+        def launch(q, k_cache, v_cache, plan=None, **kw):
+            if refuse[0]:
+                raise ValueError("k and v caches must start on a 16-byte boundary")
+            return ref.incre_flash_attention(q, k_cache, v_cache, plan=None, **kw)
+        return launch
+
+    real = backends_pkg.implementation
+    monkeypatch.setattr(ops.backends, "implementation",
+                        lambda name, op: (ref.incre_flash_attention, prepare) if name == "reference" else real(name, op))
+    monkeypatch.setattr(ops, "_PREPARED", {})
+    q, k, v, lens = _ifa_args()
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        dualops.incre_flash_attention(q, k, v, kv_lens=lens)
+    assert ops._PREPARED == {}
+    refuse[0] = False
+    dualops.incre_flash_attention(q, k, v, kv_lens=lens)
+    assert len(ops._PREPARED) == 1
+
+
 def test_default_softmax_scale_is_d_to_minus_half():
     q, k, v, lens = _ifa_args()
     a = dualops.incre_flash_attention(q, k, v, kv_lens=lens)

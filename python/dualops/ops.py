@@ -13,8 +13,9 @@ returns outputs of the right shape.
 
 Eager calls with a signature seen before (same shapes, dtypes, devices, strides and scalars, as
 every layer of a decode loop makes) skip validation, dispatch and preparing: the first call's
-work is kept per (signature, backend) -- the defaults it filled, the dims and the backend's
-prepared launch -- and later calls only check their plan, convert their tensors and launch.
+work is kept per (signature, backend) once its launch went through -- the defaults it filled, the
+dims and the backend's prepared launch -- and later calls only check their plan, convert their
+tensors and launch.
 """
 from __future__ import annotations
 
@@ -220,12 +221,13 @@ def run(op: str, args: tuple, backend: str = "", validate: str = "basic", key=No
     kw.pop(_PLAN_ARG, None)
     launch = backends.prepare(name, op, kw)
     module = backends.op_module(name, op)
-    if key is not None and validate != "full":
+    result = (launch or getattr(module, op))(plan=plan, **kw)
+    if key is not None and validate != "full":  # (kept once the launch went through: a refused call keeps nothing)
         if len(_PREPARED) >= _PREPARED_MAX:
             _PREPARED.clear()
         _PREPARED[key] = Prepared(schema.filled_defaults(values, v), v.dims, v.modes, v.features,
                                   value_checks, launch, module)
-    return (launch or getattr(module, op))(plan=plan, **kw)
+    return result
 
 
 def _device_of(op: str, args: dict):

@@ -307,6 +307,6 @@ def test_prepared_launch_reused_across_calls(case):
     flat = torch.empty(k.numel() + 16, dtype=k.dtype, device=k.device)
     k_off = flat[1:1 + k.numel()].view(k.shape)  # same shape and strides, start 1 element in
     k_off.copy_(k)
-    with pytest.raises(ValueError, match="k and v caches must start on a 16-byte boundary"):
-        dualops.incre_flash_attention(q, k_off, v, backend="cuda", **kw)
+    with pytest.raises(ValueError, match="k and v caches must start on a 16-byte boundary"):  # the prepared launch's path
+        dualops.incre_flash_attention(q, k_off, v, backend="cuda", return_lse=True, **kw)
     assert len(ops._PREPARED) == 1
