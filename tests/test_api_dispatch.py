@@ -39,14 +39,23 @@ def test_ifa_cpu_dispatches_to_reference_and_matches_it():
     assert torch.equal(lse, ref_lse)
 
 
+def _with_prepare_step(monkeypatch, prepare):
+    """The reference backend's IFA given the prepare step `prepare` (as CUDA's IfaLaunch), with an
+    empty prepared-launch cache."""
+    from dualops import ops
+
+    ref = importlib.import_module("dualops.backends.reference")
+    real = backends_pkg.implementation
+    monkeypatch.setattr(ops.backends, "implementation",
+                        lambda name, op: (ref.incre_flash_attention, prepare) if name == "reference" else real(name, op))
+    monkeypatch.setattr(ops, "_PREPARED", {})
+
+
 def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
     """A backend with a prepare step (CUDA: IfaLaunch) is prepared once per call signature and
     backend: later calls with new data of the same shapes, dtypes, strides and scalars reuse it
     (with that call's tensors and the defaults the first call filled); any change of those, or
     validate="full", goes through validation again."""
-
-    from dualops import ops
-
     ref = importlib.import_module("dualops.backends.reference")
     made = []
 
@@ -58,10 +67,7 @@ def test_prepared_launch_is_reused_per_signature_only(monkeypatch):
             return ref.incre_flash_attention(q, k_cache, v_cache, plan=None, **kw)
         return launch
 
-    real = backends_pkg.implementation
-    monkeypatch.setattr(ops.backends, "implementation",
-                        lambda name, op: (ref.incre_flash_attention, prepare) if name == "reference" else real(name, op))
-    monkeypatch.setattr(ops, "_PREPARED", {})
+    _with_prepare_step(monkeypatch, prepare)
 
     def check(q, k, v, lens, **kw):
         out = dualops.incre_flash_attention(q, k, v, kv_lens=lens, **kw)
@@ -101,10 +107,7 @@ def test_refused_launch_keeps_no_prepared_launch(monkeypatch):
             return ref.incre_flash_attention(q, k_cache, v_cache, plan=None, **kw)
         return launch
 
-    real = backends_pkg.implementation
-    monkeypatch.setattr(ops.backends, "implementation",
-                        lambda name, op: (ref.incre_flash_attention, prepare) if name == "reference" else real(name, op))
-    monkeypatch.setattr(ops, "_PREPARED", {})
+    _with_prepare_step(monkeypatch, prepare)
     q, k, v, lens = _ifa_args()
     with pytest.raises(ValueError, match="16-byte boundary"):
         dualops.incre_flash_attention(q, k, v, kv_lens=lens)
