@@ -191,14 +191,20 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_mode(step: Step, mode: str, *, warmup: int, iters: int, compile_backend: str) -> float:
-    """Mean milliseconds per step (the lengths grow by one token per step, as in decoding)."""
+def _warm_runner(step: Step, mode: str, *, warmup: int, compile_backend: str):
+    """The step's runner in ``mode`` after ``warmup`` steps, with the lengths back at the start."""
     step.reset()
     run = step.runner(mode, compile_backend)
     for _ in range(warmup):
         run()
     step.reset()
     _sync(step.device)
+    return run
+
+
+def time_mode(step: Step, mode: str, *, warmup: int, iters: int, compile_backend: str) -> float:
+    """Mean milliseconds per step (the lengths grow by one token per step, as in decoding)."""
+    run = _warm_runner(step, mode, warmup=warmup, compile_backend=compile_backend)
     t0 = time.perf_counter()
     for _ in range(iters):
         run()
@@ -224,11 +230,7 @@ def profile_mode(step: Step, mode: str, *, iters: int, compile_backend: str, row
     from torch.profiler import ProfilerActivity, profile
 
     cuda = step.device.type == "cuda"
-    step.reset()
-    run = step.runner(mode, compile_backend)
-    for _ in range(2):
-        run()
-    _sync(step.device)
+    run = _warm_runner(step, mode, warmup=2, compile_backend=compile_backend)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
         for _ in range(iters):
