@@ -12,6 +12,13 @@ except ImportError:
 # Shared test helpers (tests/helpers/) import by module name.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers"))
 
+# Under pytest-xdist every worker is one of several processes on the machine's cores: torch's CPU
+# ops (the reference, the input builders) take that worker's share of the cores, not all of them
+# (with each worker spinning a thread per core, the CPU side of the CUDA tests crawls).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 
 @pytest.fixture
 def gen():
