@@ -130,7 +130,7 @@ if has sanitize; then
   # MLA decode, memcheck: every kernel on bf16 / fp8_model1 decode, causal MTP, hidden non-finite
   # keys and the in-kernel split merge through graph replays, the device planner, sparse decode
   # (both kernels, every format, the extra pool, split lists, graph replays); racecheck: every
-  # kernel (wgmma_t, wgmma and wgmma_seesaw, mma.sync) on decode, causal MTP, hidden non-finite
+  # kernel (wgmma_t, wgmma and wgmma_seesaw) on decode, causal MTP, hidden non-finite
   # keys and many short requests, sparse decode and the device planner, and the tool's barrier
   # model (benchmarks/cuda/racecheck_barriers.cu)
   if [[ " ${SANITIZE_TOOLS:-memcheck racecheck} " == *" memcheck "* ]]; then
@@ -147,9 +147,6 @@ if has sanitize; then
       tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, MLA decode (wgmma, wgmma_seesaw)"
     sanitize racecheck racecheck_mla_wg "((test_parity_decode and (-16-bf16-576-bfloat16 or -128-bf16-576-bfloat16 or -5-fp8_model1-512-float16 or -128-fp8_v32-576-bfloat16 or -64-bf16-576-float16)) or (test_parity_causal_mtp and (64-2-128-bf16 or 16-4-64-bf16 or 64-2-128-fp8_v32)) or (test_parity_wgmma_16bit_pages and 512-64) or causal_hidden_nonfinite or many_short_requests_few_rows or inf_key_like) and (wgmma- or wgmma_seesaw or wgmma])" \
-      tests/mla_decode/test_cuda.py
-    echo "== compute-sanitizer racecheck, MLA decode (mma.sync)"
-    sanitize racecheck racecheck_mla_mma "(many_short_requests_few_rows or (test_parity_decode and (-16- or -5-)) or causal_hidden_nonfinite) and mma and not wgmma" \
       tests/mla_decode/test_cuda.py
     echo "== compute-sanitizer racecheck, MLA sparse decode and the device planner"
     sanitize racecheck racecheck_mla_sparse "(test_parity_sparse and (16-2 or 128-2) and (bf16-576 or wgmma_t)) or (extra_pool and 100 and (bf16-576 or wgmma_t)) or device_planner" \

@@ -1,4 +1,4 @@
-"""A/B of the CUDA MLA split kernels (mma.sync, wgmma, and wgmma_t up to 32 q rows) on every cache format: per-call GPU
+"""A/B of the CUDA MLA split kernels (wgmma, wgmma_seesaw, and wgmma_t up to 32 q rows) on every cache format: per-call GPU
 time from CUDA-graph replay (10 calls per graph, CUDA events, median of 10), same inputs for both.
 Run on a GPU machine: python3 benchmarks/cuda/mla_kernel_ab.py [--only KERNEL] [b,h_q,s_q,s_k,page[,kv_format[,q[,varlen]]]] ...
 (kv_format: bf16, fp8_v32, fp8_model1 or int8_v32; bf16 when left out; q: bf16 or fp16, bf16 when left out;

@@ -91,8 +91,7 @@ def device_words(profile) -> str:
             f"{profile.hbm_bandwidth_gbs:g} GB/s HBM, {profile.peak_bf16_tflops:.0f} bf16 TFLOPS")
 
 
-_MLA_KERNEL_WORDS = {"mma": "mma.sync m16n8k16 split kernel",
-                     "wgmma": "Hopper wgmma split kernel (KV tiles double-buffered)",
+_MLA_KERNEL_WORDS = {"wgmma": "Hopper wgmma split kernel (KV tiles double-buffered)",
                      "wgmma_t": "transposed-tile wgmma split kernel (tokens on the 64-row side; splits merged "
                                 "in the kernel)",
                      "wgmma_seesaw": "wgmma split kernel with the seesaw tile loop (TMA copies)"}

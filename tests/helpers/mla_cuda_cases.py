@@ -23,7 +23,7 @@ BF16, FP16 = torch.bfloat16, torch.float16
 D_QK = {"bf16": 576, "fp8_v32": 576, "fp8_model1": 512, "int8_v32": 576}
 
 
-@pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t", "wgmma_seesaw"])
+@pytest.fixture(params=["planned", "wgmma", "wgmma_t", "wgmma_seesaw"])
 def kernel(request, monkeypatch):
     """Runs a test with the planned kernel, and again with each CUDA kernel forced (all of them
     stay tested for every cache format; wgmma_t only where it applies: calls with at most

@@ -19,8 +19,7 @@ from dualops.parity import builders as bld
 from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.heuristics.cuda import (MLA_CUDA_WGMMA_MIN_Q_ROWS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
-                                     cuda_mla_kernel)
+from dualops.heuristics.cuda import MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel
 from dualops.tiling.mla_decode import MlaPlan
 from mla_cuda_cases import (BF16, FP16, check, force_kernel, kernel, make_inputs, needs_cuda,  # noqa: F401
                             skip_duplicate, split_plan, to_cuda)
@@ -67,17 +66,18 @@ def test_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
     for fmt in ("bf16", "fp8_v32", "fp8_model1", "int8_v32"):
         top = MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt]
-        assert top <= MLA_CUDA_WGMMA_T_ROWS
+        assert 1 <= top <= MLA_CUDA_WGMMA_T_ROWS
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128) == ("wgmma_seesaw" if fmt == "bf16" else "wgmma")
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128, page_block_size=16) == "wgmma"
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=64) == "wgmma"
-        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=1) == ("wgmma_t" if top >= 1 else "mma")
-        assert top < 1 or cuda_mla_kernel(h100, kv_format=fmt, q_rows=top) == "wgmma_t"
-        above = cuda_mla_kernel(h100, kv_format=fmt, q_rows=top + 1)
-        assert above == ("wgmma" if top + 1 >= MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt] else "mma")
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=1) == "wgmma_t"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=top) == "wgmma_t"
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=top + 1) == "wgmma"
+    # a GPU whose blocks cannot opt into the kernels' shared memory has none: a clear error
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
-    assert cuda_mla_kernel(small, kv_format="bf16", q_rows=128) == "mma"
-    assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=16) == "mma"
+    for fmt in ("bf16", "fp8_v32"):
+        with pytest.raises(ValueError, match="shared memory"):
+            cuda_mla_kernel(small, kv_format=fmt, q_rows=16)
     for q_rows in (1, 16, 32, 33, 64, 128):  # int8_v32 runs where fp8_v32 runs
         assert cuda_mla_kernel(h100, kv_format="int8_v32", q_rows=q_rows) == cuda_mla_kernel(
             h100, kv_format="fp8_v32", q_rows=q_rows)

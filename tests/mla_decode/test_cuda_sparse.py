@@ -2,7 +2,7 @@
 dualops.reference by the REFERENCE.md §5 method: NaN in every cache slot no index names, invalid
 indices among the valid ones (-1, int32 min, the capacity, int32 max), entries past topk_length
 pointing anywhere, 0- and 1-entry lists, fresh random inputs per case; every cache format, the
-mma.sync, wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge),
+wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge),
 CUDA-graph replays with new indices, the flash_mla compat layer, and argument errors.
 
 GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
@@ -22,8 +22,7 @@ from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
 from mla_cuda_cases import needs_cuda
-from dualops.heuristics.cuda import (MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MIN_HEADS, MLA_CUDA_WGMMA_MIN_Q_ROWS,
-                                       MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel,
+from dualops.heuristics.cuda import (MLA_CUDA_SORT_MAX_KEYS, MLA_CUDA_SORT_MIN_HEADS, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel,
                                        cuda_mla_sort_keys)
 
 
@@ -42,12 +41,13 @@ def test_capabilities_include_sparse_and_the_extra_pool():
 def test_sparse_kernel_choice_is_plan_data():
     h100 = dualops.devices.profile("h100")
     for fmt in ("bf16", "fp8_v32", "fp8_model1", "int8_v32"):
-        low = MLA_CUDA_WGMMA_MIN_Q_ROWS[fmt]
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=128, sparse=True) == "wgmma"
-        few = "wgmma_t" if fmt != "bf16" and 16 <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt] else "wgmma" if 16 >= low else "mma"
+        few = "wgmma_t" if fmt != "bf16" and 16 <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[fmt] else "wgmma"
         assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=16, sparse=True) == few
+        assert cuda_mla_kernel(h100, kv_format=fmt, q_rows=1, sparse=True) == few
     small = dataclasses.replace(h100, smem_per_core_bytes=100 * 1024)
-    assert cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=128, sparse=True) == "mma"
+    with pytest.raises(ValueError, match="shared memory"):
+        cuda_mla_kernel(small, kv_format="fp8_v32", q_rows=128, sparse=True)
 
 
 def test_key_list_sort_is_plan_data():
@@ -60,7 +60,7 @@ def test_key_list_sort_is_plan_data():
             assert not cuda_mla_sort_keys(kv_format=fmt, h_q=h_q, topk=MLA_CUDA_SORT_MAX_KEYS + 1)
 
 
-@pytest.fixture(params=["planned", "mma", "wgmma", "wgmma_t"])
+@pytest.fixture(params=["planned", "wgmma", "wgmma_t"])
 def kernel(request, monkeypatch):
     """Runs a test with the planned kernel, then with each kernel that takes sparse calls forced
     (wgmma_t: FP8 caches with at most MLA_CUDA_WGMMA_T_ROWS heads; other calls skip it)."""

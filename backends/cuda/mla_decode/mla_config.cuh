@@ -14,17 +14,16 @@ enum KvFormat : int {
   kFmtModel1 = MlaKvFormat::kFp8Model1,
   kFmtI8V32 = MlaKvFormat::kInt8V32
 };
-// The split kernel of a call (MlaDecodeCudaParams::kernel, chosen by the plan glue): mma.sync, wgmma
-// (both run every format) or the transposed-tile wgmma kernel (every format, at most 32 q rows).
-// wgmma_seesaw: the wgmma kernel with the seesaw tile loop (16-bit caches).
+// The split kernel of a call (MlaDecodeCudaParams::kernel, chosen by the plan glue): wgmma (every
+// format) or the transposed-tile wgmma kernel (every format, at most 32 q rows); wgmma_seesaw: the
+// wgmma kernel with the seesaw tile loop (16-bit caches).
 enum KernelKind : int {
-  kKernelMma = MlaCudaKernel::kMma,
   kKernelWgmma = MlaCudaKernel::kWgmma,
   kKernelWgmmaT = MlaCudaKernel::kWgmmaT,
   kKernelWgmmaSeesaw = MlaCudaKernel::kWgmmaSeesaw
 };
 
-constexpr int kThreads = 256;          // 8 warps: 4 row groups of 16 q rows x 2 halves
+constexpr int kThreads = 256;          // 8 warps: two warpgroups of 4 warps (warp g: q rows 16g .. 16g + 15)
 constexpr int kRows = 64;              // q rows of one CTA (the plan's 64-row m-block)
 constexpr int kTile = 64;              // KV tokens per tile (K = whole latent row, V = first 512 dims)
 constexpr int kDv = 512;               // value dims
@@ -51,16 +50,10 @@ __host__ __device__ __forceinline__ int sparse_row_blocks(const MlaDecodeTiling&
   return t.s_q * sparse_heads_blocks(t);
 }
 
-// Warp w works on row group w / 2 (q rows 16 (w / 2) .. + 15) and half w % 2: the two warps of
-// a row group sit on different SM sub-partitions, so a tile with few valid rows (small h_q)
-// still spreads its work over the SM.
-__device__ __forceinline__ int row_group() { return threadIdx.x >> 6; }
-__device__ __forceinline__ int warp_half() { return (threadIdx.x >> 5) & 1; }
-
 // SPARSE: the variant of sparse decode (index lists compacted by mla_sparse_rows_kernel, read
-// through p.key_rows): the mma.sync kernel, the wgmma kernel's pipelined / serial loops and, for
-// FP8 caches, the transposed-tile kernel (its KIND is kKernelWgmma: the same tile layout).
-template <typename MT_, int FMT, int D_, int KIND = kKernelMma, bool SPARSE = false>
+// through p.key_rows): the wgmma kernel's pipelined / serial loops and, for FP8 caches, the
+// transposed-tile kernel (its KIND is kKernelWgmma: the same tile layout).
+template <typename MT_, int FMT, int D_, int KIND = kKernelWgmma, bool SPARSE = false>
 struct Traits {
   using MT = MT_;                             // q dtype = MMA input dtype
   static constexpr bool kSparse = SPARSE;
@@ -71,23 +64,17 @@ struct Traits {
   static constexpr bool kDirect = FMT == kFmtBf16;  // cache rows copied as they are (same dtype as q)
   // The 656-byte v32 token: 512 values (fp8_v32 e4m3, int8_v32 int8) | 4 fp32 scales | 64 bf16 RoPE.
   static constexpr bool kV32 = FMT == kFmtV32 || FMT == kFmtI8V32;
-  // wgmma kernel: Q and KV tiles as D / 64 blocks of [64 rows x 64 values] (8 KB each, 128-byte
-  // swizzle, 1024-byte aligned), the canonical wgmma operand layout; mma.sync kernel: rows of D
-  // values, 16-byte chunks swizzled by row % 8.
-  static constexpr bool kWg = KIND == kKernelWgmma || KIND == kKernelWgmmaSeesaw;
+  // Q and KV tiles as D / 64 blocks of [64 rows x 64 values] (8 KB each, 128-byte swizzle,
+  // 1024-byte aligned), the canonical wgmma operand layout.
   static constexpr int kBlockBytes = kRows * 128;
   // Raw staging row of a quantized token: v32 656 B; model1 576 data + 8 scale bytes, padded to 592.
   static constexpr int kRawRow = kV32 ? 656 : 592;
   static constexpr int kTileBytes = kTile * kRowBytes;
   static constexpr int kQBytes = kRows * kRowBytes;
-  // Layout: Q tile | KV tile(s) | [raw staging] | P tile | row reductions (max, sum) for 2 halves.
+  // Layout: Q tile | two KV tiles | P tile(s) | row reductions (max, sum) for 2 halves. An FP8
+  // tile's raw bytes are staged inside the KV buffer they dequantize into (mla_wg_load.cuh).
   static constexpr int kOffKv = kQBytes;
-  // The wgmma kernel stages an FP8 tile's raw bytes inside the KV buffer it dequantizes into
-  // (mla_wg_load.cuh): two KV buffers and no separate staging tile for every format.
-  static constexpr int kNumKvBufs = kDirect || kWg ? 2 : 1;
-  static constexpr int kOffStage = kOffKv + kNumKvBufs * kTileBytes;
-  static constexpr int kStageBytes = kDirect || kWg ? 0 : kTile * kRawRow;
-  static constexpr int kOffP = kOffStage + kStageBytes;
+  static constexpr int kOffP = kOffKv + 2 * kTileBytes;
   // P goes to the MMA rounded once to q's 16-bit type, as every production kernel does
   // (docs/parity.md budgets that rounding). Tile loops of the wgmma kernel: the seesaw loop
   // (wgmma_seesaw, 16-bit caches, mla_wg_seesaw.cuh: one P tile handed between the warpgroups);
@@ -95,7 +82,7 @@ struct Traits {
   // of two consecutive tiles live at once: in the KV tiles' RoPE blocks (d_qk 576: dead once S is
   // computed) or in two P tiles; fp16 q the serial loop.
   static constexpr bool kWgSeesaw = KIND == kKernelWgmmaSeesaw;
-  static constexpr bool kWgPipe = kWg && !kWgSeesaw && !std::is_same_v<MT_, __half>;
+  static constexpr bool kWgPipe = !kWgSeesaw && !std::is_same_v<MT_, __half>;
   static constexpr bool kPInRope = kWgPipe && D == 576;
   // Where a P tile sits in a KV tile's RoPE columns (block 8 of the wgmma layout).
   static constexpr int kRopeOff = (kDv / 64) * kBlockBytes;
@@ -111,16 +98,12 @@ struct Traits {
 
   // Byte offset of 16-byte chunk `chunk` of row `row` (q row or token) in a Q / KV tile.
   static __device__ __forceinline__ uint32_t off(int row, int chunk) {
-    if constexpr (kWg) {
-      return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-    } else {
-      return swz(row, chunk, kRowBytes);
-    }
+    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
   }
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
   static_assert(!kV32 || D == 576, "fp8_v32 and int8_v32 are d_qk 576");
   static_assert(!kWgSeesaw || kDirect, "the seesaw loop takes 16-bit caches");
-  static_assert(!SPARSE || KIND == kKernelMma || KIND == kKernelWgmma, "sparse decode: mma.sync or wgmma");
+  static_assert(!SPARSE || KIND == kKernelWgmma, "sparse decode: the wgmma kernel's loops (or wgmma_t)");
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");
 };
 

@@ -49,7 +49,7 @@ Launch variant_of(const MlaDecodeCudaParams& p) {
 }
 
 // Sparse decode: the plan and the call agree, the kernel takes index lists (its copies address
-// tokens one by one: mma.sync, wgmma, or wgmma_t with an FP8 cache), the pools and the key-list
+// tokens one by one: wgmma, or wgmma_t with an FP8 cache), the pools and the key-list
 // workspace are set.
 const char* sparse_check(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t) {
   const bool sparse = p.indices != nullptr;
@@ -66,7 +66,7 @@ const char* sparse_check(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t)
                 p.topk, p.extra_topk, t.topk, t.extra_topk);
   if (p.kernel == MlaCudaKernel::kWgmmaSeesaw ||
       (p.kernel == MlaCudaKernel::kWgmmaT && (p.kv_format == MlaKvFormat::kBf16 || t.h_q > mla::kWtMaxRows)))
-    return fail("mla_decode (cuda): sparse decode runs on the mma (0) or wgmma (1) kernel, or wgmma_t (2) for FP8 "
+    return fail("mla_decode (cuda): sparse decode runs on the wgmma (0) kernel, or wgmma_t (1) for FP8 "
                 "caches and at most %d heads; got kernel %d (kv_format %d, h_q %d)", mla::kWtMaxRows, p.kernel,
                 p.kv_format, t.h_q);
   if (p.causal) return fail("mla_decode: causal applies to dense decode; sparse decode masks through indices");
@@ -103,7 +103,7 @@ const char* mla_decode_check(const MlaDecodeCudaParams& p, const MlaDecodeTiling
   if (t.part_stride != 8 || t.block_tokens != 64)
     return fail("mla_decode: plan part_stride must be 8 and block_tokens 64");
   if (p.kernel < 0 || p.kernel >= mla::kNumKernels)
-    return fail("mla_decode (cuda): kernel must be 0 (mma), 1 (wgmma), 2 (wgmma_t) or 3 (wgmma_seesaw), got %d",
+    return fail("mla_decode (cuda): kernel must be 0 (wgmma), 1 (wgmma_t) or 2 (wgmma_seesaw), got %d",
                 p.kernel);
   if (p.kernel == MlaCudaKernel::kWgmmaSeesaw && p.kv_format != MlaKvFormat::kBf16)
     return fail("mla_decode (cuda): the wgmma_seesaw kernel takes a 16-bit cache (kv_format 'bf16'), got kv_format %d",

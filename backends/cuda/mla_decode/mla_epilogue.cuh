@@ -1,25 +1,16 @@
-// End of one request piece: finish the row sums across the two warps of row group g (halves
-// c = 0, 1: value columns 256c .. 256c + 255), then write either the final out / lse (request
-// with one split) or the fp32 partials of its split slot. Both warps of the pair call it.
-// Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
+// End of one request piece: finish the row sums of the warp pair of row group g (warp g of each
+// warpgroup c = 0, 1: value columns 256c .. 256c + 255), then write either the final out / lse
+// (request with one split) or the fp32 partials of its split slot. Every thread of the CTA calls
+// it. Normalization keeps NaN: a row whose sum is 0 is scaled by 0 (0 * NaN stays NaN, as the
 // reference's p = 0 times a NaN value), and a NaN sum gives NaN out and lse.
-// cta: the pair exchanges its sums across a CTA barrier that also orders through an mbarrier
-// (common::MbarHandoffs::cta_barrier) instead of its named barrier 1 + g: the wgmma kernel, whose
-// two warps of a pair sit in different warpgroups that reach the epilogue at different times,
-// after unequal numbers of their own barriers (every thread of the CTA calls it).
+// The pair's sums are exchanged across a CTA barrier that also orders through an mbarrier
+// (common::MbarHandoffs::cta_barrier): the warpgroups reach the epilogue at different times,
+// after unequal numbers of their own barriers.
 #pragma once
 #include "../common/tma.cuh"
 #include "mla_attend.cuh"
 
 namespace dualops::cuda::mla {
-
-__device__ __forceinline__ void pair_sync(int g, common::MbarHandoffs* cta) {
-  if (cta != nullptr) {
-    cta->template cta_barrier<kHandCta>();
-  } else {
-    named_barrier(1 + g, 64);
-  }
-}
 
 // kHanded: no exchange; warpgroup 0 holds the rows' sums and handed them to warpgroup 1 in the
 // tile loop (red_sum[row], wg_put_sums, before its last hand-off; has_tiles: the piece had a
@@ -27,7 +18,7 @@ __device__ __forceinline__ void pair_sync(int g, common::MbarHandoffs* cta) {
 template <class Tr, bool kHanded = false>
 __device__ __forceinline__ void write_piece(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, RowState& st,
                                             float* red_sum, int b, int row0, int row_end, int n_splits, int slot, int g,
-                                            int c, common::MbarHandoffs* cta = nullptr, bool has_tiles = true) {
+                                            int c, common::MbarHandoffs& cta, bool has_tiles = true) {
   using MT = typename Tr::MT;
   const int lane = threadIdx.x & 31;
   const int r0 = g * 16 + (lane >> 2);
@@ -37,7 +28,7 @@ __device__ __forceinline__ void write_piece(const MlaDecodeCudaParams& p, const 
 #pragma unroll
     for (int j = 0; j < 2; ++j)
       if ((lane & 3) == 0) red_sum[c * kRows + r0 + 8 * j] = l[j];
-    pair_sync(g, cta);
+    cta.template cta_barrier<kHandCta>();
   }
   const bool final_out = n_splits == 1;
 #pragma unroll
@@ -76,7 +67,7 @@ __device__ __forceinline__ void write_piece(const MlaDecodeCudaParams& p, const 
   // (kHanded: the next piece's first CTA barrier orders that; this CTA barrier, on which no access
   // depends, measured 2-5 % faster than none.)
   if constexpr (!kHanded) {
-    pair_sync(g, cta);
+    cta.template cta_barrier<kHandCta>();
   } else {
     __syncthreads();
   }

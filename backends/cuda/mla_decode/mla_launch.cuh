@@ -1,4 +1,4 @@
-// Launch of one MLA decode variant: the split kernel (params.kernel: mma.sync, wgmma or the
+// Launch of one MLA decode variant: the split kernel (params.kernel: wgmma, its seesaw loop or the
 // transposed-tile wgmma kernel), then (when any request may be split) the combine kernel chained
 // with programmatic dependent launch, unless the split kernel merges the partials itself
 // (`wgmma_t` with arrival counters). Instantiated once per (q dtype, cache format, d_qk) in the
@@ -6,10 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "mla_combine_kernel.cuh"
 #include "mla_decode_kernel.cuh"
-#include "mla_wg_kernel.cuh"
-#include "mla_wt_kernel.cuh"
 
 namespace dualops::cuda::mla {
 
@@ -61,17 +58,6 @@ cudaError_t launch_wg(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, di
   return cudaSuccess;
 }
 
-// The mma.sync kernel (GPUs without the wgmma kernels' shared memory, and few q rows).
-template <class Tr>
-cudaError_t launch_mma(const MlaDecodeCudaParams& p, const MlaDecodeTiling& t, dim3 grid, cudaStream_t stream) {
-  // Raising the opt-in shared-memory limit is a host-side attribute call, done once (before any capture).
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(mla_split_kernel<Tr>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-  if (attr != cudaSuccess) return attr;
-  mla_split_kernel<Tr><<<grid, kThreads, Tr::kSmemBytes, stream>>>(p, t);
-  return cudaSuccess;
-}
-
 // need_combine: some request of the plan has more than one split (always for device plans,
 // whose split count the host does not know).
 template <typename MT, int FMT, int D>
@@ -102,9 +88,7 @@ cudaError_t launch_variant(const MlaDecodeCudaParams& p, const MlaDecodeTiling& 
       return cudaErrorInvalidValue;
     }
   } else {
-    const cudaError_t e = p.key_rows != nullptr ? launch_mma<Traits<MT, FMT, D, kKernelMma, true>>(p, t, grid, stream)
-                                                : launch_mma<Traits<MT, FMT, D>>(p, t, grid, stream);
-    if (e != cudaSuccess) return e;
+    return cudaErrorInvalidValue;  // (the host entry checks the kernel code)
   }
   cudaError_t err = cudaGetLastError();
   // The transposed-tile kernel merges split requests itself when it has arrival counters.

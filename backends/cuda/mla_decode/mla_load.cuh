@@ -230,31 +230,4 @@ __device__ __forceinline__ float e8m0_scale(uint32_t e) {
   return __uint_as_float(e << 23);
 }
 
-// Raw FP8 / int8 staging tile -> 16-bit swizzled KV tile (one 16-byte output chunk per step).
-template <class Tr>
-__device__ __forceinline__ void dequant_tile(const unsigned char* stage, unsigned char* kv) {
-  using MT = typename Tr::MT;
-  for (int c = threadIdx.x; c < kTile * Tr::kChunks; c += kThreads) {
-    const int token = c / Tr::kChunks, chunk = c - token * Tr::kChunks;
-    const unsigned char* row = stage + token * Tr::kRawRow;
-    uint4 v;
-    if constexpr (Tr::kV32) {
-      if (chunk < 64) {
-        const float s = *reinterpret_cast<const float*>(row + 512 + (chunk >> 4) * 4);
-        v = values8_scaled<Tr>(*reinterpret_cast<const uint2*>(row + chunk * 8), s);
-      } else {
-        v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 528 + (chunk - 64) * 16));
-      }
-    } else {
-      if (chunk < 56) {
-        const float s = e8m0_scale(row[576 + (chunk >> 3)]);
-        v = e4m3x8_scaled<MT>(*reinterpret_cast<const uint2*>(row + chunk * 8), s);
-      } else {
-        v = bf16x8_to<MT>(*reinterpret_cast<const uint4*>(row + 448 + (chunk - 56) * 16));
-      }
-    }
-    *reinterpret_cast<uint4*>(kv + Tr::off(token, chunk)) = v;
-  }
-}
-
 }  // namespace dualops::cuda::mla

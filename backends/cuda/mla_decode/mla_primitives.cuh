@@ -1,6 +1,6 @@
 // Warp-level building blocks of the MLA decode kernels: the shared mma / packing / PDL pieces of
 // backends/cuda/common/, plus what only MLA uses: zero-filling cp.async without an L2 policy,
-// array-form ldmatrix, named barriers, swizzled shared-memory addressing, fp8 e4m3 and int8 conversion.
+// named barriers, swizzled shared-memory addressing, fp8 e4m3 and int8 conversion.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,7 +14,6 @@
 
 namespace dualops::cuda::mla {
 
-using common::mma_16816;
 using common::pack2;
 using common::pdl_launch_dependents;
 using common::pdl_wait;
@@ -94,16 +93,6 @@ struct WgBarrier {
   }
 };
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 template <typename MT>
 __device__ __forceinline__ void store2(MT* p, float lo, float hi) {

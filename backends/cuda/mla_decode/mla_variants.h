@@ -9,7 +9,7 @@
 
 namespace dualops::cuda::mla {
 // MlaDecodeCudaParams::kernel codes (mla_config.cuh KernelKind) and the most q rows (s_q * h_q) of
-// the transposed-tile wgmma kernel (code 2).
+// the transposed-tile wgmma kernel (MlaCudaKernel::kWgmmaT).
 constexpr int kNumKernels = MlaCudaKernel::kCount;
 constexpr int kWtMaxRows = 32;
 template <typename MT, int FMT, int D>

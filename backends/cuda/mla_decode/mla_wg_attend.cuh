@@ -82,7 +82,7 @@ __device__ __forceinline__ void wg_softmax(RowState& st, float (&s)[8][4], unsig
   wgmma_wait<0>();
   wgmma_fence_regs(sf);
   float alpha[2];
-  softmax_tile<Tr, 8, false>(st, s, sp, nullptr, tile0, lim, scale_log2, g, 0, alpha);
+  softmax_tile<Tr>(st, s, sp, tile0, lim, scale_log2, g, alpha);
   wg_put_softmax(st, alpha, red, g);
 }
 
@@ -141,7 +141,7 @@ __device__ __forceinline__ void wg_softmax_p(RowState& st, float (&s)[8][4], PFr
                                              const int (&lim)[2], float scale_log2, int g) {
   using MT = typename Tr::MT;
   float m_use[2];
-  softmax_max<Tr, 8, false>(st, s, nullptr, tile0, lim, scale_log2, g, 0, m_use, alpha);
+  softmax_max<Tr>(st, s, tile0, lim, scale_log2, m_use, alpha);
   float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int n = 0; n < 8; ++n) {

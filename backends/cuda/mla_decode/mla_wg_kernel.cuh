@@ -1,5 +1,7 @@
-// The wgmma MLA decode split kernel: the same grid, plan walk, NaN rules and epilogue as
-// mla_split_kernel; Q and two KV tiles in the blocked 128-byte-swizzled layout (FP8 caches: raw
+// The wgmma MLA decode split kernel: grid (num_m_blocks, h_kv, num_sm_parts) of the plan (sparse
+// decode: s_q * ceil(h_q / 64) row blocks, mla_row0 in mla_piece.cuh); CTA (m, 0, part) walks the
+// part's requests, attends each request's token range for its 64 q rows tile by tile, and writes
+// out / lse or its split slot's partials. Q and two KV tiles in the blocked 128-byte-swizzled layout (FP8 caches: raw
 // bytes staged in the KV buffer and dequantized there, mla_wg_load.cuh). Tile loops: the seesaw
 // loop of mla_wg_seesaw.cuh (plan kernel wgmma_seesaw, 16-bit caches); else bf16 q the pipelined
 // loop of mla_wg_pipe.cuh, fp16 q the tiles one after the other (the loop below, FP8 tiles
@@ -19,7 +21,6 @@ template <class Tr>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_wg_split_kernel(const __grid_constant__ MlaDecodeCudaParams p, const __grid_constant__ MlaDecodeTiling t,
                         const __grid_constant__ CUtensorMap tmap) {
-  static_assert(Tr::kWg && Tr::kNumKvBufs == 2, "wgmma layout, two KV buffers");
   extern __shared__ __align__(1024) unsigned char smem_wg[];
   unsigned char* sq = smem_wg;
   unsigned char* sp = smem_wg + Tr::kOffP;
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The pipelined loop hands warpgroup 0's sums over (warpgroup 1 keeps none); the other loops
     // exchange them across a CTA barrier.
     write_piece<Tr, Tr::kWgPipe>(p, t, st, red_sum, r, row0, mla_row_end<Tr::kSparse>(t), pc.n_splits, pc.slot, g, c,
-                                 &hs, ntiles > 0);
+                                 hs, ntiles > 0);
   }
 }
 

@@ -21,7 +21,7 @@
 namespace dualops::cuda::mla {
 
 constexpr int kWgLoaders = kThreads / 2;  // warpgroup 1
-constexpr int kWgLoadBarrier = 5;         // named barrier of warpgroup 1 (1 .. 4: mma.sync row groups)
+constexpr int kWgLoadBarrier = 5;         // named barrier of warpgroup 1
 
 template <class Tr>
 struct Fp8Tile {
@@ -114,7 +114,7 @@ __device__ __forceinline__ float fp8_scale(const Fp8Scales& s, int j) {
 }
 
 // Blocks j0 .. j1 - 1 of a landed raw tile dequantized in place (e4m3 or int8 * scale in fp32, rounded to
-// q's dtype, as mla_load.cuh's dequant_tile); with kRope, the RoPE part converted to q's dtype
+// q's dtype); with kRope, the RoPE part converted to q's dtype
 // too, by the 128 threads of one warpgroup (named barrier kBar). Thread 2t + h writes 16-byte
 // chunks 4h .. 4h + 3 of token t in every block. Every raw byte of a block is read (by the whole
 // warpgroup) before the block is written: block by block, or (kBatch) all blocks' bytes into

@@ -17,7 +17,6 @@ namespace dualops::cuda::mla {
 
 template <class Tr, int NQ>
 struct WtLayout {
-  static_assert(Tr::kWg, "blocked (wgmma) KV tile layout");
   static_assert(NQ == 8 || NQ == 16 || NQ == 32, "8, 16 or 32 q rows");
   using MT = typename Tr::MT;
   static constexpr int kNq = NQ;

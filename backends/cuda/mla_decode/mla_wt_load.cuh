@@ -27,7 +27,7 @@ __device__ __forceinline__ void wt_load_q(const MlaDecodeCudaParams& p, const Ml
 }
 
 // kRawTok tokens of a raw FP8 / int8 slot -> tokens tok0 .. of the warpgroup's 16-bit KV tile (e4m3 / int8 *
-// scale in fp32, rounded to q's dtype, as dequant_tile), by the 128 threads of the warpgroup:
+// scale in fp32, rounded to q's dtype, as the wgmma kernel's), by the 128 threads of the warpgroup:
 // thread kPer t + s converts the kCh = 8 / kPer 16-byte output chunks 8i + kCh s .. of token t in
 // every 64-dim block i (one raw read per block), and kCh of the token's 8 RoPE chunks. Unrolled,
 // so a thread's raw reads are in flight together.

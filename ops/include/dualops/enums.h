@@ -49,11 +49,10 @@ struct MlaKvFormat {
 
 // the CUDA split kernel (MlaDecodeCudaParams::kernel)
 struct MlaCudaKernel {
-  static constexpr int32_t kMma = 0;
-  static constexpr int32_t kWgmma = 1;
-  static constexpr int32_t kWgmmaT = 2;
-  static constexpr int32_t kWgmmaSeesaw = 3;
-  static constexpr int32_t kCount = 4;
+  static constexpr int32_t kWgmma = 0;
+  static constexpr int32_t kWgmmaT = 1;
+  static constexpr int32_t kWgmmaSeesaw = 2;
+  static constexpr int32_t kCount = 3;
 };
 
 // x layouts (GroupedGemmTiling::layout)

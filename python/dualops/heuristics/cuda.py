@@ -216,24 +216,19 @@ def describe_ifa_launch(launch: IfaLaunchFields) -> str:
 # ============================================================================ MLA decode
 
 # The CUDA split kernels (MlaDecodeCudaParams.kernel: MlaCudaKernel codes; designs in
-# docs/mla_decode_cuda.md). The plan's choice, rule by rule, with its
-# reason (the measurements behind the bounds: BENCHMARKS.md, benchmarks/cuda/mla_kernel_ab.py):
-#   * GPUs whose blocks cannot opt into MLA_CUDA_WGMMA_SMEM_BYTES of shared memory: mma.sync
-#     (m16n8k16) for every call (the wgmma kernels' layouts need that much).
+# docs/mla_decode_cuda.md). Each needs a block to opt into MLA_CUDA_WGMMA_SMEM_BYTES of shared
+# memory (every sm_90 GPU can). The plan's choice, rule by rule, with its reason (the measurements
+# behind the bounds: BENCHMARKS.md, benchmarks/cuda/mla_kernel_ab.py):
 #   * wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS q rows (s_q * h_q): its MMAs put the q rows on N
 #     (8, 16 or 32), so memory-bound calls do a fraction of a 64-row kernel's MMA work per tile,
 #     and its two tile chains per CTA keep more copies in flight.
 #   * wgmma_seesaw for 16-bit caches above 64 q rows, pages of a multiple of 64 tokens, where
 #     MLA_CUDA_SEESAW_SMEM_BYTES fit: both warpgroups overlap their softmaxes with MMAs, which pays
 #     once a request's m-blocks share its tiles through L2, with one TMA box per block and page.
-#   * wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS q rows otherwise: 64 q rows per MMA, FP8 tiles
-#     dequantized while the tensor cores run P V.
-#   * mma.sync below that bound (sparse calls with a 16-bit cache and at most 32 heads: dense
-#     calls that few rows take wgmma_t): it skips the 16-row groups that hold no q row, where the
-#     wgmma MMAs always cover 64 rows.
+#   * wgmma otherwise: 64 q rows per MMA, FP8 tiles dequantized while the tensor cores run P V.
 #   * Sparse decode (q rows: h_q), kernels whose copies address tokens one by one: wgmma_t for FP8
 #     caches up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS heads (its 16-bit path copies pages by TMA), else
-#     wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS heads, else mma.sync.
+#     wgmma.
 #   * Sorted key lists (cuda_mla_sort_keys) for 16-bit caches from MLA_CUDA_SORT_MIN_HEADS heads
 #     and at most MLA_CUDA_SORT_MAX_KEYS entries (one CTA sorts a list in shared memory):
 #     neighbouring keys then share DRAM pages; with fewer heads or an FP8 cache the sort
@@ -250,11 +245,8 @@ MLA_CUDA_M_BLOCK_ROWS = 64  # q rows of one wgmma CTA (mla_config.cuh kRows; the
 MLA_CUDA_WGMMA_SMEM_BYTES = 230456
 # The seesaw loop's, d_qk 576: the same with 4 more mbarriers and the TMA box rows instead of the flags.
 MLA_CUDA_SEESAW_SMEM_BYTES = 230536
-# Per cache format, the q rows from which the wgmma kernel is planned instead of mma.sync.
-# int8_v32 has fp8_v32's token layout and dequant path (int8 in place of e4m3) and takes its
-# choices in these tables.
-MLA_CUDA_WGMMA_MIN_Q_ROWS = {"bf16": 33, "fp8_v32": 1, "fp8_model1": 1, "int8_v32": 1}
-# Per cache format, the most q rows for which the wgmma_t kernel is planned.
+# Per cache format, the most q rows for which the wgmma_t kernel is planned (int8_v32 has fp8_v32's
+# token layout and dequant path, int8 in place of e4m3, and takes its choices in these tables).
 MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32, "int8_v32": 32}
 # Sparse decode: per cache format, the heads from which the list kernel sorts each query token's
 # main-pool keys by token id (None: never), and the most entries a list may have to be sorted.
@@ -267,24 +259,20 @@ def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_
     """The CUDA split kernel of a call, by the choice table above MLA_CUDA_KERNELS. Sparse decode
     (q_rows: h_q, the rows that share a query token's key list) runs on the kernels whose copies
     address tokens one by one: with an FP8 cache wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]
-    heads, else wgmma from MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] heads, else mma.sync. Dense decode,
-    where the GPU lets one block opt into the wgmma kernels' shared memory: wgmma_t up to
-    MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows (s_q * h_q), wgmma from
-    MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format], mma.sync otherwise (and on other GPUs); the wgmma kernel
-    runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages of a multiple of 64 tokens and
-    more than 64 q rows."""
-    fits = device.kind == "cuda" and device.smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
-    if sparse:
-        if fits and kv_format != "bf16" and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
-            return "wgmma_t"
-        return "wgmma" if fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format] else "mma"
-    if fits and q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format]:
+    heads, else wgmma. Dense decode: wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] q rows
+    (s_q * h_q), else wgmma, which runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages
+    of a multiple of 64 tokens and more than 64 q rows. A GPU whose blocks cannot opt into
+    MLA_CUDA_WGMMA_SMEM_BYTES of shared memory has no MLA kernel (ValueError)."""
+    if device.kind != "cuda" or device.smem_per_core_bytes < MLA_CUDA_WGMMA_SMEM_BYTES:
+        raise ValueError(f"mla_decode (cuda): the kernels need a block to opt into {MLA_CUDA_WGMMA_SMEM_BYTES} bytes "
+                         f"of shared memory (every sm_90 GPU can); device {device.name!r} allows "
+                         f"{device.smem_per_core_bytes}")
+    if q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] and not (sparse and kv_format == "bf16"):
         return "wgmma_t"
-    use = fits and q_rows >= MLA_CUDA_WGMMA_MIN_Q_ROWS[kv_format]
-    if use and kv_format == "bf16" and page_block_size % 64 == 0 and q_rows > MLA_CUDA_M_BLOCK_ROWS \
+    if not sparse and kv_format == "bf16" and page_block_size % 64 == 0 and q_rows > MLA_CUDA_M_BLOCK_ROWS \
             and device.smem_per_core_bytes >= MLA_CUDA_SEESAW_SMEM_BYTES:
         return "wgmma_seesaw"
-    return "wgmma" if use else "mma"
+    return "wgmma"
 
 
 def cuda_mla_sort_keys(*, kv_format: str, h_q: int, topk: int) -> bool:
