@@ -78,6 +78,8 @@ def test_kernel_choice_is_plan_data():
     for fmt in ("bf16", "fp8_v32"):
         with pytest.raises(ValueError, match="shared memory"):
             cuda_mla_kernel(small, kv_format=fmt, q_rows=16)
+    with pytest.raises(ValueError, match="not a CUDA GPU"):
+        cuda_mla_kernel(dualops.devices.profile("ascend910b2"), kv_format="bf16", q_rows=16)
     for q_rows in (1, 16, 32, 33, 64, 128):  # int8_v32 runs where fp8_v32 runs
         assert cuda_mla_kernel(h100, kv_format="int8_v32", q_rows=q_rows) == cuda_mla_kernel(
             h100, kv_format="fp8_v32", q_rows=q_rows)

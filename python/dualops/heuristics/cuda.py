@@ -263,7 +263,9 @@ def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_
     (s_q * h_q), else wgmma, which runs its seesaw loop (wgmma_seesaw) for 16-bit caches with pages
     of a multiple of 64 tokens and more than 64 q rows. A GPU whose blocks cannot opt into
     MLA_CUDA_WGMMA_SMEM_BYTES of shared memory has no MLA kernel (ValueError)."""
-    if device.kind != "cuda" or device.smem_per_core_bytes < MLA_CUDA_WGMMA_SMEM_BYTES:
+    if device.kind != "cuda":
+        raise ValueError(f"mla_decode (cuda): device {device.name!r} is not a CUDA GPU (pass a CUDA profile, e.g. h100)")
+    if device.smem_per_core_bytes < MLA_CUDA_WGMMA_SMEM_BYTES:
         raise ValueError(f"mla_decode (cuda): the kernels need a block to opt into {MLA_CUDA_WGMMA_SMEM_BYTES} bytes "
                          f"of shared memory (every sm_90 GPU can); device {device.name!r} allows "
                          f"{device.smem_per_core_bytes}")
