@@ -150,12 +150,11 @@ __device__ __forceinline__ void add_nonfinite_values(RowState& st, const unsigne
 template <class Tr>
 __device__ __forceinline__ void softmax_max(RowState& st, float (&s)[8][4], int tile0, const int (&lim)[2],
                                             float scale_log2, float (&m_use)[2], float (&alpha)[2]) {
-  constexpr int NB = 8;
   const int lane = threadIdx.x & 31;
   // ---- scale, mask, row max (fmaxf skips NaN: a NaN score still reaches P below)
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int n = 0; n < NB; ++n)
+  for (int n = 0; n < 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int tok = tile0 + n * 8 + (lane & 3) * 2 + (e & 1);
@@ -200,9 +199,9 @@ __device__ __forceinline__ void softmax_tile(RowState& st, float (&s)[8][4], uns
     const float p2 = exp2f(s[n][2] - m_use[1]), p3 = exp2f(s[n][3] - m_use[1]);
     sum[0] += p0 + p1;
     sum[1] += p2 + p3;
-    const int chunk = n, byte = (lane & 3) * 4;
-    *reinterpret_cast<uint32_t*>(sp + swz(r0, chunk, kPRowBytes) + byte) = pack2<MT>(p0, p1);
-    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, chunk, kPRowBytes) + byte) = pack2<MT>(p2, p3);
+    const int byte = (lane & 3) * 4;
+    *reinterpret_cast<uint32_t*>(sp + swz(r0, n, kPRowBytes) + byte) = pack2<MT>(p0, p1);
+    *reinterpret_cast<uint32_t*>(sp + swz(r0 + 8, n, kPRowBytes) + byte) = pack2<MT>(p2, p3);
   }
 #pragma unroll
   for (int j = 0; j < 2; ++j) st.l[j] = st.l[j] * alpha[j] + sum[j];
