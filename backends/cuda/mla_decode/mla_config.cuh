@@ -107,13 +107,7 @@ struct Traits {
   static_assert(FMT != kFmtModel1 || D == 512, "fp8_model1 is d_qk 512");
 };
 
-// The planner checks a GPU's opt-in shared memory against these layouts' sizes
-// (tiling/mla_decode.py MLA_CUDA_WGMMA_SMEM_BYTES, MLA_CUDA_SEESAW_SMEM_BYTES).
-// The largest wgmma layout is fp16 q's serial loop (one P tile beside the KV tiles).
-static_assert(Traits<__half, kFmtBf16, 576, kKernelWgmma>::kSmemBytes == 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
-static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>::kSmemBytes <= 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
-static_assert(Traits<__nv_bfloat16, kFmtV32, 576, kKernelWgmma>::kSmemBytes <= 230456, "MLA_CUDA_WGMMA_SMEM_BYTES");
-static_assert(Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmmaSeesaw>::kSmemBytes == 230536,
-              "MLA_CUDA_SEESAW_SMEM_BYTES");
+// The planner checks a GPU's opt-in shared memory against the largest layout of any kernel
+// (heuristics/cuda.py MLA_CUDA_WGMMA_SMEM_BYTES; mla_launch.cuh static_asserts it).
 
 }  // namespace dualops::cuda::mla

@@ -107,7 +107,22 @@ cudaError_t launch_variant(const MlaDecodeCudaParams& p, const MlaDecodeTiling& 
   return cudaLaunchKernelEx(&cfg, mla_combine_kernel<MT>, p, t);
 }
 
+// heuristics/cuda.py MLA_CUDA_WGMMA_SMEM_BYTES: the largest layout of the split kernels (wgmma_t
+// with 16 q rows, 16-bit cache at d_qk 576), and every instantiated layout within it.
+constexpr int kMaxSmemBytes = 232224;
+static_assert(WtLayout<Traits<__nv_bfloat16, kFmtBf16, 576, kKernelWgmma>, 16>::kSmemBytes == kMaxSmemBytes,
+              "MLA_CUDA_WGMMA_SMEM_BYTES");
+template <typename MT, int FMT, int D>
+constexpr bool fits_max_smem() {
+  using Tr = Traits<MT, FMT, D, kKernelWgmma>;
+  bool ok = Tr::kSmemBytes <= kMaxSmemBytes && WtLayout<Tr, 8>::kSmemBytes <= kMaxSmemBytes &&
+            WtLayout<Tr, 16>::kSmemBytes <= kMaxSmemBytes && WtLayout<Tr, 32>::kSmemBytes <= kMaxSmemBytes;
+  if constexpr (FMT == kFmtBf16) ok = ok && Traits<MT, FMT, D, kKernelWgmmaSeesaw>::kSmemBytes <= kMaxSmemBytes;
+  return ok;
+}
+
 #define DUALOPS_MLA_INSTANTIATE(MT, FMT, D)                                                                  \
+  static_assert(fits_max_smem<MT, FMT, D>(), "MLA_CUDA_WGMMA_SMEM_BYTES");                              \
   template cudaError_t launch_variant<MT, FMT, D>(const MlaDecodeCudaParams&, const MlaDecodeTiling&, bool, \
                                                   cudaStream_t);
 

@@ -222,9 +222,9 @@ def describe_ifa_launch(launch: IfaLaunchFields) -> str:
 #   * wgmma_t up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS q rows (s_q * h_q): its MMAs put the q rows on N
 #     (8, 16 or 32), so memory-bound calls do a fraction of a 64-row kernel's MMA work per tile,
 #     and its two tile chains per CTA keep more copies in flight.
-#   * wgmma_seesaw for 16-bit caches above 64 q rows, pages of a multiple of 64 tokens, where
-#     MLA_CUDA_SEESAW_SMEM_BYTES fit: both warpgroups overlap their softmaxes with MMAs, which pays
-#     once a request's m-blocks share its tiles through L2, with one TMA box per block and page.
+#   * wgmma_seesaw for 16-bit caches above 64 q rows, pages of a multiple of 64 tokens: both
+#     warpgroups overlap their softmaxes with MMAs, which pays once a request's m-blocks share its
+#     tiles through L2, with one TMA box per block and page.
 #   * wgmma otherwise: 64 q rows per MMA, FP8 tiles dequantized while the tensor cores run P V.
 #   * Sparse decode (q rows: h_q), kernels whose copies address tokens one by one: wgmma_t for FP8
 #     caches up to MLA_CUDA_WGMMA_T_MAX_Q_ROWS heads (its 16-bit path copies pages by TMA), else
@@ -239,12 +239,10 @@ def describe_ifa_launch(launch: IfaLaunchFields) -> str:
 MLA_CUDA_KERNELS = plan_contract.enum("mla_decode", "cuda_kernel")   # MlaCudaKernel codes
 MLA_CUDA_WGMMA_T_ROWS = 32  # the most q rows (s_q * h_q) the wgmma_t kernel takes
 MLA_CUDA_M_BLOCK_ROWS = 64  # q rows of one wgmma CTA (mla_config.cuh kRows; the plan's m block)
-# Shared memory of the largest wgmma-kernel layout, d_qk 576 with fp16 q's serial loop: Q + 2 KV
-# tiles (3 x 72 KiB), one P tile (8 KiB), row reductions, 2 flags, 5 mbarriers (mla_config.cuh
-# static_asserts it; bf16 q's pipelined loop keeps its P tiles in the KV tiles' RoPE blocks).
-MLA_CUDA_WGMMA_SMEM_BYTES = 230456
-# The seesaw loop's, d_qk 576: the same with 4 more mbarriers and the TMA box rows instead of the flags.
-MLA_CUDA_SEESAW_SMEM_BYTES = 230536
+# Shared memory of the largest layout of the MLA split kernels: wgmma_t with 16 q rows and a
+# 16-bit cache at d_qk 576 (Q, a KV ring filling what is left of 227 KiB; mla_launch.cuh
+# static_asserts it; the wgmma kernel's layouts are at most 230536 B, its seesaw loop's).
+MLA_CUDA_WGMMA_SMEM_BYTES = 232224
 # Per cache format, the most q rows for which the wgmma_t kernel is planned (int8_v32 has fp8_v32's
 # token layout and dequant path, int8 in place of e4m3, and takes its choices in these tables).
 MLA_CUDA_WGMMA_T_MAX_Q_ROWS = {"bf16": 32, "fp8_v32": 32, "fp8_model1": 32, "int8_v32": 32}
@@ -271,8 +269,7 @@ def cuda_mla_kernel(device: DeviceProfile, *, kv_format: str, q_rows: int, page_
                          f"{device.smem_per_core_bytes}")
     if q_rows <= MLA_CUDA_WGMMA_T_MAX_Q_ROWS[kv_format] and not (sparse and kv_format == "bf16"):
         return "wgmma_t"
-    if not sparse and kv_format == "bf16" and page_block_size % 64 == 0 and q_rows > MLA_CUDA_M_BLOCK_ROWS \
-            and device.smem_per_core_bytes >= MLA_CUDA_SEESAW_SMEM_BYTES:
+    if not sparse and kv_format == "bf16" and page_block_size % 64 == 0 and q_rows > MLA_CUDA_M_BLOCK_ROWS:
         return "wgmma_seesaw"
     return "wgmma"
 
