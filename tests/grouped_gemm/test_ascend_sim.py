@@ -1,8 +1,9 @@
-"""The Ascend C grouped GEMM on the simulator against dualops.reference (REFERENCE.md §5 method):
-NaN in every x row outside the groups (and in masked rows past masked_m), varlen groups with 0-
-and 1-row groups, M, N, K not multiples of the tiles, fresh random inputs; bf16 / fp16, int8
-rowwise and the fp8 recipes; host-side rejection of bad offsets / scales, and offsets past x
-that skip the host checks clamped in the kernel. Runs on 2 simulated AI cores (real per-core capacities) to stay fast."""
+"""The Ascend C grouped GEMM on the simulator against dualops.reference (the parity method,
+docs/parity.md): NaN in every x row outside the groups (and in masked rows past masked_m), varlen
+groups with 0- and 1-row groups, M, N, K not multiples of the tiles, fresh random inputs; bf16 /
+fp16, int8 rowwise and the fp8 recipes; host-side rejection of bad offsets / scales, and offsets
+past x that skip the host checks clamped in the kernel. Runs on 2 simulated AI cores (real per-core
+capacities) to stay fast."""
 from __future__ import annotations
 
 import pytest

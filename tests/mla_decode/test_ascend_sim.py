@@ -1,9 +1,10 @@
-"""The Ascend C MLA decode kernel on the simulator against dualops.reference, by the REFERENCE.md §5
-method: NaN in every unused cache slot, randomly permuted block tables, varlen batches with 0- and
-1-token requests, invalid sparse indices (-1, int32 min, capacity, int32 max), sinks of +-inf,
-fresh random inputs; bf16 / fp16 / fp8_v32 / fp8_model1 / int8_v32 caches, dense / causal / sparse / extra
-pool, split-KV with its combine, NaN propagation through a split, planted faults the simulator
-must catch. Small shapes on 2-4 simulated AI cores (real per-core capacities) keep it fast."""
+"""The Ascend C MLA decode kernel on the simulator against dualops.reference, by the parity method
+of docs/parity.md: NaN in every unused cache slot, randomly permuted block tables, varlen batches
+with 0- and 1-token requests, invalid sparse indices (-1, int32 min, capacity, int32 max), sinks of
++-inf, fresh random inputs; bf16 / fp16 / fp8_v32 / fp8_model1 / int8_v32 caches, dense / causal /
+sparse / extra pool, split-KV with its combine, NaN propagation through a split, planted faults the
+simulator must catch. Small shapes on 2-4 simulated AI cores (real per-core capacities) keep it
+fast."""
 from __future__ import annotations
 
 import pytest

@@ -1,13 +1,16 @@
-"""CUDA MLA decode against dualops.reference (on the dequantized cache for the FP8 / int8 formats), by
-the REFERENCE.md §5 method: NaN in every unused cache slot, randomly permuted block tables, varlen
-batches with 0- and 1-token requests, non-contiguous q, fresh random inputs per case; plus the
-device planner against the host planner, CUDA-graph capture and replay with changing lengths, the
-flash_mla compat layer, and argument errors (non-finite values: test_cuda_nonfinite.py).
+"""CUDA MLA decode against dualops.reference (on the dequantized cache for the FP8 / int8 formats),
+by the parity method of docs/parity.md: NaN in every unused cache slot, randomly permuted block
+tables, varlen batches with 0- and 1-token requests, non-contiguous q, fresh random inputs per case;
+plus the device planner against the host planner, CUDA-graph capture and replay with changing
+lengths, the flash_mla compat layer, and argument errors (non-finite values:
+test_cuda_nonfinite.py).
 
 GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
 
 import pytest
 import torch
@@ -19,7 +22,8 @@ from dualops.parity import builders as bld
 from dualops.parity import expected as exp
 from cuda_graphs import capture
 from dualops.testing import LSE_TOLERANCE, assert_close_parity
-from dualops.heuristics.cuda import MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS, cuda_mla_kernel
+from dualops.heuristics.cuda import (MLA_CUDA_WGMMA_SMEM_BYTES, MLA_CUDA_WGMMA_T_MAX_Q_ROWS, MLA_CUDA_WGMMA_T_ROWS,
+                                     cuda_mla_kernel)
 from dualops.tiling.mla_decode import MlaPlan
 from mla_cuda_cases import (BF16, FP16, check, force_kernel, kernel, make_inputs, needs_cuda,  # noqa: F401
                             skip_duplicate, split_plan, to_cuda)
@@ -83,6 +87,15 @@ def test_kernel_choice_is_plan_data():
     for q_rows in (1, 16, 32, 33, 64, 128):  # int8_v32 runs where fp8_v32 runs
         assert cuda_mla_kernel(h100, kv_format="int8_v32", q_rows=q_rows) == cuda_mla_kernel(
             h100, kv_format="fp8_v32", q_rows=q_rows)
+
+
+def test_shared_memory_guard_is_the_kernels_largest_layout():
+    """The planner's guard is the constant the kernels' compile-time checks hold every layout to
+    (backends/cuda/mla_decode/mla_launch.cuh kMaxSmemBytes), and an H100 block can opt into it."""
+    src = pathlib.Path(__file__).parents[2] / "backends" / "cuda" / "mla_decode" / "mla_launch.cuh"
+    found = re.findall(r"constexpr int kMaxSmemBytes = (\d+);", src.read_text())
+    assert found == [str(MLA_CUDA_WGMMA_SMEM_BYTES)]
+    assert dualops.devices.profile("h100").smem_per_core_bytes >= MLA_CUDA_WGMMA_SMEM_BYTES
 
 
 # ----------------------------------------------------------------------------- parity matrix

@@ -1,8 +1,8 @@
 """CUDA sparse MLA decode (``indices``, ``topk_length``, the extra KV pool) against
-dualops.reference by the REFERENCE.md §5 method: NaN in every cache slot no index names, invalid
-indices among the valid ones (-1, int32 min, the capacity, int32 max), entries past topk_length
-pointing anywhere, 0- and 1-entry lists, fresh random inputs per case; every cache format, the
-wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge),
+dualops.reference by the parity method of docs/parity.md: NaN in every cache slot no index names,
+invalid indices among the valid ones (-1, int32 min, the capacity, int32 max), entries past
+topk_length pointing anywhere, 0- and 1-entry lists, fresh random inputs per case; every cache
+format, the wgmma and wgmma_t kernels, host / device / no plan, split lists (the partial merge),
 CUDA-graph replays with new indices, the flash_mla compat layer, and argument errors.
 
 GPU tests skip on a machine without an sm_90 GPU (the CPU-side checks still run)."""
